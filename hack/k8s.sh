@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on this machine, with no Docker:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake nodes whose pods run).
+#
+#   hack/k8s.sh build    build the pinned binaries into the cache (first time only)
+#   hack/k8s.sh up       build if needed, then start everything (a no-op when already running)
+#   hack/k8s.sh down     stop every process `up` started (by PID) and remove its state
+#   hack/k8s.sh env      print the `export KUBECONFIG=...` line
+#   hack/k8s.sh status   say what runs
+#
+# Environment: NODES (fake nodes, default 3), STORAGEOS_CACHE (default ~/.cache/storageos-operator),
+# K8S_STATE (runtime state dir, default $STORAGEOS_CACHE/plane), K8S_PORT (apiserver, default 16443).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/versions.env
+source "$ROOT/hack/versions.env"
+
+CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
+BIN=$CACHE/bin/k8s-$K8S_VERSION
+ETCD_BIN=$CACHE/bin/etcd-$ETCD_VERSION
+KWOK_BIN=$CACHE/bin/kwok-$KWOK_VERSION
+STATE=${K8S_STATE:-$CACHE/plane}
+NODES=${NODES:-3}
+K8S_PORT=${K8S_PORT:-16443}
+ETCD_PORT=${ETCD_PORT:-23790}
+KUBECONFIG_OUT=$STATE/kubeconfig
+
+log() { printf '[k8s] %s\n' "$*" >&2; }
+die() { printf '[k8s] error: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- build
+
+go_env() {
+  # Never let a stray GOFLAGS (e.g. -mod=vendor) or GOTOOLCHAIN switch break the pinned build.
+  export GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+}
+
+build_k8s() {
+  [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler && -x $BIN/kubectl ]] && return 0
+  log "building Kubernetes $K8S_VERSION from Go modules (first time only; ~30 min on 2 cores)"
+  local src=$CACHE/src/k8s-$K8S_VERSION minor=${K8S_VERSION#v1.}
+  minor=${minor%%.*}
+  mkdir -p "$src" "$BIN.tmp"
+  local mod
+  mod=$(curl -fsSL "https://proxy.golang.org/k8s.io/kubernetes/@v/$K8S_VERSION.mod") \
+    || die "cannot fetch k8s.io/kubernetes@$K8S_VERSION go.mod from the Go module proxy"
+  local godir
+  godir=$(awk '/^go /{print $2; exit}' <<<"$mod")
+  {
+    echo "module storageos-operator.local/k8s-build"
+    echo
+    echo "go $godir"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    # Each staging module of the tag, replaced by its published mirror (v1.Y.Z <-> v0.Y.Z).
+    sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' <<<"$mod" | while read -r m; do
+      echo "replace $m => $m v0.${K8S_VERSION#v1.}"
+    done
+  } >"$src/go.mod"
+  # `go build` of packages of a dependency needs a package in the main module to anchor go.sum.
+  printf 'package build\n' >"$src/doc.go"
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+  ld+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  ld+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  (
+    cd "$src"
+    go_env
+    go build -mod=mod -p 2 -trimpath -ldflags "$ld" -o "$BIN.tmp/" \
+      k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kubectl
+  ) || die "building Kubernetes $K8S_VERSION failed (see the Go output above)"
+  rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
+}
+
+build_etcd() {
+  [[ -x $ETCD_BIN/etcd ]] && return 0
+  log "building etcd $ETCD_VERSION from Go modules"
+  local src=$CACHE/src/etcd-$ETCD_VERSION
+  mkdir -p "$src" "$ETCD_BIN.tmp"
+  cat >"$src/go.mod" <<EOF
+module storageos-operator.local/etcd
+
+go 1.24.0
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+EOF
+  cat >"$src/main.go" <<'EOF'
+// etcd built from its published server module (the root module has replace directives).
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$ETCD_BIN.tmp/etcd" .) \
+    || die "building etcd $ETCD_VERSION failed"
+  rm -rf "$ETCD_BIN" && mv "$ETCD_BIN.tmp" "$ETCD_BIN"
+}
+
+build_kwok() {
+  [[ -x $KWOK_BIN/kwok ]] && return 0
+  log "building kwok $KWOK_VERSION from Go modules"
+  mkdir -p "$KWOK_BIN.tmp"
+  (go_env && GOBIN="$KWOK_BIN.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") \
+    || die "building kwok $KWOK_VERSION failed"
+  rm -rf "$KWOK_BIN" && mv "$KWOK_BIN.tmp" "$KWOK_BIN"
+}
+
+cmd_build() {
+  command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
+  build_etcd
+  build_kwok
+  build_k8s
+  log "binaries ready in $CACHE/bin"
+}
+
+# ---------------------------------------------------------------- certificates
+
+gen_pki() {
+  local d=$STATE/pki
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+      -subj "/CN=storageos-operator-test-ca" 2>/dev/null
+    cat >server.ext <<EOF
+basicConstraints=CA:FALSE
+keyUsage=digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+EOF
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
+      -days 3650 -extfile server.ext 2>/dev/null
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >client.ext
+    openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt \
+      -days 3650 -extfile client.ext 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  ) || die "generating certificates with openssl failed"
+  local b64='base64 -w0'
+  cat >"$KUBECONFIG_OUT" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$K8S_PORT
+    certificate-authority-data: $($b64 "$d/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $($b64 "$d/admin.crt")
+    client-key-data: $($b64 "$d/admin.key")
+contexts:
+- name: local
+  context: {cluster: local, user: admin}
+current-context: local
+EOF
+}
+
+# ---------------------------------------------------------------- processes
+
+pid_alive() { [[ -f $STATE/$1.pid ]] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+
+start() { # name, command...
+  local name=$1
+  shift
+  "$@" >"$STATE/logs/$name.log" 2>&1 &
+  echo $! >"$STATE/$name.pid"
+}
+
+wait_for() { # description, seconds, command...
+  local what=$1 secs=$2
+  shift 2
+  local i
+  for ((i = 0; i < secs * 5; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" "$@"; }
+
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+running() {
+  local c
+  for c in "${components[@]}"; do pid_alive "$c" || return 1; done
+}
+
+fail_up() {
+  local c=$1
+  log "$c did not start; last lines of $STATE/logs/$c.log:"
+  tail -n 30 "$STATE/logs/$c.log" >&2 || true
+  cmd_down
+  exit 1
+}
+
+create_nodes() {
+  local i manifest=""
+  for ((i = 0; i < NODES; i++)); do
+    manifest+="---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
+  capacity: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
+"
+  done
+  kc apply -f - <<<"$manifest" >/dev/null
+}
+
+cmd_up() {
+  if running; then
+    log "already running"
+    cmd_env
+    return 0
+  fi
+  # A half-started or crashed plane is cleaned before starting afresh.
+  [[ -d $STATE ]] && cmd_down >/dev/null 2>&1
+  cmd_build
+  mkdir -p "$STATE/logs" "$STATE/etcd"
+  gen_pki
+  local p=$STATE/pki t0=$SECONDS
+
+  start etcd "$ETCD_BIN/etcd" --data-dir "$STATE/etcd" --name local \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-cluster "local=http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
+  wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health" || fail_up etcd
+
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$K8S_PORT" \
+    --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
+    --client-ca-file "$p/ca.crt" \
+    --service-cluster-ip-range 10.0.0.0/16 \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NamespaceLifecycle,ServiceAccount,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota \
+    --allow-privileged=true \
+    --enable-aggregator-routing=true \
+    --profiling=false --v=1
+  wait_for kube-apiserver 90 kc get --raw /readyz || fail_up kube-apiserver
+
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$KUBECONFIG_OUT" \
+    --authentication-kubeconfig "$KUBECONFIG_OUT" --authorization-kubeconfig "$KUBECONFIG_OUT" \
+    --bind-address 127.0.0.1 --secure-port $((K8S_PORT + 1)) \
+    --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+    --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key" \
+    --leader-elect=false --controllers '*' \
+    --node-monitor-grace-period 40s --profiling=false --v=1
+  start kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$KUBECONFIG_OUT" \
+    --authentication-kubeconfig "$KUBECONFIG_OUT" --authorization-kubeconfig "$KUBECONFIG_OUT" \
+    --bind-address 127.0.0.1 --secure-port $((K8S_PORT + 2)) \
+    --leader-elect=false --profiling=false --v=1
+  start kwok "$KWOK_BIN/kwok" \
+    --kubeconfig "$KUBECONFIG_OUT" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-ip 127.0.0.1 --node-port $((K8S_PORT + 3)) \
+    --server-address "127.0.0.1:$((K8S_PORT + 3))" \
+    --cidr 10.244.0.1/16
+
+  for c in kube-controller-manager kube-scheduler kwok; do
+    sleep 0.2
+    pid_alive "$c" || fail_up "$c"
+  done
+  create_nodes
+  wait_for nodes 60 bash -c "[[ \$('$BIN/kubectl' --kubeconfig '$KUBECONFIG_OUT' get nodes --no-headers 2>/dev/null | grep -cw Ready) -ge $NODES ]]" \
+    || fail_up kwok
+  # Pods in a namespace need its default ServiceAccount; wait for the controller to make one.
+  wait_for serviceaccount 60 kc -n default get serviceaccount default || fail_up kube-controller-manager
+  log "control plane $K8S_VERSION up with $NODES Ready nodes in $((SECONDS - t0))s"
+  cmd_env
+}
+
+cmd_down() {
+  local c
+  for ((c = ${#components[@]} - 1; c >= 0; c--)); do
+    local n=${components[c]}
+    if pid_alive "$n"; then
+      local pid
+      pid=$(cat "$STATE/$n.pid")
+      kill "$pid" 2>/dev/null || true
+      local i
+      for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$STATE"
+  log "control plane stopped"
+}
+
+cmd_env() { echo "export KUBECONFIG=$KUBECONFIG_OUT"; }
+
+cmd_status() {
+  local c ok=0
+  for c in "${components[@]}"; do
+    if pid_alive "$c"; then echo "$c: running (pid $(cat "$STATE/$c.pid"))"; else echo "$c: stopped"; ok=1; fi
+  done
+  [[ $ok == 0 ]] && kc get nodes
+  return $ok
+}
+
+case ${1:-} in
+  build) cmd_build ;;
+  up) cmd_up ;;
+  down) cmd_down ;;
+  env) cmd_env ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 build|up|down|env|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every test tier, as CI runs it:
+#   1. unit (pure: CRDs, rendering, flag parsing, ...)
+#   2. API (the StorageOS client against the in-process simulator)
+#   3. integration, against a real local Kubernetes control plane (hack/k8s.sh)
+# The control plane is built on first use (cached under ~/.cache/storageos-operator) and
+# started if it is not running; a plane this script started is stopped again at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+started_plane=0
+if ! hack/k8s.sh status >/dev/null 2>&1; then
+  hack/k8s.sh up
+  started_plane=1
+fi
+cleanup() { [[ $started_plane == 1 ]] && hack/k8s.sh down; }
+trap cleanup EXIT
+eval "$(hack/k8s.sh env)"
+export KUBECONFIG
+# Integration tests must run, never skip: tell the test support that a plane is required.
+export STORAGEOS_TEST_REQUIRE_PLANE=1
+
+cargo build --bins
+cargo test --all-targets --no-fail-fast -- --test-threads "${TEST_THREADS:-4}"

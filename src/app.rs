@@ -1,0 +1,60 @@
+//! Dispatch of each subcommand to the module that implements it.
+
+use std::io::Write;
+
+use crate::cli::{Cli, Command, CrdsArgs};
+use crate::crd;
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Writing output failed.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A CRD could not be serialised (a bug: please report it).
+    #[error("cannot serialise the CRDs: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// The subcommand is not part of this build yet.
+    #[error("`{0}` is not implemented in this build yet")]
+    NotImplemented(&'static str),
+}
+
+/// Runs the chosen subcommand to completion.
+pub async fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Crds(args) => crds(&args),
+        Command::Run(_) => Err(Error::NotImplemented("run")),
+        Command::ApiManager(_) => Err(Error::NotImplemented("api-manager")),
+        Command::Render(_) => Err(Error::NotImplemented("render")),
+        Command::Simulate(_) => Err(Error::NotImplemented("simulate")),
+    }
+}
+
+fn crds(args: &CrdsArgs) -> Result<(), Error> {
+    match &args.out_dir {
+        None => {
+            let yaml = crd::to_yaml()?;
+            std::io::stdout()
+                .write_all(yaml.as_bytes())
+                .map_err(|source| Error::Write {
+                    path: "stdout".into(),
+                    source,
+                })
+        }
+        Some(dir) => {
+            for (file, crd) in crd::all() {
+                let path = dir.join(file);
+                let yaml = format!("---\n{}", serde_yaml::to_string(&crd)?);
+                std::fs::write(&path, yaml).map_err(|source| Error::Write {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Command-line interface: one binary, one subcommand per role.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// StorageOS operator for Kubernetes.
+///
+/// Installs and runs StorageOS from a StorageOSCluster resource, upgrades it with a
+/// StorageOSUpgrade, runs node tasks with a Job, and carries the StorageOS api-manager.
+#[derive(Parser, Debug)]
+#[command(name = "storageos-operator", version, propagate_version = true)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Console)]
+    pub log_format: LogFormat,
+
+    /// Log filter, in `tracing` directive syntax (for example `info` or
+    /// `storageos_operator=debug,kube=info`).
+    #[arg(long, global = true, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Console,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the operator: reconcile StorageOSCluster, StorageOSUpgrade and Job resources.
+    ///
+    /// Leader-elected; serves /metrics, /healthz and /readyz.
+    Run(RunArgs),
+
+    /// Run the StorageOS api-manager: fencing, shared volumes, label sync, node and namespace
+    /// clean-up controllers, and the pod and PVC mutating webhooks.
+    ///
+    /// Accepts the Go api-manager's flags with one or two leading dashes.
+    ApiManager(ApiManagerArgs),
+
+    /// Print every object the operator would apply for a StorageOSCluster, without a cluster.
+    Render(RenderArgs),
+
+    /// Print the CustomResourceDefinitions of StorageOSCluster, StorageOSUpgrade and Job.
+    Crds(CrdsArgs),
+
+    /// Run the StorageOS control-plane API simulator, for demos and tests.
+    Simulate(SimulateArgs),
+}
+
+/// Arguments of `run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Address of the metrics and health server.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: String,
+
+    /// Override the StorageOS API address (for example `http://127.0.0.1:5705`) instead of the
+    /// cluster's Service; useful where Services are not routable, such as the demo.
+    #[arg(long, env = "STORAGEOS_ENDPOINT")]
+    pub storageos_endpoint: Option<String>,
+}
+
+/// Arguments of `api-manager`.
+#[derive(Args, Debug)]
+pub struct ApiManagerArgs {
+    /// StorageOS API endpoint.
+    #[arg(long, default_value = "storageos")]
+    pub api_endpoint: String,
+}
+
+/// Arguments of `render`.
+#[derive(Args, Debug)]
+pub struct RenderArgs {
+    /// File holding the StorageOSCluster (YAML or JSON).
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+
+    /// File holding the Secret that spec.secretRefName names.
+    #[arg(long)]
+    pub secret: Option<PathBuf>,
+
+    /// Kubernetes version to render for, for example `1.34.2`.
+    #[arg(long)]
+    pub k8s_version: Option<String>,
+}
+
+/// Arguments of `crds`.
+#[derive(Args, Debug)]
+pub struct CrdsArgs {
+    /// Write one file per CRD into this directory instead of printing them.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// Arguments of `simulate`.
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:5705")]
+    pub listen: String,
+}
+
+/// Rewrites the Go flag spelling `-flag[=value]` of the api-manager into `--flag[=value]`, so
+/// that existing Deployments keep working. Only arguments after the `api-manager` subcommand
+/// are touched, and a lone `-` or a negative number is left alone.
+pub fn normalize_go_flags<I: IntoIterator<Item = String>>(args: I) -> Vec<String> {
+    let mut seen_api_manager = false;
+    args.into_iter()
+        .map(|arg| {
+            if !seen_api_manager {
+                seen_api_manager = arg == "api-manager";
+                return arg;
+            }
+            let is_go_flag = arg.len() > 2
+                && arg.starts_with('-')
+                && !arg.starts_with("--")
+                && arg[1..].starts_with(|c: char| c.is_ascii_alphabetic());
+            if is_go_flag { format!("-{arg}") } else { arg }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn go_single_dash_flags_are_accepted_after_api_manager() {
+        let got = normalize_go_flags(args("bin -v api-manager -api-endpoint=x --api-endpoint y -5 -"));
+        assert_eq!(got, args("bin -v api-manager --api-endpoint=x --api-endpoint y -5 -"));
+        let cli = Cli::try_parse_from(normalize_go_flags(args(
+            "bin api-manager -api-endpoint=http://sos:5705",
+        )))
+        .expect("parses");
+        match cli.command {
+            Command::ApiManager(a) => assert_eq!(a.api_endpoint, "http://sos:5705"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_before_the_subcommand_are_untouched() {
+        assert_eq!(normalize_go_flags(args("bin -h")), args("bin -h"));
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

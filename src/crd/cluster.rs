@@ -1,0 +1,401 @@
+//! `StorageOSCluster`: the desired StorageOS installation.
+//!
+//! Every field of the Go cluster-operator v2.4.2 keeps its JSON name (including the misspelled
+//! `csi.driverRegisterationMode`), so existing CRs apply unchanged. Every field is optional in
+//! Rust so that a CR round-trips without gaining or losing keys; static defaults live in the
+//! schema (applied by the apiserver), environment-dependent ones are resolved at reconcile time.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::validation;
+
+/// The StorageOS cluster the operator installs and keeps running.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "storageos.com",
+    version = "v1",
+    kind = "StorageOSCluster",
+    plural = "storageosclusters",
+    singular = "storageoscluster",
+    shortname = "stos",
+    namespaced,
+    status = "StorageOSClusterStatus",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.ready","description":"Ready StorageOS nodes out of the selected nodes."}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.phase","description":"Phase of the whole cluster."}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.images.nodeContainer","description":"StorageOS node image in use."}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A StorageOS cluster: the node DaemonSet, CSI helpers, services, scheduler extender and api-manager the operator installs."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterSpec {
+    /// Legacy: comma-separated IPs of the nodes that join the cluster. The operator computes the
+    /// member list from nodeSelectorTerms and tolerations; a value here is kept but not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<String>,
+
+    /// CSI settings. CSI is always enabled; the paths only need changing for non-standard kubelets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = {}))]
+    pub csi: Option<StorageOSClusterCsi>,
+
+    /// Namespace where the StorageOS node DaemonSet, CSI helpers, services and api-manager run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "kube-system"), length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+
+    /// Name of the StorageClass created for StorageOS volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "fast"), length(min = 1, max = 253))]
+    pub storage_class_name: Option<String>,
+
+    /// The Service in front of the StorageOS API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = {}))]
+    pub service: Option<StorageOSClusterService>,
+
+    /// Name of the Secret holding the StorageOS API credentials (keys `username` and `password`)
+    /// and, optionally, CSI credentials and the ingress TLS certificate.
+    #[schemars(length(min = 1))]
+    pub secret_ref_name: String,
+
+    /// Namespace of the Secret named by secretRefName.
+    #[schemars(length(min = 1))]
+    pub secret_ref_namespace: String,
+
+    /// Host path shared with a containerised kubelet, typically
+    /// `/var/lib/kubelet/plugins/kubernetes.io~storageos`. Empty when kubelet runs on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_dir: Option<String>,
+
+    /// Ingress in front of the StorageOS API Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<StorageOSClusterIngress>,
+
+    /// Container images. Empty fields use the operator's defaults (its `RELATED_IMAGE_*`
+    /// environment); the images in use are shown in status.images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ContainerImages>,
+
+    /// External etcd used by StorageOS as its key-value store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_backend: Option<StorageOSClusterKvBackend>,
+
+    /// Stop reconciling this cluster (deletion still proceeds). Use for manual maintenance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<bool>,
+
+    /// Debug logging on every StorageOS node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug: Option<bool>,
+
+    /// Required node affinity for StorageOS pods. Terms are ORed; expressions inside a term are
+    /// ANDed. Nodes that match (and whose taints are tolerated) are the cluster's members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector_terms: Option<Vec<NodeSelectorTerm>>,
+
+    /// Tolerations for StorageOS pods, merged over the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = validation::tolerations()))]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Compute resources of the StorageOS node container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Do not install the pod-fencing RBAC (the api-manager then cannot fence pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_fencing: Option<bool>,
+
+    /// Disable telemetry, version checks and crash reports on every StorageOS node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_telemetry: Option<bool>,
+
+    /// Disable TCMU so StorageOS can coexist with other storage systems (slower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "disableTCMU")]
+    pub disable_tcmu: Option<bool>,
+
+    /// Require TCMU; StorageOS aborts start-up when it is unavailable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "forceTCMU")]
+    pub force_tcmu: Option<bool>,
+
+    /// Name of the Secret with the client certificate, key and CA for a TLS etcd
+    /// (keys `etcd-client-ca.crt`, `etcd-client.crt`, `etcd-client.key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_etcd_secret_ref_name: Option<String>,
+
+    /// Namespace of the Secret named by tlsEtcdSecretRefName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_etcd_secret_ref_namespace: Option<String>,
+
+    /// Kubernetes distribution (for example `openshift`, `rancher`, `eks`). A value containing
+    /// `openshift` also installs the SecurityContextConstraints role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "k8sDistro")]
+    pub k8s_distro: Option<String>,
+
+    /// Do not run the StorageOS scheduler extender (pods then use the default scheduler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_scheduler: Option<bool>,
+}
+
+/// CSI driver settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterCsi {
+    /// Legacy: CSI is always enabled; false is ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = true))]
+    pub enable: Option<bool>,
+
+    /// CSI spec version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "v1"))]
+    pub version: Option<String>,
+
+    /// CSI endpoint the node driver listens on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "unix:///var/lib/kubelet/plugins_registry/storageos/csi.sock"))]
+    pub endpoint: Option<String>,
+
+    /// Legacy: provision credentials are always enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_provision_creds: Option<bool>,
+
+    /// Legacy: controller-publish credentials are always enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_controller_publish_creds: Option<bool>,
+
+    /// Legacy: node-publish credentials are always enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_node_publish_creds: Option<bool>,
+
+    /// Legacy: controller-expand credentials are always enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_controller_expand_creds: Option<bool>,
+
+    /// Host directory of the kubelet device-plugin sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "/var/lib/kubelet/device-plugins/"))]
+    pub registrar_socket_dir: Option<String>,
+
+    /// Kubelet root directory on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "/var/lib/kubelet"))]
+    pub kubelet_dir: Option<String>,
+
+    /// Host directory of the StorageOS CSI plugin socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "/var/lib/kubelet/plugins_registry/storageos"))]
+    pub plugin_dir: Option<String>,
+
+    /// Host device directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "/dev"))]
+    pub device_dir: Option<String>,
+
+    /// Host directory where kubelet discovers plugin registration sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "/var/lib/kubelet/plugins_registry"))]
+    pub registration_dir: Option<String>,
+
+    /// Path of the CSI socket as kubelet sees it, given to the node driver registrar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "/var/lib/kubelet/plugins_registry/storageos/csi.sock"))]
+    pub kubelet_registration_path: Option<String>,
+
+    /// Legacy (misspelled as in v2.4.2): driver registration mode; not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_registeration_mode: Option<String>,
+
+    /// Legacy: whether the driver requires attachment; the CSIDriver always requires it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_requires_attachment: Option<String>,
+
+    /// How the CSI helpers (provisioner, attacher, resizer) run: `deployment` or `statefulset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "deployment", "x-kubernetes-validations" = validation::deployment_strategy()))]
+    pub deployment_strategy: Option<String>,
+}
+
+/// The Service in front of the StorageOS API.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterService {
+    /// Service name; also the host name the api-manager and CSI helpers use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "storageos"), length(min = 1, max = 63))]
+    pub name: Option<String>,
+
+    /// Service type: ClusterIP, NodePort, LoadBalancer or ExternalName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
+    #[schemars(extend("default" = "ClusterIP", "x-kubernetes-validations" = validation::service_type()))]
+    pub type_: Option<String>,
+
+    /// Port the Service exposes (1-65535).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 5705, "minimum" = 1, "maximum" = 65535))]
+    pub external_port: Option<i32>,
+
+    /// Port the StorageOS API listens on in the node pods (1-65535).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 5705, "minimum" = 1, "maximum" = 65535))]
+    pub internal_port: Option<i32>,
+
+    /// Annotations copied onto the Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Ingress in front of the StorageOS API Service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterIngress {
+    /// Create the Ingress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable: Option<bool>,
+
+    /// Host name the Ingress answers for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "storageos.local"))]
+    pub hostname: Option<String>,
+
+    /// Serve TLS with `tls.crt`/`tls.key` from the credentials Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
+
+    /// Annotations copied onto the Ingress (for example the ingress class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Container images. Empty means the operator's default for its release.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerImages {
+    /// StorageOS node image. Change it with a StorageOSUpgrade, which restarts every node safely.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_container: Option<String>,
+    /// StorageOS init container image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_container: Option<String>,
+    /// api-manager image. Empty runs `storageos-operator api-manager` from the operator's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_manager_container: Option<String>,
+    /// CSI node driver registrar image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi_node_driver_registrar_container: Option<String>,
+    /// Legacy: CSI cluster driver registrar image (not used; the CSIDriver object replaces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi_cluster_driver_registrar_container: Option<String>,
+    /// CSI external provisioner image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi_external_provisioner_container: Option<String>,
+    /// CSI external attacher image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi_external_attacher_container: Option<String>,
+    /// CSI external resizer image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi_external_resizer_container: Option<String>,
+    /// CSI liveness probe image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csi_liveness_probe_container: Option<String>,
+    /// kube-scheduler image of the scheduler extender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_scheduler_container: Option<String>,
+    /// Legacy: not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyperkube_container: Option<String>,
+    /// Legacy: NFS server image of the retired NFSServer resource; not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs_container: Option<String>,
+}
+
+/// External key-value store.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterKvBackend {
+    /// Comma-separated etcd endpoints, for example `http://etcd.etcd.svc:2379`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Legacy: key-value store kind; only etcd is supported and the value is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+}
+
+/// Observed state of a StorageOS cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterStatus {
+    /// Creating, Running, Degraded, Pending (another cluster is active) or Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Legacy: deprecated per-node health map; always empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_health_status: Option<BTreeMap<String, NodeHealth>>,
+    /// Names of the nodes selected to run StorageOS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<String>>,
+    /// Ready StorageOS nodes out of the selected nodes, as `ready/total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// Ready and unready members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<MembersStatus>,
+    /// Ready, Progressing and Degraded, each with a reason and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The images in use, after defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ContainerImages>,
+}
+
+/// Ready and unready members of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembersStatus {
+    /// Nodes whose StorageOS pod is ready and whose StorageOS node is online.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<Vec<String>>,
+    /// Selected nodes that are not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unready: Option<Vec<String>>,
+}
+
+/// Legacy per-node health of StorageOS v1 subsystems.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeHealth {
+    /// DirectFS initiator health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directfs_initiator: Option<String>,
+    /// Director health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub director: Option<String>,
+    /// Key-value store health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<String>,
+    /// Key-value store write health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_write: Option<String>,
+    /// NATS health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<String>,
+    /// Presentation health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presentation: Option<String>,
+    /// RDB health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdb: Option<String>,
+}

@@ -1,0 +1,88 @@
+//! `StorageOSUpgrade`: an offline upgrade of the StorageOS node image.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::validation;
+
+/// Upgrade every StorageOS node to a new image, with applications scaled down meanwhile.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "storageos.com",
+    version = "v1",
+    kind = "StorageOSUpgrade",
+    plural = "storageosupgrades",
+    singular = "storageosupgrade",
+    namespaced,
+    status = "StorageOSUpgradeStatus",
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.newImage","description":"Node image to upgrade to."}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Step the upgrade is at."}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "An offline upgrade of the StorageOS cluster to a new node image. Delete it afterwards to leave maintenance mode."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSUpgradeSpec {
+    /// StorageOS node image to upgrade to, for example `storageos/node:v2.4.4`.
+    #[schemars(extend("x-kubernetes-validations" = validation::non_empty("newImage")))]
+    pub new_image: String,
+}
+
+/// Steps of an upgrade, in order. Each is recorded before it is taken, so a restarted operator
+/// resumes where it stopped.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum UpgradePhase {
+    /// Waiting to start (another upgrade may be running).
+    #[default]
+    Pending,
+    /// Pulling the new image on every node.
+    PullingImage,
+    /// Pausing the cluster reconciler and entering maintenance.
+    Pausing,
+    /// Scaling StorageOS-backed applications to zero.
+    ScalingDown,
+    /// Restarting every node on the new image.
+    UpgradingNodes,
+    /// Restoring applications to their original replicas.
+    ScalingUp,
+    /// Finished; delete the upgrade to leave maintenance.
+    Completed,
+    /// Stopped; the message says why and what to do.
+    Failed,
+}
+
+/// Observed state of an upgrade.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSUpgradeStatus {
+    /// The step the upgrade is at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<UpgradePhase>,
+    /// Legacy: true once the upgrade completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<bool>,
+    /// Ready, Progressing and Degraded, each with a reason and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+    /// Applications scaled down for the upgrade, with the replicas they are restored to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaled_apps: Option<Vec<ScaledApp>>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A Deployment or StatefulSet scaled to zero during the upgrade.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaledApp {
+    /// `Deployment` or `StatefulSet`.
+    pub kind: String,
+    /// Namespace of the application.
+    pub namespace: String,
+    /// Name of the application.
+    pub name: String,
+    /// Replicas before the upgrade; restored afterwards.
+    pub replicas: i32,
+}

@@ -1,0 +1,36 @@
+//! CEL validation rules shared by the CRDs. Each rule carries the message `kubectl` shows when
+//! the apiserver rejects an object, so the user learns what to change.
+
+use serde_json::{Value, json};
+
+/// A toleration with `operator: Exists` matches every value, so a value is a mistake.
+pub fn tolerations() -> Value {
+    json!([{
+        "rule": "self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",
+        "message": "a toleration with operator Exists must not set a value; remove the value or use operator Equal"
+    }])
+}
+
+/// The CSI helpers run either as a Deployment or as a StatefulSet.
+pub fn deployment_strategy() -> Value {
+    json!([{
+        "rule": "self in ['deployment', 'statefulset']",
+        "message": "csi.deploymentStrategy must be 'deployment' or 'statefulset'"
+    }])
+}
+
+/// The Kubernetes Service types.
+pub fn service_type() -> Value {
+    json!([{
+        "rule": "self in ['ClusterIP', 'NodePort', 'LoadBalancer', 'ExternalName']",
+        "message": "service.type must be one of ClusterIP, NodePort, LoadBalancer or ExternalName"
+    }])
+}
+
+/// A required string that must not be blank; `what` names it in the message.
+pub fn non_empty(what: &str) -> Value {
+    json!([{
+        "rule": "self.trim() != ''",
+        "message": format!("{what} must not be empty")
+    }])
+}

@@ -1,0 +1,7 @@
+//! storageos-operator: a Kubernetes operator for StorageOS that also carries the api-manager.
+//!
+//! The binary (`src/main.rs`) is a thin dispatcher over this library; every subcommand lives here.
+pub mod app;
+pub mod cli;
+pub mod crd;
+pub mod telemetry;
