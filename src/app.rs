@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use crate::cli::{Cli, Command, CrdsArgs};
-use crate::crd;
+use crate::{crd, render, sim};
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +18,12 @@ pub enum Error {
     /// A CRD could not be serialised (a bug: please report it).
     #[error("cannot serialise the CRDs: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// `render` failed.
+    #[error(transparent)]
+    Render(#[from] render::Error),
+    /// `simulate` failed.
+    #[error(transparent)]
+    Simulate(#[from] sim::Error),
     /// The subcommand is not part of this build yet.
     #[error("`{0}` is not implemented in this build yet")]
     NotImplemented(&'static str),
@@ -29,8 +35,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Crds(args) => crds(&args),
         Command::Run(_) => Err(Error::NotImplemented("run")),
         Command::ApiManager(_) => Err(Error::NotImplemented("api-manager")),
-        Command::Render(_) => Err(Error::NotImplemented("render")),
-        Command::Simulate(_) => Err(Error::NotImplemented("simulate")),
+        Command::Render(args) => Ok(render::run(&args)?),
+        Command::Simulate(args) => Ok(sim::run(args).await?),
     }
 }
 

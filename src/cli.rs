@@ -105,8 +105,25 @@ pub struct CrdsArgs {
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:5705")]
+    #[arg(long, env = "STORAGEOS_SIM_ADDR", default_value = "127.0.0.1:5705")]
     pub listen: String,
+
+    /// Username the simulator accepts at login.
+    #[arg(long, default_value = "storageos")]
+    pub username: String,
+
+    /// Password the simulator accepts at login.
+    #[arg(long, default_value = "storageos")]
+    pub password: String,
+
+    /// Lifetime of issued tokens, for example `300s`, `5m` or `1h`.
+    #[arg(long, default_value = "5m")]
+    pub token_ttl: String,
+
+    /// Register a StorageOS node (online) for every Running pod of the StorageOS node
+    /// DaemonSet in the cluster this kubeconfig points at.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Rewrites the Go flag spelling `-flag[=value]` of the api-manager into `--flag[=value]`, so

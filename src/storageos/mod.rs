@@ -1,0 +1,1 @@
+//! StorageOS REST API client. (Stub: filled in by the client work.)
