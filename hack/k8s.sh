@@ -107,11 +107,22 @@ EOF
 }
 
 build_kwok() {
-  [[ -x $KWOK_BIN/kwok ]] && return 0
+  [[ -x $KWOK_BIN/kwok && -s $KWOK_BIN/stages.yaml ]] && return 0
   log "building kwok $KWOK_VERSION from Go modules"
   mkdir -p "$KWOK_BIN.tmp"
   (go_env && GOBIN="$KWOK_BIN.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") \
     || die "building kwok $KWOK_VERSION failed"
+  # kwok ships no stages in its binary: take the "fast" node and pod stages and the lease
+  # heartbeat from its module source, as kwokctl does.
+  local stages
+  stages=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
+  local f
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    [[ -f $stages/$f ]] || die "kwok stage $f not found in $stages"
+    printf -- '---\n' >>"$KWOK_BIN.tmp/stages.yaml"
+    cat "$stages/$f" >>"$KWOK_BIN.tmp/stages.yaml"
+  done
   rm -rf "$KWOK_BIN" && mv "$KWOK_BIN.tmp" "$KWOK_BIN"
 }
 
@@ -282,7 +293,8 @@ cmd_up() {
     --bind-address 127.0.0.1 --secure-port $((K8S_PORT + 2)) \
     --leader-elect=false --profiling=false --v=1
   start kwok "$KWOK_BIN/kwok" \
-    --kubeconfig "$KUBECONFIG_OUT" \
+    --kubeconfig "$KUBECONFIG_OUT" --config "$KWOK_BIN/stages.yaml" \
+    --node-lease-duration-seconds 40 \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --node-ip 127.0.0.1 --node-port $((K8S_PORT + 3)) \

@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 pub mod crd;
 pub mod render;
+pub mod runtime;
 pub mod sim;
 pub mod storageos;
 pub mod telemetry;

@@ -101,7 +101,7 @@ pub struct StorageOSClusterSpec {
 
     /// Tolerations for StorageOS pods, merged over the operator's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-validations" = validation::tolerations()))]
+    #[schemars(extend("x-kubernetes-validations" = validation::tolerations(), "maxItems" = validation::MAX_TOLERATIONS))]
     pub tolerations: Option<Vec<Toleration>>,
 
     /// Compute resources of the StorageOS node container.

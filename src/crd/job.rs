@@ -57,7 +57,7 @@ pub struct JobSpec {
 
     /// Tolerations for the task pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-validations" = validation::tolerations()))]
+    #[schemars(extend("x-kubernetes-validations" = validation::tolerations(), "maxItems" = validation::MAX_TOLERATIONS))]
     pub tolerations: Option<Vec<Toleration>>,
 }
 

@@ -3,10 +3,13 @@
 
 use serde_json::{Value, json};
 
+/// Most tolerations a list may hold; bounds the CEL cost estimate of [`tolerations`].
+pub const MAX_TOLERATIONS: u32 = 64;
+
 /// A toleration with `operator: Exists` matches every value, so a value is a mistake.
 pub fn tolerations() -> Value {
     json!([{
-        "rule": "self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')",
+        "rule": "self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || size(t.value) == 0)",
         "message": "a toleration with operator Exists must not set a value; remove the value or use operator Equal"
     }])
 }

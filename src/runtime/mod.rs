@@ -1,0 +1,4 @@
+//! Shared runtime pieces used by the operator, the api-manager and the tests.
+
+pub mod https;
+pub mod pki;

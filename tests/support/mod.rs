@@ -1,0 +1,154 @@
+//! Test support for the integration tier: attach to the local control plane (bringing it up
+//! with `hack/k8s.sh up` once per test binary when it is not running), give each test its own
+//! namespace, and clean up afterwards.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Root of the repository.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The kubeconfig of the local plane: `$KUBECONFIG` when set (as `hack/test.sh` does), else the
+/// one `hack/k8s.sh up` prints, bringing the plane up first if needed.
+pub fn kubeconfig_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("KUBECONFIG").map(PathBuf::from).filter(|p| p.exists()) {
+            return p;
+        }
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/k8s.sh"))
+            .arg("up")
+            .output()
+            .expect("run hack/k8s.sh up");
+        if !out.status.success() {
+            panic!(
+                "the local control plane did not come up (hack/k8s.sh up):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+            .unwrap_or_else(|| panic!("hack/k8s.sh up printed no KUBECONFIG line: {stdout}"));
+        PathBuf::from(line.trim())
+    })
+}
+
+/// Path of the `kubectl` built with the plane (same version).
+pub fn kubectl() -> PathBuf {
+    let versions = std::fs::read_to_string(repo_root().join("hack/versions.env")).expect("versions.env");
+    let version = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("K8S_VERSION="))
+        .expect("K8S_VERSION in versions.env")
+        .trim()
+        .to_string();
+    let cache = std::env::var_os("STORAGEOS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/storageos-operator"));
+    cache.join(format!("bin/k8s-{version}/kubectl"))
+}
+
+/// A client for the local plane.
+pub async fn client() -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("read kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
+    Client::try_from(config).expect("client")
+}
+
+/// Polls `check` every 100 ms until it yields `Some`, or panics after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A namespace of one test, deleted (without waiting) when dropped, also on failure.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestNamespace {
+    /// Creates `t-<prefix>-<random>` and waits for its default ServiceAccount, so pods can be
+    /// created in it straight away.
+    pub async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        let suffix: u32 = rand::random::<u32>() % 1_000_000;
+        let name = format!("t-{prefix}-{suffix:06}");
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"storageos-operator-test": "true"}}
+        }))
+        .expect("namespace");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        wait_for(
+            "the namespace's default ServiceAccount",
+            Duration::from_secs(30),
+            || async { sas.get_opt("default").await.ok().flatten() },
+        )
+        .await;
+        Self { name, client }
+    }
+
+    /// An API for namespaced objects of this test.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // The test's runtime may be single-threaded and busy dropping us, so delete from a
+        // thread with its own runtime and client.
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let api = Api::<Namespace>::all(client().await);
+                let _ = api.delete(&name, &DeleteParams::background()).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Builds a typed object from JSON, for compact test fixtures.
+pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("fixture matches the type")
+}
