@@ -1,0 +1,315 @@
+//! Apply step shared by the reconcilers: server-side apply of desired objects, skipping objects
+//! that have not changed since we last applied them, and pruning of objects that carry our
+//! labels but are no longer desired.
+//!
+//! An idle cluster must cost nothing, so an object is only re-applied when what we want changed
+//! or the live object changed under us (its `generation` for objects that have one, so that
+//! status updates by other controllers do not trigger writes; its `resourceVersion` otherwise).
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
+use serde_json::Value;
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "storageos-operator";
+
+/// Why applying or pruning failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A rendered object lacks apiVersion, kind or name (a template bug).
+    #[error("rendered object is missing {0}; this is a bug in the templates")]
+    Malformed(&'static str),
+    /// The apiserver refused a request.
+    #[error("{verb} {kind} {name}: {source}")]
+    Kube {
+        verb: &'static str,
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Identity of one object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+impl ObjectKey {
+    /// The key of a rendered object.
+    pub fn of(obj: &Value) -> Result<Self, Error> {
+        let s = |v: &Value| v.as_str().map(str::to_string);
+        Ok(Self {
+            api_version: s(&obj["apiVersion"]).ok_or(Error::Malformed("apiVersion"))?,
+            kind: s(&obj["kind"]).ok_or(Error::Malformed("kind"))?,
+            namespace: s(&obj["metadata"]["namespace"]),
+            name: s(&obj["metadata"]["name"]).ok_or(Error::Malformed("metadata.name"))?,
+        })
+    }
+
+    fn api_resource(&self) -> ApiResource {
+        let (group, version) = match self.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", self.api_version.as_str()),
+        };
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &self.kind))
+    }
+}
+
+/// A kind that may be pruned, and whether it is namespaced.
+#[derive(Clone, Copy, Debug)]
+pub struct PruneKind {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+}
+
+/// What `apply` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The object was written.
+    Applied,
+    /// Nothing changed; no write was made.
+    Unchanged,
+}
+
+/// Applies and prunes objects, remembering what it applied.
+pub struct Applier {
+    client: Client,
+    /// (desired hash, live marker) of the last successful apply of each object.
+    applied: Mutex<HashMap<ObjectKey, (u64, String)>>,
+}
+
+fn hash_of(v: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    // serde_json maps are ordered (BTreeMap), so the string form is canonical.
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
+fn live_marker(meta: &ObjectMeta) -> String {
+    match meta.generation {
+        Some(g) => format!("g{g}"),
+        None => format!("rv{}", meta.resource_version.clone().unwrap_or_default()),
+    }
+}
+
+impl Applier {
+    /// An applier writing with `client`.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn api(&self, key: &ObjectKey) -> Api<DynamicObject> {
+        let ar = key.api_resource();
+        match &key.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    fn remembered(&self, key: &ObjectKey) -> Option<(u64, String)> {
+        self.applied.lock().ok().and_then(|m| m.get(key).cloned())
+    }
+
+    fn remember(&self, key: ObjectKey, entry: Option<(u64, String)>) {
+        if let Ok(mut m) = self.applied.lock() {
+            match entry {
+                Some(e) => m.insert(key, e),
+                None => m.remove(&key),
+            };
+        }
+    }
+
+    /// Server-side applies `obj` (forcing ownership of the fields it sets) unless neither it
+    /// nor the live object changed since our last apply. `owner` is added as owner reference
+    /// when the object lives in `owner_namespace`: Kubernetes forbids owners in another
+    /// namespace (the garbage collector would delete the object).
+    pub async fn apply(
+        &self,
+        obj: &Value,
+        owner: Option<(&OwnerReference, &str)>,
+    ) -> Result<(ObjectKey, Outcome), Error> {
+        let key = ObjectKey::of(obj)?;
+        let mut desired = obj.clone();
+        if let Some((owner, owner_ns)) = owner
+            && key.namespace.as_deref() == Some(owner_ns)
+            && let Ok(owner) = serde_json::to_value(owner)
+        {
+            desired["metadata"]["ownerReferences"] = Value::Array(vec![owner]);
+        }
+        let hash = hash_of(&desired);
+        let api = self.api(&key);
+        let kube_err = |verb, source| Error::Kube {
+            verb,
+            kind: key.kind.clone(),
+            name: key.name.clone(),
+            source,
+        };
+
+        if let Some((last_hash, last_marker)) = self.remembered(&key)
+            && last_hash == hash
+        {
+            let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
+            if live.is_some_and(|l| live_marker(&l.metadata) == last_marker) {
+                return Ok((key, Outcome::Unchanged));
+            }
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let written = api
+            .patch(&key.name, &params, &Patch::Apply(&desired))
+            .await
+            .map_err(|e| kube_err("apply", e))?;
+        self.remember(key.clone(), Some((hash, live_marker(&written.metadata))));
+        Ok((key, Outcome::Applied))
+    }
+
+    /// Deletes every object of `kinds` matching `selector` whose key is not in `keep`.
+    /// Returns what it deleted. Call only after every desired object applied successfully:
+    /// pruning on a partial view could delete something still wanted.
+    pub async fn prune(
+        &self,
+        kinds: &[PruneKind],
+        selector: &str,
+        keep: &BTreeSet<ObjectKey>,
+    ) -> Result<Vec<ObjectKey>, Error> {
+        let mut deleted = Vec::new();
+        for found in self.list(kinds, selector).await? {
+            if !keep.contains(&found) {
+                self.delete(&found).await?;
+                deleted.push(found);
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Every object of `kinds` matching `selector`, in all namespaces.
+    pub async fn list(&self, kinds: &[PruneKind], selector: &str) -> Result<Vec<ObjectKey>, Error> {
+        let mut out = Vec::new();
+        for k in kinds {
+            let probe = ObjectKey {
+                api_version: k.api_version.into(),
+                kind: k.kind.into(),
+                namespace: None,
+                name: String::new(),
+            };
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &probe.api_resource());
+            let list = match api.list_metadata(&ListParams::default().labels(selector)).await {
+                Ok(list) => list,
+                // A kind whose API is not served (e.g. no ServiceMonitor CRD) holds nothing of ours.
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Err(source) => {
+                    return Err(Error::Kube {
+                        verb: "list",
+                        kind: k.kind.into(),
+                        name: selector.into(),
+                        source,
+                    });
+                }
+            };
+            for item in list.items {
+                out.push(ObjectKey {
+                    api_version: k.api_version.into(),
+                    kind: k.kind.into(),
+                    namespace: if k.namespaced {
+                        item.metadata.namespace.clone()
+                    } else {
+                        None
+                    },
+                    name: item.metadata.name.clone().unwrap_or_default(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes one object (foreground for workloads is not needed: their pods are garbage
+    /// collected). A missing object counts as deleted.
+    pub async fn delete(&self, key: &ObjectKey) -> Result<(), Error> {
+        match self.api(key).delete(&key.name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Kube {
+                    verb: "delete",
+                    kind: key.kind.clone(),
+                    name: key.name.clone(),
+                    source,
+                });
+            }
+        }
+        self.remember(key.clone(), None);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_of_namespaced_and_cluster_objects() {
+        let k = ObjectKey::of(&json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "storageos-daemonset", "namespace": "kube-system"}}))
+        .unwrap();
+        assert_eq!(k.to_string(), "DaemonSet kube-system/storageos-daemonset");
+        assert_eq!(k.api_resource().plural, "daemonsets");
+        let k = ObjectKey::of(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "fast"}}))
+        .unwrap();
+        assert_eq!(k.namespace, None);
+        assert_eq!(k.api_resource().group, "storage.k8s.io");
+        let k = ObjectKey::of(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})).unwrap();
+        assert_eq!(k.api_resource().group, "");
+        assert!(matches!(
+            ObjectKey::of(&json!({"kind": "Service"})),
+            Err(Error::Malformed("apiVersion"))
+        ));
+    }
+
+    #[test]
+    fn hash_is_stable_and_sensitive() {
+        let a = json!({"b": 1, "a": [1, 2]});
+        assert_eq!(hash_of(&a), hash_of(&json!({"a": [1, 2], "b": 1})));
+        assert_ne!(hash_of(&a), hash_of(&json!({"a": [2, 1], "b": 1})));
+    }
+
+    #[test]
+    fn live_marker_prefers_generation() {
+        let meta = ObjectMeta {
+            generation: Some(3),
+            resource_version: Some("99".into()),
+            ..Default::default()
+        };
+        assert_eq!(live_marker(&meta), "g3");
+        let meta = ObjectMeta {
+            resource_version: Some("99".into()),
+            ..Default::default()
+        };
+        assert_eq!(live_marker(&meta), "rv99");
+    }
+}
