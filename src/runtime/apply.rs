@@ -32,7 +32,7 @@ pub enum Error {
         kind: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
