@@ -1,0 +1,697 @@
+//! The StorageOS v2 REST client: login, re-login on 401, typed errors, metrics.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::auth::{Credentials, LoginBody, TokenCell, token_from_header};
+use super::error::Error;
+use super::metrics::ApiMetrics;
+use super::models::{
+    Cluster, ErrorBody, FailureMode, Labels, Namespace, Node, SetFailureModeBody, UpdateCluster, UserSession, Volume,
+    is_reserved_node_label, is_reserved_volume_label,
+};
+
+/// The API port of StorageOS, used when the endpoint names none.
+pub const DEFAULT_PORT: u16 = 5705;
+/// Per-request timeout of the Go clients.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Login timeout of the Go clients.
+pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How to reach and authenticate to StorageOS.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `host`, `host:port` or `http(s)://host[:port]`; the scheme defaults to `http`, the port to
+    /// 5705, as the api-manager's `-api-endpoint` does.
+    pub endpoint: String,
+    pub credentials: Credentials,
+    /// Timeout of each API request (default 10 s).
+    pub request_timeout: Duration,
+    /// Timeout of login and refresh (default 20 s).
+    pub login_timeout: Duration,
+}
+
+impl Config {
+    /// A config with the default timeouts.
+    pub fn new(endpoint: impl Into<String>, username: impl Into<String>, password: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            credentials: Credentials {
+                username: username.into(),
+                password: password.into(),
+            },
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            login_timeout: DEFAULT_LOGIN_TIMEOUT,
+        }
+    }
+
+    /// Sets both timeouts (tests use short ones).
+    pub fn with_timeouts(mut self, request: Duration, login: Duration) -> Self {
+        self.request_timeout = request;
+        self.login_timeout = login;
+        self
+    }
+}
+
+/// Turns an endpoint into the API base URL `<scheme>://<host>:<port>/v2/`.
+pub fn base_url(endpoint: &str) -> Result<Url, Error> {
+    let invalid = |reason: String| Error::InvalidEndpoint {
+        endpoint: endpoint.to_string(),
+        reason,
+    };
+    let trimmed = endpoint.trim().trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Err(invalid("it is empty".into()));
+    }
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_string()
+    } else {
+        format!("http://{trimmed}")
+    };
+    let mut url = Url::parse(&with_scheme).map_err(|e| invalid(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(format!("scheme {:?} is not http or https", url.scheme())));
+    }
+    if url.host_str().is_none() {
+        return Err(invalid("it names no host".into()));
+    }
+    // `Url` hides a scheme's default port (`http://h:80`), so look at what was written.
+    let authority = with_scheme
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(rest))
+        .unwrap_or_default();
+    let explicit_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if !explicit_port {
+        url.set_port(Some(DEFAULT_PORT))
+            .map_err(|()| invalid("cannot set the port".into()))?;
+    }
+    let path = url.path().trim_end_matches('/').to_string();
+    let path = if path.ends_with("/v2") {
+        format!("{path}/")
+    } else {
+        format!("{path}/v2/")
+    };
+    url.set_path(&path);
+    Ok(url)
+}
+
+/// A response that passed the status check.
+struct Answer {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// A StorageOS API client. Cheap to clone; clones share the token and metrics.
+///
+/// The first call logs in; a 401 triggers one re-login and one retry of the same request (same
+/// `version`, since a rejected request changed nothing). Every write takes the `version` the
+/// caller read; a 412 ([`Error::StaleVersion`]) means re-read and retry.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    http: reqwest::Client,
+    base: Url,
+    credentials: Credentials,
+    token: TokenCell,
+    /// Serialises logins so that many concurrent 401s cause one login.
+    login_lock: tokio::sync::Mutex<()>,
+    request_timeout: Duration,
+    login_timeout: Duration,
+    metrics: Option<ApiMetrics>,
+}
+
+impl Client {
+    /// A client without metrics.
+    pub fn new(config: Config) -> Result<Self, Error> {
+        Self::build(config, None)
+    }
+
+    /// A client whose transport metrics are registered in `registry`.
+    pub fn with_metrics(config: Config, registry: &mut prometheus_client::registry::Registry) -> Result<Self, Error> {
+        let metrics = ApiMetrics::register(registry);
+        Self::build(config, Some(metrics))
+    }
+
+    /// A client that records into metrics the caller already registered (to share them between
+    /// clients).
+    pub fn with_shared_metrics(config: Config, metrics: ApiMetrics) -> Result<Self, Error> {
+        Self::build(config, Some(metrics))
+    }
+
+    fn build(config: Config, metrics: Option<ApiMetrics>) -> Result<Self, Error> {
+        let base = base_url(&config.endpoint)?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.request_timeout)
+            .build()
+            .map_err(Error::Build)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                base,
+                credentials: config.credentials,
+                token: TokenCell::default(),
+                login_lock: tokio::sync::Mutex::new(()),
+                request_timeout: config.request_timeout,
+                login_timeout: config.login_timeout,
+                metrics,
+            }),
+        })
+    }
+
+    /// The API base URL, e.g. `http://storageos:5705/v2/`.
+    pub fn base_url(&self) -> &Url {
+        &self.inner.base
+    }
+
+    /// Whether the client holds a token (it may have expired).
+    pub fn has_token(&self) -> bool {
+        self.inner.token.get().is_some()
+    }
+
+    /// Logs in and keeps the token from the `Authorization` response header.
+    pub async fn login(&self) -> Result<UserSession, Error> {
+        let _guard = self.inner.login_lock.lock().await;
+        self.login_locked().await
+    }
+
+    async fn login_locked(&self) -> Result<UserSession, Error> {
+        let creds = &self.inner.credentials;
+        let body = serde_json::to_vec(&LoginBody {
+            username: &creds.username,
+            password: &creds.password,
+        })
+        .map_err(|e| Error::Decode {
+            method: "POST".into(),
+            path: "/v2/auth/login".into(),
+            message: e.to_string(),
+        })?;
+        let answer = self
+            .raw(
+                Method::POST,
+                &["auth", "login"],
+                &[],
+                Some(body),
+                None,
+                self.inner.login_timeout,
+            )
+            .await?;
+        let token = answer
+            .headers
+            .get(reqwest::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(token_from_header)
+            .ok_or(Error::NoToken)?;
+        self.inner.token.set(Some(token));
+        tracing::debug!(username = %creds.username, "logged in to StorageOS");
+        decode_or_default(&answer, "POST", "/v2/auth/login")
+    }
+
+    /// Exchanges the current token for a new one (`POST /auth/refresh`). Fails with
+    /// [`Error::Unauthorized`] once the token has expired; call [`Client::login`] then.
+    pub async fn refresh(&self) -> Result<UserSession, Error> {
+        let _guard = self.inner.login_lock.lock().await;
+        let token = self.inner.token.get();
+        let answer = self
+            .raw(
+                Method::POST,
+                &["auth", "refresh"],
+                &[],
+                None,
+                token.as_deref(),
+                self.inner.login_timeout,
+            )
+            .await?;
+        if let Some(t) = answer
+            .headers
+            .get(reqwest::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(token_from_header)
+        {
+            self.inner.token.set(Some(t));
+        }
+        decode_or_default(&answer, "POST", "/v2/auth/refresh")
+    }
+
+    /// Logs in again unless another task already replaced `failed` meanwhile.
+    async fn relogin_after(&self, failed: Option<&str>) -> Result<(), Error> {
+        let _guard = self.inner.login_lock.lock().await;
+        let current = self.inner.token.get();
+        if current.is_some() && current.as_deref() != failed {
+            return Ok(());
+        }
+        self.login_locked().await.map(|_| ())
+    }
+
+    /// Sends an authenticated request: logs in first if needed, re-logs in once on 401.
+    async fn call(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, Error> {
+        if self.inner.token.get().is_none() {
+            self.relogin_after(None).await?;
+        }
+        let token = self.inner.token.get();
+        let first = self
+            .raw(
+                method.clone(),
+                segments,
+                query,
+                body.clone(),
+                token.as_deref(),
+                self.inner.request_timeout,
+            )
+            .await;
+        match first {
+            Err(Error::Unauthorized { .. }) => {
+                tracing::debug!(path = %display_path(segments), "StorageOS answered 401; logging in again");
+                self.relogin_after(token.as_deref()).await?;
+                let token = self.inner.token.get();
+                self.raw(
+                    method,
+                    segments,
+                    query,
+                    body,
+                    token.as_deref(),
+                    self.inner.request_timeout,
+                )
+                .await
+            }
+            other => other,
+        }
+    }
+
+    /// One HTTP exchange; maps every status >= 400 to a typed error.
+    async fn raw(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+        token: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Answer, Error> {
+        let path = display_path(segments);
+        let mut url = self.inner.base.clone();
+        url.path_segments_mut()
+            .map_err(|()| Error::InvalidEndpoint {
+                endpoint: self.inner.base.to_string(),
+                reason: "it cannot carry a path".into(),
+            })?
+            .pop_if_empty()
+            .extend(segments);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let mut req = self
+            .inner
+            .http
+            .request(method.clone(), url)
+            .timeout(timeout)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(t) = token {
+            req = req.header(reqwest::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        if let Some(b) = body {
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
+        }
+        let started = Instant::now();
+        let in_flight = self.inner.metrics.as_ref().map(|m| {
+            m.in_flight.inc();
+            InFlight(m)
+        });
+        let result = async {
+            let resp = req.send().await?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let body = resp.bytes().await?;
+            Ok::<_, reqwest::Error>((status, headers, body.to_vec()))
+        }
+        .await;
+        drop(in_flight);
+        let (status, headers, body) = result.map_err(|e| {
+            if e.is_timeout() {
+                Error::Timeout {
+                    method: method.to_string(),
+                    path: path.clone(),
+                    timeout,
+                }
+            } else {
+                Error::Transport {
+                    method: method.to_string(),
+                    path: path.clone(),
+                    source: e,
+                }
+            }
+        })?;
+        if let Some(m) = &self.inner.metrics {
+            m.observe(&method, status.as_u16(), started.elapsed().as_secs_f64());
+        }
+        if status.as_u16() >= 400 {
+            let message = serde_json::from_slice::<ErrorBody>(&body)
+                .ok()
+                .map(|b| b.error)
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
+            return Err(Error::from_status(status.as_u16(), method.as_str(), &path, message));
+        }
+        Ok(Answer { status, headers, body })
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, Error> {
+        let answer = self.call(Method::GET, segments, &[], None).await?;
+        decode(&answer, "GET", &display_path(segments))
+    }
+
+    async fn list<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<Vec<T>, Error> {
+        let answer = self.call(Method::GET, segments, &[], None).await?;
+        let list: Option<Vec<T>> = decode(&answer, "GET", &display_path(segments))?;
+        Ok(list.unwrap_or_default())
+    }
+
+    async fn write<B: Serialize>(&self, method: Method, segments: &[&str], body: &B) -> Result<Answer, Error> {
+        let bytes = serde_json::to_vec(body).map_err(|e| Error::Decode {
+            method: method.to_string(),
+            path: display_path(segments),
+            message: e.to_string(),
+        })?;
+        self.call(method, segments, &[], Some(bytes)).await
+    }
+
+    async fn put_json<B: Serialize, T: DeserializeOwned>(&self, segments: &[&str], body: &B) -> Result<T, Error> {
+        let answer = self.write(Method::PUT, segments, body).await?;
+        decode(&answer, "PUT", &display_path(segments))
+    }
+
+    async fn delete(&self, segments: &[&str], version: &str) -> Result<(), Error> {
+        self.call(Method::DELETE, segments, &[("version", version)], None)
+            .await
+            .map(|_| ())
+    }
+
+    // ---- cluster ----
+
+    /// `GET /cluster`.
+    pub async fn get_cluster(&self) -> Result<Cluster, Error> {
+        self.get_json(&["cluster"]).await
+    }
+
+    /// `PUT /cluster`; `update.version` must be the version read.
+    pub async fn update_cluster(&self, update: &UpdateCluster) -> Result<Cluster, Error> {
+        self.put_json(&["cluster"], update).await
+    }
+
+    // ---- namespaces ----
+
+    /// `GET /namespaces`.
+    pub async fn list_namespaces(&self) -> Result<Vec<Namespace>, Error> {
+        self.list(&["namespaces"]).await
+    }
+
+    /// `GET /namespaces/{id}`.
+    pub async fn get_namespace(&self, id: &str) -> Result<Namespace, Error> {
+        self.get_json(&["namespaces", id]).await
+    }
+
+    /// The namespace with this (Kubernetes) name; [`Error::NotFound`] if none.
+    pub async fn namespace_by_name(&self, name: &str) -> Result<Namespace, Error> {
+        self.list_namespaces()
+            .await?
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| Error::lookup_not_found("namespace", name))
+    }
+
+    /// `DELETE /namespaces/{id}?version=`; 409 while it holds volumes.
+    pub async fn delete_namespace(&self, id: &str, version: &str) -> Result<(), Error> {
+        self.delete(&["namespaces", id], version).await
+    }
+
+    // ---- nodes ----
+
+    /// `GET /nodes`.
+    pub async fn list_nodes(&self) -> Result<Vec<Node>, Error> {
+        self.list(&["nodes"]).await
+    }
+
+    /// `GET /nodes/{id}`.
+    pub async fn get_node(&self, id: &str) -> Result<Node, Error> {
+        self.get_json(&["nodes", id]).await
+    }
+
+    /// The node with this (Kubernetes) name; [`Error::NotFound`] if none.
+    pub async fn node_by_name(&self, name: &str) -> Result<Node, Error> {
+        self.list_nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| Error::lookup_not_found("node", name))
+    }
+
+    /// `PUT /nodes/{id}` with exactly these labels (reserved ones must be unchanged).
+    pub async fn update_node_labels(&self, id: &str, labels: &Labels, version: &str) -> Result<Node, Error> {
+        self.put_json(&["nodes", id], &LabelsBody::new(labels, None, version))
+            .await
+    }
+
+    /// Makes the node's unreserved labels exactly `unreserved` (reserved keys in it are ignored),
+    /// keeping its reserved labels, with the node's own version.
+    pub async fn set_node_unreserved_labels(&self, node: &Node, unreserved: &Labels) -> Result<Node, Error> {
+        let labels = merge_labels(&node.labels, unreserved, is_reserved_node_label);
+        self.update_node_labels(&node.id, &labels, &node.version).await
+    }
+
+    /// `PUT /nodes/{id}/compute-only`.
+    pub async fn set_compute_only(&self, id: &str, compute_only: bool, version: &str) -> Result<Node, Error> {
+        let body = if compute_only {
+            json!({"computeOnly": true, "version": version})
+        } else {
+            json!({"version": version})
+        };
+        self.put_json(&["nodes", id, "compute-only"], &body).await
+    }
+
+    /// `DELETE /nodes/{id}?version=`; 409 while online or hosting a master, 423 while locked.
+    pub async fn delete_node(&self, id: &str, version: &str) -> Result<(), Error> {
+        self.delete(&["nodes", id], version).await
+    }
+
+    // ---- volumes ----
+
+    /// `GET /namespaces/{nsID}/volumes`.
+    pub async fn list_volumes(&self, namespace_id: &str) -> Result<Vec<Volume>, Error> {
+        self.list(&["namespaces", namespace_id, "volumes"]).await
+    }
+
+    /// `GET /namespaces/{nsID}/volumes/{id}`.
+    pub async fn get_volume(&self, namespace_id: &str, id: &str) -> Result<Volume, Error> {
+        self.get_json(&["namespaces", namespace_id, "volumes", id]).await
+    }
+
+    /// The volume named `pv_name` in the namespace named `namespace_name`.
+    pub async fn volume_by_name(&self, namespace_name: &str, pv_name: &str) -> Result<Volume, Error> {
+        let ns = self.namespace_by_name(namespace_name).await?;
+        self.list_volumes(&ns.id)
+            .await?
+            .into_iter()
+            .find(|v| v.name == pv_name)
+            .ok_or_else(|| Error::lookup_not_found("volume", &format!("{namespace_name}/{pv_name}")))
+    }
+
+    /// `PUT /namespaces/{nsID}/volumes/{id}` with exactly these labels and description (an empty
+    /// description is omitted, which clears it).
+    pub async fn update_volume(
+        &self,
+        namespace_id: &str,
+        id: &str,
+        labels: &Labels,
+        description: &str,
+        version: &str,
+    ) -> Result<Volume, Error> {
+        self.put_json(
+            &["namespaces", namespace_id, "volumes", id],
+            &LabelsBody::new(labels, Some(description), version),
+        )
+        .await
+    }
+
+    /// Makes the volume's unreserved labels exactly `unreserved`, re-sending its reserved labels
+    /// and description unchanged, with the volume's own version.
+    pub async fn set_volume_unreserved_labels(&self, volume: &Volume, unreserved: &Labels) -> Result<Volume, Error> {
+        let labels = merge_labels(&volume.labels, unreserved, is_reserved_volume_label);
+        self.update_volume(
+            &volume.namespace_id,
+            &volume.id,
+            &labels,
+            &volume.description,
+            &volume.version,
+        )
+        .await
+    }
+
+    /// `PUT .../replicas` (0..=5). The server answers 202: the label changes now, the replicas
+    /// follow.
+    pub async fn set_replicas(&self, namespace_id: &str, id: &str, replicas: u8, version: &str) -> Result<(), Error> {
+        let body = if replicas == 0 {
+            json!({"version": version})
+        } else {
+            json!({"replicas": replicas, "version": version})
+        };
+        self.write(
+            Method::PUT,
+            &["namespaces", namespace_id, "volumes", id, "replicas"],
+            &body,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `PUT .../failure-mode` with an intent or a threshold.
+    pub async fn set_failure_mode(
+        &self,
+        namespace_id: &str,
+        id: &str,
+        mode: FailureMode,
+        version: &str,
+    ) -> Result<Volume, Error> {
+        let body = match mode {
+            FailureMode::Threshold(n) => SetFailureModeBody {
+                mode: String::new(),
+                failure_threshold: u64::from(n),
+                version: version.into(),
+            },
+            intent => SetFailureModeBody {
+                mode: intent.label_value(),
+                failure_threshold: 0,
+                version: version.into(),
+            },
+        };
+        self.put_json(&["namespaces", namespace_id, "volumes", id, "failure-mode"], &body)
+            .await
+    }
+
+    /// `PUT .../nfs/mount-endpoint`; stored as label `storageos.com/nfs/mount-endpoint`.
+    pub async fn set_nfs_mount_endpoint(
+        &self,
+        namespace_id: &str,
+        id: &str,
+        mount_endpoint: &str,
+        version: &str,
+    ) -> Result<(), Error> {
+        self.write(
+            Method::PUT,
+            &["namespaces", namespace_id, "volumes", id, "nfs", "mount-endpoint"],
+            &json!({"mountEndpoint": mount_endpoint, "version": version}),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// Decrements the in-flight gauge however the request ends (including cancellation).
+struct InFlight<'a>(&'a ApiMetrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.dec();
+    }
+}
+
+/// `{labels, description?, version}` with Go's omitempty.
+#[derive(Serialize)]
+struct LabelsBody<'a> {
+    #[serde(skip_serializing_if = "Labels::is_empty")]
+    labels: &'a Labels,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    version: &'a str,
+}
+
+impl<'a> LabelsBody<'a> {
+    fn new(labels: &'a Labels, description: Option<&'a str>, version: &'a str) -> Self {
+        Self {
+            labels,
+            description: description.filter(|d| !d.is_empty()),
+            version,
+        }
+    }
+}
+
+fn merge_labels(current: &Labels, unreserved: &Labels, reserved: fn(&str) -> bool) -> Labels {
+    current
+        .iter()
+        .filter(|(k, _)| reserved(k))
+        .chain(unreserved.iter().filter(|(k, _)| !reserved(k)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn display_path(segments: &[&str]) -> String {
+    format!("/v2/{}", segments.join("/"))
+}
+
+fn decode<T: DeserializeOwned>(answer: &Answer, method: &str, path: &str) -> Result<T, Error> {
+    serde_json::from_slice(&answer.body).map_err(|e| Error::Decode {
+        method: method.into(),
+        path: path.into(),
+        message: format!("status {}: {e}", answer.status.as_u16()),
+    })
+}
+
+fn decode_or_default<T: DeserializeOwned + Default>(answer: &Answer, method: &str, path: &str) -> Result<T, Error> {
+    if answer.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    decode(answer, method, path)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_get_scheme_port_and_base_path() {
+        assert_eq!(base_url("storageos").unwrap().as_str(), "http://storageos:5705/v2/");
+        assert_eq!(
+            base_url("https://sos.example:1234/").unwrap().as_str(),
+            "https://sos.example:1234/v2/"
+        );
+        assert_eq!(
+            base_url("http://127.0.0.1:80/v2").unwrap().as_str(),
+            "http://127.0.0.1/v2/"
+        );
+        assert!(base_url("").is_err());
+        assert!(base_url("ftp://x").is_err());
+    }
+
+    #[test]
+    fn merged_labels_keep_reserved_and_take_only_unreserved() {
+        let current: Labels = [("storageos.com/replicas", "2"), ("old", "x")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let wanted: Labels = [("new", "y"), ("storageos.com/replicas", "5")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let got = merge_labels(&current, &wanted, is_reserved_volume_label);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got["storageos.com/replicas"], "2");
+        assert_eq!(got["new"], "y");
+    }
+}
