@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) is a thin dispatcher over this library; every subcommand lives here.
 pub mod app;
 pub mod cli;
+pub mod cluster;
 pub mod crd;
 pub mod render;
 pub mod runtime;

@@ -166,7 +166,7 @@ impl Applier {
             verb,
             kind: key.kind.clone(),
             name: key.name.clone(),
-            source,
+            source: Box::new(source),
         };
 
         if let Some((last_hash, last_marker)) = self.remembered(&key)
@@ -225,7 +225,7 @@ impl Applier {
                         verb: "list",
                         kind: k.kind.into(),
                         name: selector.into(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
             };
@@ -256,7 +256,7 @@ impl Applier {
                     verb: "delete",
                     kind: key.kind.clone(),
                     name: key.name.clone(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         }

@@ -1,5 +1,8 @@
 //! Shared runtime pieces used by the operator, the api-manager and the tests.
 
 pub mod apply;
+pub mod health;
 pub mod https;
+pub mod leader;
+pub mod metrics;
 pub mod pki;

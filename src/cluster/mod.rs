@@ -1,0 +1,3 @@
+//! The StorageOSCluster reconciler: observe → build (render) → apply → status.
+
+pub mod select;

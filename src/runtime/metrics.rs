@@ -1,0 +1,120 @@
+//! Reconcile metrics with controller-runtime's names, so existing dashboards keep working.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    controller: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+/// `controller_runtime_reconcile_{total,errors_total,time_seconds}`, labelled by controller.
+#[derive(Clone)]
+pub struct ReconcileMetrics {
+    total: Family<ResultLabels, Counter>,
+    errors: Family<ControllerLabels, Counter>,
+    time: Family<ControllerLabels, Histogram>,
+}
+
+/// How a reconcile ended, as controller-runtime labels it.
+#[derive(Clone, Copy, Debug)]
+pub enum ReconcileResult {
+    /// Done; nothing scheduled.
+    Success,
+    /// Failed; retried with backoff.
+    Error,
+    /// Done, but scheduled to run again after a delay.
+    RequeueAfter,
+}
+
+impl ReconcileMetrics {
+    /// Registers the metric families in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let this = Self {
+            total: Family::default(),
+            errors: Family::default(),
+            time: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))),
+        };
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            this.total.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            this.errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            this.time.clone(),
+        );
+        this
+    }
+
+    /// Records one reconcile of `controller` that took `seconds`.
+    pub fn observe(&self, controller: &str, result: ReconcileResult, seconds: f64) {
+        let result_label = match result {
+            ReconcileResult::Success => "success",
+            ReconcileResult::Error => "error",
+            ReconcileResult::RequeueAfter => "requeue_after",
+        };
+        self.total
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: result_label.into(),
+            })
+            .inc();
+        if matches!(result, ReconcileResult::Error) {
+            self.errors
+                .get_or_create(&ControllerLabels {
+                    controller: controller.into(),
+                })
+                .inc();
+        }
+        self.time
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .observe(seconds);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_controller_runtime() {
+        let mut registry = Registry::default();
+        let m = ReconcileMetrics::register(&mut registry);
+        m.observe("storageoscluster", ReconcileResult::Success, 0.01);
+        m.observe("storageoscluster", ReconcileResult::Error, 0.02);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        assert!(
+            out.contains(r#"controller_runtime_reconcile_total{controller="storageoscluster",result="success"} 1"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"controller_runtime_reconcile_errors_total{controller="storageoscluster"} 1"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"controller_runtime_reconcile_time_seconds_count{controller="storageoscluster"} 2"#),
+            "{out}"
+        );
+    }
+}
