@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use kube_sync::{PodView, SyncAction, plan_sync};
+pub use kube_sync::{NODE_POD_SELECTOR, PodView, Seen, SyncAction, plan_sync};
 pub use state::{ApiError, Faults, NodeSeed, RequestRecord, VolumeSeed};
 
 use crate::cli::SimulateArgs;
@@ -314,6 +314,23 @@ pub fn parse_duration(value: &str) -> Result<Duration, Error> {
     Ok(total)
 }
 
+/// Waits for Ctrl-C or, on Unix, SIGTERM (what `kill` and Kubernetes send).
+async fn wait_for_stop() -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(Error::Signal)?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(Error::Signal),
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map_err(Error::Signal)
+    }
+}
+
 /// `storageos-operator simulate`: serve the simulator until interrupted.
 pub async fn run(args: SimulateArgs) -> Result<(), Error> {
     let config = Config {
@@ -338,8 +355,8 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
         tracing::info!("registering a StorageOS node for every Running StorageOS node pod");
         handle.sync_with_kubernetes(c)
     });
-    tokio::signal::ctrl_c().await.map_err(Error::Signal)?;
-    tracing::info!("interrupted; stopping the simulator");
+    wait_for_stop().await?;
+    tracing::info!("stopping the simulator");
     handle.shutdown().await;
     Ok(())
 }
