@@ -80,17 +80,32 @@ pub struct ApiManagerArgs {
 /// Arguments of `render`.
 #[derive(Args, Debug)]
 pub struct RenderArgs {
-    /// File holding the StorageOSCluster (YAML or JSON).
+    /// File holding the StorageOSCluster (YAML or JSON). It may also hold the Secrets it names.
     #[arg(short = 'f', long = "filename")]
     pub file: PathBuf,
 
-    /// File holding the Secret that spec.secretRefName names.
+    /// File holding the Secret that spec.secretRefName names (and, optionally, the etcd TLS
+    /// Secret that spec.tlsEtcdSecretRefName names). Repeat for several files. Without it, the
+    /// Secrets copied from it are not printed.
     #[arg(long)]
-    pub secret: Option<PathBuf>,
+    pub secret: Vec<PathBuf>,
 
     /// Kubernetes version to render for, for example `1.34.2`.
     #[arg(long)]
     pub k8s_version: Option<String>,
+
+    /// Print Secret values instead of redacting them.
+    #[arg(long)]
+    pub show_secrets: bool,
+
+    /// Image of the operator, which runs the api-manager unless spec.images.apiManagerContainer
+    /// is set.
+    #[arg(long, env = "OPERATOR_IMAGE")]
+    pub operator_image: Option<String>,
+
+    /// Render as if the ServiceMonitor CRD (monitoring.coreos.com/v1) were installed.
+    #[arg(long)]
+    pub service_monitor: bool,
 }
 
 /// Arguments of `crds`.

@@ -1,17 +1,201 @@
-//! Build step of the cluster reconciler: render `templates/*.yaml.hbs` into typed objects.
-//! (Stub: filled in by the render work.)
+//! Build step of the cluster reconciler: a pure function from [`Inputs`] to the desired objects.
+//!
+//! Each `templates/*.yaml.hbs` is rendered with handlebars (strict, no HTML escaping, every value
+//! through the `json` helper) from values computed in [`values`], split into YAML documents, and
+//! parsed into its k8s-openapi type. `storageos-operator render` prints the result.
 
-use crate::cli::RenderArgs;
+mod command;
+pub mod defaults;
+mod handlebars;
+pub mod images;
+mod inputs;
+pub mod labels;
+mod objects;
+pub mod scheduling;
+pub mod secrets;
+mod values;
 
-/// Why rendering failed.
+use serde::Deserialize;
+use serde_json::Value;
+
+pub use command::{DEFAULT_OPERATOR_IMAGE, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
+pub use defaults::{Resolved, resolve};
+pub use images::{DefaultImages, Images, default_images_from_env, resolve_images};
+pub use inputs::{FORWARDED_NODE_ENV, Inputs, node_env_from, node_env_from_process};
+pub use objects::{Object, ServiceMonitor, ServiceMonitorEndpoint, ServiceMonitorSpec};
+pub use values::SCHEDULER_NAME;
+
+/// The oldest Kubernetes the rendered objects are valid for (GA APIs of 1.33).
+pub const MIN_KUBERNETES: semver::Version = semver::Version::new(1, 33, 0);
+
+/// Why rendering failed. Template errors name the template and document.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Not implemented yet.
-    #[error("`render` is not implemented in this build yet")]
-    NotImplemented,
+    /// A template failed to compile or render (a missing value in strict mode, for example).
+    #[error("template {template}: {source}")]
+    Template {
+        template: &'static str,
+        #[source]
+        source: Box<::handlebars::RenderError>,
+    },
+    /// A rendered document is not valid YAML.
+    #[error("template {template}, document {document}: invalid YAML: {source}")]
+    Yaml {
+        template: &'static str,
+        document: usize,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// A rendered document does not fit its Kubernetes type.
+    #[error("template {template}, document {document} ({what}): {source}")]
+    Parse {
+        template: &'static str,
+        document: usize,
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A rendered document has a kind `build` does not know.
+    #[error("template {template}, document {document}: unknown kind {kind} of {api_version}")]
+    UnknownKind {
+        template: &'static str,
+        document: usize,
+        api_version: String,
+        kind: String,
+    },
+    /// The cluster runs a Kubernetes older than [`MIN_KUBERNETES`].
+    #[error("Kubernetes {version} is not supported; the oldest supported version is {MIN_KUBERNETES}")]
+    UnsupportedKubernetes { version: semver::Version },
+    /// The credentials Secret lacks a key the spec needs.
+    #[error("Secret {secret} has no key {key:?}, which is needed because {why}")]
+    MissingSecretKey {
+        secret: String,
+        key: &'static str,
+        why: &'static str,
+    },
+    /// A `render` input file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `render` input file is not valid YAML or does not fit its type.
+    #[error("{path}: {message}")]
+    Input { path: String, message: String },
+    /// `--k8s-version` is not a version.
+    #[error("invalid Kubernetes version {value:?}: expected MAJOR.MINOR[.PATCH], for example 1.34.2")]
+    KubernetesVersion { value: String },
+    /// Writing the output failed.
+    #[error("cannot write the output: {0}")]
+    Write(#[source] std::io::Error),
+    /// An object could not be serialised (a bug: please report it).
+    #[error("cannot serialise {what}: {message}")]
+    Serialize { what: String, message: String },
 }
 
-/// `storageos-operator render`: print every object the operator would apply.
-pub fn run(_args: &RenderArgs) -> Result<(), Error> {
-    Err(Error::NotImplemented)
+/// One rendered YAML document before typing, with where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Document {
+    /// Template name (file `templates/<name>.yaml.hbs`).
+    pub template: &'static str,
+    /// Index of the document within the template's output, from 0.
+    pub index: usize,
+    /// The document as parsed from YAML.
+    pub value: Value,
+}
+
+/// Splits rendered text into its non-empty YAML documents.
+fn documents(template: &'static str, text: &str) -> Result<Vec<Document>, Error> {
+    let mut out = Vec::new();
+    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(doc).map_err(|source| Error::Yaml {
+            template,
+            document: index,
+            source,
+        })?;
+        if !value.is_null() {
+            out.push(Document { template, index, value });
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses Kubernetes versions older than [`MIN_KUBERNETES`] (pre-release suffixes such as
+/// `-gke.1` are ignored).
+fn check_version(version: Option<&semver::Version>) -> Result<(), Error> {
+    match version {
+        Some(v) if (v.major, v.minor, v.patch) < (MIN_KUBERNETES.major, MIN_KUBERNETES.minor, 0) => {
+            Err(Error::UnsupportedKubernetes { version: v.clone() })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Renders every template into untyped documents, in apply order. [`build`] types them; tests
+/// compare both to prove no field is lost.
+pub fn render_documents(inputs: &Inputs) -> Result<Vec<Document>, Error> {
+    check_version(inputs.k8s_version.as_ref())?;
+    let resolved = resolve(&inputs.cluster.spec);
+    let images = resolve_images(
+        inputs.cluster.spec.images.as_ref(),
+        &inputs.default_images,
+        &inputs.operator_image,
+    );
+    let hb = handlebars::registry()?;
+    let render = |name: &'static str, values: &Value| {
+        hb.render(name, values).map_err(|source| Error::Template {
+            template: name,
+            source: Box::new(source),
+        })
+    };
+
+    let scheduler_config = if resolved.disable_scheduler {
+        None
+    } else {
+        let name = handlebars::SCHEDULER_CONFIG.0;
+        let text = render(name, &values::values(inputs, &resolved, &images, None)?)?;
+        documents(name, &text)?; // must be valid YAML before it is stored in the ConfigMap
+        Some(text)
+    };
+    let values = values::values(inputs, &resolved, &images, scheduler_config.as_deref())?;
+
+    let mut out = Vec::new();
+    for (name, _) in handlebars::TEMPLATES {
+        out.extend(documents(name, &render(name, &values)?)?);
+    }
+    Ok(out)
+}
+
+/// Types one rendered document.
+pub fn parse_document(doc: Document) -> Result<Object, Error> {
+    let field = |k: &str| doc.value.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    let name = doc
+        .value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    match Object::from_value(doc.value) {
+        Some(Ok(object)) => Ok(object),
+        Some(Err(source)) => Err(Error::Parse {
+            template: doc.template,
+            document: doc.index,
+            what: format!("{kind} {name}"),
+            source,
+        }),
+        None => Err(Error::UnknownKind {
+            template: doc.template,
+            document: doc.index,
+            api_version,
+            kind,
+        }),
+    }
+}
+
+/// The desired objects of a StorageOSCluster, in apply order. Pure: no I/O, no cluster access.
+/// Owner references are not set here (the apply step adds them).
+pub fn build(inputs: &Inputs) -> Result<Vec<Object>, Error> {
+    render_documents(inputs)?.into_iter().map(parse_document).collect()
 }

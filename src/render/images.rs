@@ -1,0 +1,248 @@
+//! Container images: the one published list of this release, `RELATED_IMAGE_*` overrides from
+//! the operator's environment (OLM, mirrors), and the CR's `spec.images` over both.
+//!
+//! No image is derived from the cluster's Kubernetes version: a computed kube-scheduler tag that
+//! did not exist in the registry broke installs of the Go operator.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::crd::ContainerImages;
+
+/// The images of this release. Also the list to mirror for an air-gapped install.
+pub const BUILTIN_IMAGES: [(&str, &str); 8] = [
+    ("RELATED_IMAGE_STORAGEOS_NODE", "storageos/node:v2.4.2"),
+    ("RELATED_IMAGE_STORAGEOS_INIT", "storageos/init:v2.1.0"),
+    (
+        "RELATED_IMAGE_CSIV1_NODE_DRIVER_REGISTRAR",
+        "quay.io/k8scsi/csi-node-driver-registrar:v2.1.0",
+    ),
+    (
+        "RELATED_IMAGE_CSIV1_EXTERNAL_PROVISIONER",
+        "storageos/csi-provisioner:v2.1.1-patched",
+    ),
+    (
+        "RELATED_IMAGE_CSIV1_EXTERNAL_ATTACHER_V3",
+        "quay.io/k8scsi/csi-attacher:v3.1.0",
+    ),
+    (
+        "RELATED_IMAGE_CSIV1_EXTERNAL_RESIZER",
+        "quay.io/k8scsi/csi-resizer:v1.1.0",
+    ),
+    (
+        "RELATED_IMAGE_CSIV1_LIVENESS_PROBE",
+        "quay.io/k8scsi/livenessprobe:v2.2.0",
+    ),
+    ("RELATED_IMAGE_KUBE_SCHEDULER", "registry.k8s.io/kube-scheduler:v1.33.5"),
+];
+
+/// Environment variable naming the api-manager image. Unset: the operator's own image runs
+/// `storageos-operator api-manager`.
+pub const API_MANAGER_ENV: &str = "RELATED_IMAGE_API_MANAGER";
+
+/// The operator's default images, before the CR's overrides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultImages {
+    /// StorageOS node.
+    pub node: String,
+    /// StorageOS init container.
+    pub init: String,
+    /// api-manager; None runs it from the operator's own image.
+    pub api_manager: Option<String>,
+    /// CSI node driver registrar.
+    pub csi_node_driver_registrar: String,
+    /// CSI external provisioner.
+    pub csi_external_provisioner: String,
+    /// CSI external attacher.
+    pub csi_external_attacher: String,
+    /// CSI external resizer.
+    pub csi_external_resizer: String,
+    /// CSI liveness probe.
+    pub csi_liveness_probe: String,
+    /// kube-scheduler of the scheduler extender.
+    pub kube_scheduler: String,
+}
+
+impl Default for DefaultImages {
+    fn default() -> Self {
+        Self::from_env_map(&BTreeMap::new())
+    }
+}
+
+impl DefaultImages {
+    /// The built-in list with `RELATED_IMAGE_*` values from `env` over it; empty values are
+    /// ignored (OLM sets them to "" to mean "use the default").
+    pub fn from_env_map(env: &BTreeMap<String, String>) -> Self {
+        let pick = |name: &str| -> String {
+            match env.get(name) {
+                Some(v) if !v.trim().is_empty() => v.trim().to_string(),
+                _ => BUILTIN_IMAGES
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, image)| (*image).to_string())
+                    .unwrap_or_default(),
+            }
+        };
+        Self {
+            node: pick("RELATED_IMAGE_STORAGEOS_NODE"),
+            init: pick("RELATED_IMAGE_STORAGEOS_INIT"),
+            api_manager: env
+                .get(API_MANAGER_ENV)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
+            csi_node_driver_registrar: pick("RELATED_IMAGE_CSIV1_NODE_DRIVER_REGISTRAR"),
+            csi_external_provisioner: pick("RELATED_IMAGE_CSIV1_EXTERNAL_PROVISIONER"),
+            csi_external_attacher: pick("RELATED_IMAGE_CSIV1_EXTERNAL_ATTACHER_V3"),
+            csi_external_resizer: pick("RELATED_IMAGE_CSIV1_EXTERNAL_RESIZER"),
+            csi_liveness_probe: pick("RELATED_IMAGE_CSIV1_LIVENESS_PROBE"),
+            kube_scheduler: pick("RELATED_IMAGE_KUBE_SCHEDULER"),
+        }
+    }
+}
+
+/// Reads the `RELATED_IMAGE_*` variables of this process. The only impure piece: `build` takes
+/// the result, so it stays a pure function.
+pub fn default_images_from_env() -> DefaultImages {
+    let env: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("RELATED_IMAGE_"))
+        .collect();
+    DefaultImages::from_env_map(&env)
+}
+
+/// The images in use, after the CR's overrides; `status.images` shows this.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Images {
+    /// StorageOS node.
+    pub node_container: String,
+    /// StorageOS init container.
+    pub init_container: String,
+    /// api-manager.
+    pub api_manager_container: String,
+    /// CSI node driver registrar.
+    pub csi_node_driver_registrar_container: String,
+    /// CSI external provisioner.
+    pub csi_external_provisioner_container: String,
+    /// CSI external attacher.
+    pub csi_external_attacher_container: String,
+    /// CSI external resizer.
+    pub csi_external_resizer_container: String,
+    /// CSI liveness probe.
+    pub csi_liveness_probe_container: String,
+    /// kube-scheduler.
+    pub kube_scheduler_container: String,
+}
+
+/// Resolves every image: the CR's non-empty value, else the default; the api-manager falls back
+/// to the operator's own image.
+pub fn resolve_images(spec: Option<&ContainerImages>, defaults: &DefaultImages, operator_image: &str) -> Images {
+    let spec = spec.cloned().unwrap_or_default();
+    let pick = |v: Option<String>, d: &str| v.filter(|s| !s.trim().is_empty()).unwrap_or_else(|| d.to_string());
+    Images {
+        node_container: pick(spec.node_container, &defaults.node),
+        init_container: pick(spec.init_container, &defaults.init),
+        api_manager_container: pick(
+            spec.api_manager_container,
+            defaults.api_manager.as_deref().unwrap_or(operator_image),
+        ),
+        csi_node_driver_registrar_container: pick(
+            spec.csi_node_driver_registrar_container,
+            &defaults.csi_node_driver_registrar,
+        ),
+        csi_external_provisioner_container: pick(
+            spec.csi_external_provisioner_container,
+            &defaults.csi_external_provisioner,
+        ),
+        csi_external_attacher_container: pick(spec.csi_external_attacher_container, &defaults.csi_external_attacher),
+        csi_external_resizer_container: pick(spec.csi_external_resizer_container, &defaults.csi_external_resizer),
+        csi_liveness_probe_container: pick(spec.csi_liveness_probe_container, &defaults.csi_liveness_probe),
+        kube_scheduler_container: pick(spec.kube_scheduler_container, &defaults.kube_scheduler),
+    }
+}
+
+impl Images {
+    /// The same images as the CRD's status type.
+    pub fn to_container_images(&self) -> ContainerImages {
+        ContainerImages {
+            node_container: Some(self.node_container.clone()),
+            init_container: Some(self.init_container.clone()),
+            api_manager_container: Some(self.api_manager_container.clone()),
+            csi_node_driver_registrar_container: Some(self.csi_node_driver_registrar_container.clone()),
+            csi_external_provisioner_container: Some(self.csi_external_provisioner_container.clone()),
+            csi_external_attacher_container: Some(self.csi_external_attacher_container.clone()),
+            csi_external_resizer_container: Some(self.csi_external_resizer_container.clone()),
+            csi_liveness_probe_container: Some(self.csi_liveness_probe_container.clone()),
+            kube_scheduler_container: Some(self.kube_scheduler_container.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+/// Whether `image` is the Go api-manager (`…/api-manager:<tag>`), whose binary is `/manager`,
+/// rather than an image of this operator. Go-era CRs carry `storageos/api-manager:v1.1.2` in
+/// `spec.images` because the Go operator wrote its defaults back into the spec.
+pub fn is_go_api_manager(image: &str) -> bool {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    let repo = last.split(':').next().unwrap_or(last);
+    repo == "api-manager"
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_list_without_env() {
+        let d = DefaultImages::default();
+        assert_eq!(d.node, "storageos/node:v2.4.2");
+        assert_eq!(d.csi_external_attacher, "quay.io/k8scsi/csi-attacher:v3.1.0");
+        assert_eq!(d.kube_scheduler, "registry.k8s.io/kube-scheduler:v1.33.5");
+        assert_eq!(d.api_manager, None);
+    }
+
+    #[test]
+    fn env_overrides_and_empty_values_are_ignored() {
+        let env = BTreeMap::from([
+            ("RELATED_IMAGE_STORAGEOS_NODE".to_string(), "mirror/node:v9".to_string()),
+            ("RELATED_IMAGE_STORAGEOS_INIT".to_string(), "  ".to_string()),
+            (
+                "RELATED_IMAGE_API_MANAGER".to_string(),
+                "mirror/api-manager:v1".to_string(),
+            ),
+            ("RELATED_IMAGE_KUBE_SCHEDULER".to_string(), "mirror/ks:v1".to_string()),
+        ]);
+        let d = DefaultImages::from_env_map(&env);
+        assert_eq!(d.node, "mirror/node:v9");
+        assert_eq!(d.init, "storageos/init:v2.1.0");
+        assert_eq!(d.api_manager.as_deref(), Some("mirror/api-manager:v1"));
+        assert_eq!(d.kube_scheduler, "mirror/ks:v1");
+    }
+
+    #[test]
+    fn cr_over_env_over_builtin_and_operator_image_for_api_manager() {
+        let spec = ContainerImages {
+            node_container: Some("cr/node:v1".into()),
+            init_container: Some(String::new()),
+            ..Default::default()
+        };
+        let images = resolve_images(Some(&spec), &DefaultImages::default(), "op:1");
+        assert_eq!(images.node_container, "cr/node:v1");
+        assert_eq!(images.init_container, "storageos/init:v2.1.0");
+        assert_eq!(images.api_manager_container, "op:1");
+        assert_eq!(
+            images.to_container_images().api_manager_container.as_deref(),
+            Some("op:1")
+        );
+    }
+
+    #[test]
+    fn go_api_manager_is_recognised_by_repository_name() {
+        assert!(is_go_api_manager("storageos/api-manager:v1.1.2"));
+        assert!(is_go_api_manager("reg.local:5000/mirror/api-manager@sha256:abc"));
+        assert!(!is_go_api_manager("storageos/operator:v3"));
+        assert!(!is_go_api_manager("reg.local:5000/api-manager-rs:v1"));
+    }
+}

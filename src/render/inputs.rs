@@ -1,0 +1,72 @@
+//! Everything `build` needs, gathered by the caller (the reconciler's observe step, or `render`
+//! from files), so that `build` itself reads nothing.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use super::images::DefaultImages;
+use crate::crd::StorageOSCluster;
+
+/// Operator environment variables forwarded into the node ConfigMap when set (tracing).
+pub const FORWARDED_NODE_ENV: [&str; 2] = ["JAEGER_ENDPOINT", "JAEGER_SERVICE_NAME"];
+
+/// The inputs of one build.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The cluster, with metadata (name and namespace label every child).
+    pub cluster: StorageOSCluster,
+    /// The credentials Secret named by `spec.secretRefName`/`secretRefNamespace`. When None, the
+    /// Secrets copied from it (`init-secret`, the CSI Secrets, `tls-secret`) are left out of the
+    /// result: a reconciler must wait for the Secret rather than apply (and prune) without it.
+    pub secret: Option<Secret>,
+    /// The etcd client TLS Secret named by `spec.tlsEtcdSecretRefName`. When TLS is configured
+    /// but this is None, the pods still mount `storageos-tls-etcd` but its copy is left out.
+    pub etcd_tls_secret: Option<Secret>,
+    /// The cluster's Kubernetes version; older than [`super::MIN_KUBERNETES`] is refused. It
+    /// selects no image.
+    pub k8s_version: Option<semver::Version>,
+    /// The operator's own image, which runs `storageos-operator api-manager` unless an
+    /// api-manager image is configured.
+    pub operator_image: String,
+    /// Default images (see [`super::default_images_from_env`]).
+    pub default_images: DefaultImages,
+    /// Whether the ServiceMonitor CRD (monitoring.coreos.com/v1) exists.
+    pub service_monitor_crd: bool,
+    /// Operator environment forwarded into the node ConfigMap (see [`FORWARDED_NODE_ENV`]).
+    pub node_env: BTreeMap<String, String>,
+}
+
+impl Inputs {
+    /// Inputs with built-in default images, no Secrets and no optional CRDs.
+    pub fn new(cluster: StorageOSCluster, operator_image: impl Into<String>) -> Self {
+        Self {
+            cluster,
+            secret: None,
+            etcd_tls_secret: None,
+            k8s_version: None,
+            operator_image: operator_image.into(),
+            default_images: DefaultImages::default(),
+            service_monitor_crd: false,
+            node_env: BTreeMap::new(),
+        }
+    }
+}
+
+/// The forwarded variables of `env` that are set and non-empty.
+pub fn node_env_from(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    FORWARDED_NODE_ENV
+        .iter()
+        .filter_map(|k| {
+            env.get(*k)
+                .filter(|v| !v.is_empty())
+                .map(|v| ((*k).to_string(), v.clone()))
+        })
+        .collect()
+}
+
+/// The forwarded variables of this process (impure; `build` takes the result).
+pub fn node_env_from_process() -> BTreeMap<String, String> {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    node_env_from(&env)
+}

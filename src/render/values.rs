@@ -1,0 +1,237 @@
+//! The values the templates render from: the resolved spec, labels, images, scheduling and
+//! Secret data, computed in Rust so the templates only place them.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::Error;
+use super::defaults::Resolved;
+use super::images::{Images, is_go_api_manager};
+use super::inputs::Inputs;
+use super::labels::{self, Labels};
+use super::scheduling::{affinity, helper_tolerations, merge_tolerations, node_tolerations, spread_over_hosts};
+use super::secrets;
+
+/// Name of the scheduler the extender runs as, and the api-manager sets on StorageOS pods.
+pub const SCHEDULER_NAME: &str = "storageos-scheduler";
+/// The unprivileged user the api-manager and scheduler run as (distroless `nonroot`).
+const NON_ROOT_UID: i64 = 65532;
+
+/// Keys of the node ConfigMap (`storageos-node-config`), consumed as environment and as files.
+fn node_config(r: &Resolved, node_env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let bool_str = |b: bool| if b { "true" } else { "false" }.to_string();
+    let mut c = BTreeMap::new();
+    c.insert("ETCD_ENDPOINTS".into(), r.etcd_endpoints.clone());
+    if r.etcd_tls_secret_ref.is_some() {
+        c.insert(
+            "ETCD_TLS_CLIENT_CA".into(),
+            "/run/storageos/pki/etcd-client-ca.crt".into(),
+        );
+        c.insert(
+            "ETCD_TLS_CLIENT_KEY".into(),
+            "/run/storageos/pki/etcd-client.key".into(),
+        );
+        c.insert(
+            "ETCD_TLS_CLIENT_CERT".into(),
+            "/run/storageos/pki/etcd-client.crt".into(),
+        );
+    }
+    for key in ["DISABLE_TELEMETRY", "DISABLE_VERSION_CHECK", "DISABLE_CRASH_REPORTING"] {
+        c.insert(key.into(), bool_str(r.disable_telemetry));
+    }
+    if r.disable_tcmu {
+        c.insert("DISABLE_TCMU".into(), "true".into());
+    }
+    if r.force_tcmu {
+        c.insert("FORCE_TCMU".into(), "true".into());
+    }
+    c.insert("K8S_NAMESPACE".into(), r.namespace.clone());
+    if let Some(distro) = &r.k8s_distro {
+        c.insert("K8S_DISTRO".into(), distro.clone());
+    }
+    c.insert("CSI_ENDPOINT".into(), r.csi.endpoint.clone());
+    c.insert("CSI_VERSION".into(), r.csi.version.clone());
+    c.insert("K8S_ENABLE_SCHEDULER_EXTENDER".into(), "true".into());
+    if let Some(shared) = &r.shared_dir {
+        c.insert("DEVICE_DIR".into(), format!("{shared}/devices"));
+    }
+    c.insert("LOG_FORMAT".into(), "json".into());
+    c.insert("LOG_LEVEL".into(), if r.debug { "debug" } else { "info" }.into());
+    c.insert("RECOMMENDED_MAX_PIDS_LIMIT".into(), "32768".into());
+    c.extend(node_env.clone());
+    c
+}
+
+/// Whether `path` is `dir` or below it (then the plugin dir is already visible through the
+/// kubelet-dir mount, and a second mount would overlap).
+fn is_under(path: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    path == dir || path.starts_with(&format!("{dir}/"))
+}
+
+/// The api-manager container: command and arguments. The operator's image runs the
+/// `api-manager` subcommand; a Go api-manager image runs `/manager`. Both accept the same flags.
+fn api_manager_command(r: &Resolved, image: &str) -> (Vec<String>, Vec<String>) {
+    let command = if is_go_api_manager(image) {
+        vec!["/manager".to_string()]
+    } else {
+        vec!["storageos-operator".to_string(), "api-manager".to_string()]
+    };
+    let scheduler = if r.disable_scheduler { "" } else { SCHEDULER_NAME };
+    let args = vec![
+        "--enable-leader-election".to_string(),
+        "--metrics-addr=:8080".to_string(),
+        format!("--api-endpoint={}", r.api_endpoint()),
+        // Empty when the scheduler is disabled: the pod mutator then leaves pods alone.
+        format!("--scheduler-name={scheduler}"),
+    ];
+    (command, args)
+}
+
+/// Pod security of the unprivileged workloads. OpenShift assigns UIDs and fsGroups from the
+/// namespace range itself, so they are only pinned elsewhere.
+fn restricted_pod_security(openshift: bool) -> Value {
+    if openshift {
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    } else {
+        json!({
+            "runAsNonRoot": true,
+            "runAsUser": NON_ROOT_UID,
+            "runAsGroup": NON_ROOT_UID,
+            "fsGroup": NON_ROOT_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        })
+    }
+}
+
+/// Builds the template values. `scheduler_config` is the rendered kube-scheduler configuration
+/// file (None while rendering that file itself).
+pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: Option<&str>) -> Result<Value, Error> {
+    let meta = &inputs.cluster.metadata;
+    let cluster = meta.name.clone().unwrap_or_default();
+    let cluster_ns = meta.namespace.clone().unwrap_or_default();
+    let cr_labels: Labels = meta.labels.clone().unwrap_or_default();
+    let common = labels::common(&cluster, &cluster_ns, &cr_labels);
+    let with_common = |extra: &Labels| labels::merged(&common, extra);
+
+    let helper_kind = if r.csi.statefulset { "statefulset" } else { "deployment" };
+    let daemonset_pod = labels::pod(&cluster, Some("daemonset"), "storageos-daemonset");
+    let csi_helper_pod = labels::pod(&cluster, Some(helper_kind), "storageos-csi-helper");
+    let scheduler_pod = labels::pod(&cluster, Some("deployment"), "storageos-scheduler");
+    let api_manager_pod = labels::pod(&cluster, None, "storageos-api-manager");
+    let service_for = |v: &str| Labels::from([("app.kubernetes.io/service-for".to_string(), v.to_string())]);
+    let api_manager_component = Labels::from([(
+        "app.kubernetes.io/component".to_string(),
+        "storageos-api-manager".to_string(),
+    )]);
+
+    let node_affinity = affinity(&r.node_selector_terms, None);
+    let api_manager_affinity = affinity(
+        &r.node_selector_terms,
+        Some(spread_over_hosts(api_manager_component.clone())),
+    );
+    let (am_command, am_args) = api_manager_command(r, &images.api_manager_container);
+    let openshift = r.is_openshift();
+
+    let credentials = match &inputs.secret {
+        Some(secret) => secrets::credential_values(secret, r.ingress_enabled && r.ingress_tls)?,
+        None => Value::Null,
+    };
+    let etcd_secret = match (&r.etcd_tls_secret_ref, &inputs.etcd_tls_secret) {
+        (Some(_), Some(secret)) => secrets::etcd_values(secret),
+        _ => Value::Null,
+    };
+
+    Ok(json!({
+        "ns": r.namespace,
+        "labels": {
+            "namespace": {"app": "storageos"},
+            "common": common,
+            "apiService": with_common(&service_for("storageos-api-server")),
+            "apiManager": with_common(&api_manager_pod),
+            "webhookService": with_common(&labels::merged(&api_manager_pod, &service_for("storageos-webhook-server"))),
+            "metricsService": with_common(&labels::merged(&api_manager_pod, &service_for("storageos-api-manager"))),
+            "daemonsetPod": daemonset_pod,
+            "csiHelperPod": csi_helper_pod,
+            "schedulerPod": scheduler_pod,
+            "apiManagerPod": api_manager_pod,
+            "metricsSelector": labels::merged(&api_manager_component, &service_for("storageos-api-manager")),
+            "apiManagerComponent": api_manager_component,
+            "serviceSelector": {"app": "storageos", "kind": "daemonset"},
+        },
+        "images": images,
+        "service": {
+            "name": r.service_name,
+            "type": r.service_type,
+            "externalPort": r.external_port,
+            "internalPort": r.internal_port,
+            "annotations": if r.service_annotations.is_empty() { Value::Null } else { json!(r.service_annotations) },
+        },
+        "ingress": {
+            "enabled": r.ingress_enabled,
+            "tls": r.ingress_enabled && r.ingress_tls,
+            "hostname": r.ingress_hostname,
+            "annotations": if r.ingress_annotations.is_empty() { Value::Null } else { json!(r.ingress_annotations) },
+        },
+        "storageClassName": r.storage_class_name,
+        "csi": {
+            "kubeletDir": r.csi.kubelet_dir,
+            "pluginDir": r.csi.plugin_dir,
+            "pluginDirMount": !is_under(&r.csi.plugin_dir, &r.csi.kubelet_dir),
+            "deviceDir": r.csi.device_dir,
+            "registrarSocketDir": r.csi.registrar_socket_dir,
+            "registrationDir": r.csi.registration_dir,
+            "registrationPathArg": format!("--kubelet-registration-path={}", r.csi.kubelet_registration_path),
+            "statefulset": r.csi.statefulset,
+            "helperServiceAccount": if r.csi.statefulset { "storageos-statefulset-sa" } else { "storageos-csi-helper-sa" },
+        },
+        "node": {
+            "config": node_config(r, &inputs.node_env),
+            "resources": r.resources,
+            "sharedDir": r.shared_dir,
+            "deviceDirEnv": r.shared_dir.as_ref().map(|s| format!("{s}/devices")),
+            "tolerations": merge_tolerations(node_tolerations(), &r.tolerations),
+            "affinity": node_affinity,
+        },
+        "helper": {
+            "tolerations": merge_tolerations(helper_tolerations(), &r.tolerations),
+            "affinity": node_affinity,
+        },
+        "etcdTls": r.etcd_tls_secret_ref.is_some(),
+        "etcdSecret": etcd_secret,
+        "credentials": credentials,
+        "apiManager": {
+            "command": am_command,
+            "args": am_args,
+            "affinity": api_manager_affinity,
+            "podSecurityContext": restricted_pod_security(openshift),
+        },
+        "scheduler": {
+            "enabled": !r.disable_scheduler,
+            "name": SCHEDULER_NAME,
+            "urlPrefix": format!("http://{}.{}.svc:{}/v2/k8s/scheduler", r.service_name, r.namespace, r.external_port),
+            "config": scheduler_config,
+            "podSecurityContext": restricted_pod_security(openshift),
+        },
+        "openshift": openshift,
+        "fencing": !r.disable_fencing,
+        "serviceMonitor": inputs.service_monitor_crd,
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_dir_under_kubelet_dir_is_not_mounted_twice() {
+        assert!(is_under(
+            "/var/lib/kubelet/plugins_registry/storageos",
+            "/var/lib/kubelet"
+        ));
+        assert!(is_under("/var/lib/kubelet", "/var/lib/kubelet/"));
+        assert!(!is_under("/var/lib/kubelet-other/x", "/var/lib/kubelet"));
+    }
+}
