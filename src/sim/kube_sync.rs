@@ -26,7 +26,7 @@ pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 pub struct PodView {
     pub node_name: String,
     pub uid: String,
-    /// The host IP (node pods use host networking).
+    /// The pod IP (equal to the host IP for the host-network node pods).
     pub ip: Option<String>,
     /// Phase Running and not being deleted.
     pub running: bool,
@@ -42,7 +42,9 @@ impl PodView {
         Some(Self {
             node_name,
             uid: pod.metadata.uid.clone().unwrap_or_default(),
-            ip: status.and_then(|s| s.host_ip.clone().or_else(|| s.pod_ip.clone())),
+            // Node pods use host networking, so the pod IP is the node's; it is also distinct
+            // per node under kwok, where every host IP is 127.0.0.1.
+            ip: status.and_then(|s| s.pod_ip.clone().or_else(|| s.host_ip.clone())),
             running,
         })
     }
@@ -97,8 +99,8 @@ pub fn plan_sync(seen: &Seen, pods: &[PodView], registered: &BTreeSet<String>) -
             (false, false) => {}
         }
     }
-    for node in seen.keys() {
-        if !current.contains_key(node) && registered.contains(node) {
+    for (node, (_, was_running)) in seen {
+        if *was_running && !current.contains_key(node) && registered.contains(node) {
             actions.push(SyncAction::SetHealth {
                 node: node.clone(),
                 health: Health::Offline,

@@ -96,6 +96,22 @@ fn running_pods_register_nodes_and_only_pod_changes_touch_health() {
 }
 
 #[test]
+fn a_pod_that_stopped_and_then_vanished_sets_offline_once() {
+    let (_, seen) = plan_sync(&Seen::new(), &[pod("n1", "u1", true)], &BTreeSet::new());
+    let (actions, seen) = plan_sync(&seen, &[pod("n1", "u1", false)], &names(&["n1"]));
+    assert_eq!(
+        actions,
+        [SyncAction::SetHealth {
+            node: "n1".into(),
+            health: Health::Offline
+        }]
+    );
+    let (actions, seen) = plan_sync(&seen, &[], &names(&["n1"]));
+    assert!(actions.is_empty(), "{actions:?}");
+    assert!(seen.is_empty());
+}
+
+#[test]
 fn a_running_pod_wins_over_a_terminating_one_on_the_same_node() {
     let pods = [pod("n1", "new", true), pod("n1", "old", false)];
     let (actions, seen) = plan_sync(&Seen::new(), &pods, &BTreeSet::new());
@@ -108,7 +124,7 @@ fn pod_view_reads_node_ip_and_running_state() {
     let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "storageos-daemonset-x", "uid": "u1"},
         "spec": {"nodeName": "n1", "containers": []},
-        "status": {"phase": "Running", "hostIP": "10.1.2.3"}
+        "status": {"phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.1.2.3"}
     }))
     .unwrap();
     assert_eq!(PodView::from_pod(&p), Some(pod_with("n1", "u1", "10.1.2.3", true)));
