@@ -67,6 +67,19 @@ pub struct RunArgs {
     /// cluster's Service; useful where Services are not routable, such as the demo.
     #[arg(long, env = "STORAGEOS_ENDPOINT")]
     pub storageos_endpoint: Option<String>,
+
+    /// Namespace of the leader-election Lease (the operator's own namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+
+    /// This replica's identity in leader election.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// The operator's own image, which runs the api-manager unless a cluster sets
+    /// `images.apiManagerContainer`.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
+    pub operator_image: String,
 }
 
 /// Arguments of `api-manager`.

@@ -22,7 +22,7 @@ pub use command::{DEFAULT_OPERATOR_IMAGE, inputs_from_files, parse_k8s_version, 
 pub use defaults::{Resolved, resolve};
 pub use images::{DefaultImages, Images, default_images_from_env, resolve_images};
 pub use inputs::{FORWARDED_NODE_ENV, Inputs, node_env_from, node_env_from_process};
-pub use objects::{Object, ServiceMonitor, ServiceMonitorEndpoint, ServiceMonitorSpec};
+pub use objects::{KINDS, Object, ServiceMonitor, ServiceMonitorEndpoint, ServiceMonitorSpec};
 pub use values::SCHEDULER_NAME;
 
 /// The oldest Kubernetes the rendered objects are valid for (GA APIs of 1.33).

@@ -79,6 +79,11 @@ macro_rules! objects {
             )*
         }
 
+        /// Every (apiVersion, kind, namespaced) `build` can return: what a pruner lists.
+        pub const KINDS: &[(&str, &str, bool)] = &[
+            $((<$ty as Resource>::API_VERSION, <$ty as Resource>::KIND, $ns),)*
+        ];
+
         impl Object {
             /// `apiVersion`, for example `apps/v1`.
             pub fn api_version(&self) -> &'static str {

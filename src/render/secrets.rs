@@ -62,7 +62,7 @@ fn secret_name(secret: &Secret) -> String {
 /// The API credentials: keys `apiUsername`/`apiPassword` of the Go operator's Secret, else
 /// `username`/`password` (the layout of the newer operator and of our example). A missing key is
 /// an empty value, as in the Go operator.
-fn api_credentials(data: &BTreeMap<String, Vec<u8>>) -> (Vec<u8>, Vec<u8>) {
+pub fn api_credentials(data: &BTreeMap<String, Vec<u8>>) -> (Vec<u8>, Vec<u8>) {
     let get = |primary: &str, fallback: &str| {
         data.get(primary)
             .or_else(|| data.get(fallback))
