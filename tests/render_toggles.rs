@@ -1,0 +1,295 @@
+//! What each spec toggle does to the rendered objects, asserted field by field (the golden files
+//! show everything; these name the behaviour that matters).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code may fail loudly
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use storageos_operator::render;
+
+fn objects(case: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/inputs/{case}.yaml"));
+    let inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect()
+}
+
+fn find<'a>(objs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objs.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+fn get<'a>(objs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    find(objs, kind, name).unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn pod_spec(o: &Value) -> &Value {
+    &o["spec"]["template"]["spec"]
+}
+
+fn api_manager_args(objs: &[Value]) -> Vec<String> {
+    serde_json::from_value(pod_spec(get(objs, "Deployment", "storageos-api-manager"))["containers"][0]["args"].clone())
+        .unwrap()
+}
+
+#[test]
+fn defaults_render_the_go_operator_shape() {
+    let objs = objects("defaults");
+    let ds = get(&objs, "DaemonSet", "storageos-daemonset");
+    assert_eq!(ds["metadata"]["namespace"], "kube-system");
+    assert_eq!(ds["spec"]["updateStrategy"], json!({"type": "OnDelete"}));
+    let spec = pod_spec(ds);
+    assert_eq!(spec["initContainers"][0]["name"], "storageos-init");
+    let names: Vec<_> = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(names, ["storageos", "csi-driver-registrar", "csi-liveness-probe"]);
+    assert_eq!(spec["volumes"].as_array().unwrap().len(), 10);
+    assert_eq!(spec["priorityClassName"], "system-node-critical");
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(
+        ds["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/default-logs-container"],
+        "storageos"
+    );
+    assert!(find(&objs, "Deployment", "storageos-csi-helper").is_some());
+    assert!(find(&objs, "StatefulSet", "storageos-statefulset").is_none());
+    assert!(find(&objs, "ClusterRole", "storageos:openshift-scc").is_none());
+    assert!(find(&objs, "ClusterRole", "storageos:pod-fencer").is_some());
+    assert!(find(&objs, "ServiceMonitor", "storageos-api-manager-metrics").is_none());
+    assert!(find(&objs, "Ingress", "storageos-ingress").is_none());
+    let webhook = get(&objs, "MutatingWebhookConfiguration", "storageos-mutating-webhook");
+    for w in webhook["webhooks"].as_array().unwrap() {
+        assert!(
+            w["clientConfig"].get("caBundle").is_none(),
+            "caBundle belongs to the api-manager"
+        );
+        assert_eq!(w["failurePolicy"], "Ignore");
+    }
+    let am = get(&objs, "Deployment", "storageos-api-manager");
+    assert_eq!(am["spec"]["replicas"], 2);
+    assert_eq!(pod_spec(am)["containers"][0]["image"], "op:v1");
+    assert_eq!(
+        pod_spec(am)["containers"][0]["command"],
+        json!(["storageos-operator", "api-manager"])
+    );
+    assert_eq!(pod_spec(am)["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod_spec(am)["containers"][0]["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+    assert!(api_manager_args(&objs).contains(&"--scheduler-name=storageos-scheduler".to_string()));
+    assert!(api_manager_args(&objs).contains(&"--api-endpoint=http://storageos.kube-system.svc:5705".to_string()));
+    let sc = get(&objs, "StorageClass", "fast");
+    assert_eq!(sc["provisioner"], "csi.storageos.com");
+    assert_eq!(sc["allowVolumeExpansion"], true);
+    assert_eq!(
+        get(&objs, "CSIDriver", "csi.storageos.com")["spec"]["attachRequired"],
+        true
+    );
+    // The node Service selects the node pods, the webhook Service the api-manager pods.
+    assert_eq!(
+        get(&objs, "Service", "storageos")["spec"]["selector"],
+        json!({"app": "storageos", "kind": "daemonset"})
+    );
+    assert_eq!(get(&objs, "Service", "storageos-webhook")["spec"]["type"], "ClusterIP");
+}
+
+#[test]
+fn disable_scheduler_removes_the_extender_and_empties_the_scheduler_name() {
+    let objs = objects("disable-scheduler");
+    for (kind, name) in [
+        ("Deployment", "storageos-scheduler"),
+        ("ConfigMap", "storageos-scheduler-policy"),
+        ("ClusterRole", "storageos:scheduler-extender"),
+        ("ClusterRoleBinding", "storageos:scheduler-extender"),
+        ("ServiceAccount", "storageos-scheduler-sa"),
+    ] {
+        assert!(find(&objs, kind, name).is_none(), "{kind} {name} still rendered");
+    }
+    let args = api_manager_args(&objs);
+    assert!(args.contains(&"--scheduler-name=".to_string()), "{args:?}");
+    assert!(
+        !args.iter().any(|a| a.contains("\"\"")),
+        "a literal \"\" is not empty: {args:?}"
+    );
+}
+
+#[test]
+fn scheduler_extender_uses_a_kube_scheduler_configuration() {
+    let objs = objects("service");
+    let config = get(&objs, "ConfigMap", "storageos-scheduler-policy")["data"]["config.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let config: Value = serde_yaml::from_str(&config).unwrap();
+    assert_eq!(config["kind"], "KubeSchedulerConfiguration");
+    assert_eq!(config["profiles"][0]["schedulerName"], "storageos-scheduler");
+    let extender = &config["extenders"][0];
+    assert_eq!(
+        extender["urlPrefix"],
+        "http://sos-api.kube-system.svc:8443/v2/k8s/scheduler"
+    );
+    assert_eq!(
+        (extender["filterVerb"].clone(), extender["prioritizeVerb"].clone()),
+        (json!("filter"), json!("prioritize"))
+    );
+    assert_eq!(extender["weight"], 1000);
+    let scheduler = get(&objs, "Deployment", "storageos-scheduler");
+    assert_eq!(
+        pod_spec(scheduler)["containers"][0]["image"],
+        "registry.k8s.io/kube-scheduler:v1.33.5"
+    );
+}
+
+#[test]
+fn service_ports_are_external_to_internal_and_everything_follows_the_service() {
+    let objs = objects("service");
+    let svc = get(&objs, "Service", "sos-api");
+    assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 8443);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 5705);
+    assert!(api_manager_args(&objs).contains(&"--api-endpoint=http://sos-api.kube-system.svc:8443".to_string()));
+    // The webhook does not inherit the API Service type.
+    assert_eq!(get(&objs, "Service", "storageos-webhook")["spec"]["type"], "ClusterIP");
+}
+
+#[test]
+fn disable_fencing_removes_only_the_fencer_rbac() {
+    let with = objects("defaults");
+    let without = objects("disable-fencing");
+    assert!(find(&without, "ClusterRole", "storageos:pod-fencer").is_none());
+    assert!(find(&without, "ClusterRoleBinding", "storageos:pod-fencer").is_none());
+    assert_eq!(with.len(), without.len() + 2);
+}
+
+#[test]
+fn openshift_adds_the_scc_role_for_node_and_helper() {
+    let objs = objects("openshift");
+    let binding = get(&objs, "ClusterRoleBinding", "storageos:openshift-scc");
+    let subjects: Vec<_> = binding["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].clone())
+        .collect();
+    assert_eq!(subjects, ["storageos-daemonset-sa", "storageos-csi-helper-sa"]);
+    let am = get(&objs, "Deployment", "storageos-api-manager");
+    assert!(
+        pod_spec(am)["securityContext"].get("runAsUser").is_none(),
+        "OpenShift assigns the UID"
+    );
+}
+
+#[test]
+fn statefulset_strategy_swaps_the_helper_kind_and_account() {
+    let objs = objects("statefulset");
+    assert!(find(&objs, "Deployment", "storageos-csi-helper").is_none());
+    let sts = get(&objs, "StatefulSet", "storageos-statefulset");
+    assert_eq!(pod_spec(sts)["serviceAccountName"], "storageos-statefulset-sa");
+    assert_eq!(sts["spec"]["selector"]["matchLabels"]["kind"], "statefulset");
+    assert!(find(&objs, "ServiceAccount", "storageos-statefulset-sa").is_some());
+    assert!(find(&objs, "ServiceAccount", "storageos-csi-helper-sa").is_none());
+}
+
+#[test]
+fn node_selection_reaches_every_workload_and_keeps_the_api_manager_spread() {
+    let objs = objects("node-selection");
+    let mut terms = None;
+    for (kind, name) in [
+        ("DaemonSet", "storageos-daemonset"),
+        ("Deployment", "storageos-csi-helper"),
+        ("Deployment", "storageos-api-manager"),
+        ("Deployment", "storageos-scheduler"),
+    ] {
+        let affinity = &pod_spec(get(&objs, kind, name))["affinity"];
+        let t = &affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+        assert_eq!(t.as_array().map(Vec::len), Some(2), "{kind} {name}");
+        assert_eq!(*terms.get_or_insert_with(|| t.clone()), *t);
+        let tolerations = pod_spec(get(&objs, kind, name))["tolerations"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(tolerations.iter().any(|t| t["key"] == "dedicated"), "{kind} {name}");
+    }
+    let am = pod_spec(get(&objs, "Deployment", "storageos-api-manager"));
+    assert_eq!(
+        am["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    // The user's not-ready toleration replaced the helper default (30 s).
+    let helper = pod_spec(get(&objs, "Deployment", "storageos-csi-helper"));
+    let not_ready: Vec<_> = helper["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["key"] == "node.kubernetes.io/not-ready")
+        .collect();
+    assert_eq!(not_ready.len(), 1);
+    assert_eq!(not_ready[0]["tolerationSeconds"], 300);
+}
+
+#[test]
+fn shared_dir_adds_env_mount_and_config_key() {
+    let objs = objects("shared-dir");
+    let shared = "/var/lib/kubelet/plugins/kubernetes.io~storageos";
+    let node = &pod_spec(get(&objs, "DaemonSet", "storageos-daemonset"))["containers"][0];
+    assert!(
+        node["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "DEVICE_DIR", "value": format!("{shared}/devices")}))
+    );
+    assert!(node["volumeMounts"].as_array().unwrap().contains(&json!({
+        "name": "shared", "mountPath": shared, "mountPropagation": "Bidirectional"
+    })));
+    assert_eq!(
+        get(&objs, "ConfigMap", "storageos-node-config")["data"]["DEVICE_DIR"],
+        format!("{shared}/devices")
+    );
+}
+
+#[test]
+fn config_keys_follow_debug_telemetry_and_tcmu() {
+    let debug = objects("debug");
+    assert_eq!(
+        get(&debug, "ConfigMap", "storageos-node-config")["data"]["LOG_LEVEL"],
+        "debug"
+    );
+    let t = objects("disable-telemetry");
+    let data = &get(&t, "ConfigMap", "storageos-node-config")["data"];
+    for key in [
+        "DISABLE_TELEMETRY",
+        "DISABLE_VERSION_CHECK",
+        "DISABLE_CRASH_REPORTING",
+        "DISABLE_TCMU",
+        "FORCE_TCMU",
+    ] {
+        assert_eq!(data[key], "true", "{key}");
+    }
+}
+
+#[test]
+fn custom_namespace_moves_every_namespaced_object_and_reference() {
+    let objs = objects("custom-namespace");
+    assert!(find(&objs, "Namespace", "storageos").is_some());
+    for o in &objs {
+        if let Some(ns) = o["metadata"]["namespace"].as_str() {
+            assert_eq!(ns, "storageos", "{}", o["metadata"]["name"]);
+        }
+    }
+    let text = serde_json::to_string(&objs).unwrap();
+    assert!(!text.contains("kube-system"), "a reference still points at kube-system");
+}
+
+#[test]
+fn go_api_manager_image_runs_its_own_binary() {
+    let objs = objects("go-api-manager");
+    let c = &pod_spec(get(&objs, "Deployment", "storageos-api-manager"))["containers"][0];
+    assert_eq!(c["image"], "storageos/api-manager:v1.1.2");
+    assert_eq!(c["command"], json!(["/manager"]));
+}
