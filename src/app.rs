@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use crate::cli::{Cli, Command, CrdsArgs};
-use crate::{crd, render, sim};
+use crate::{crd, operator, render, sim};
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,9 @@ pub enum Error {
     /// `render` failed.
     #[error(transparent)]
     Render(#[from] render::Error),
+    /// `run` failed.
+    #[error(transparent)]
+    Operator(#[from] operator::Error),
     /// `simulate` failed.
     #[error(transparent)]
     Simulate(#[from] sim::Error),
@@ -33,7 +36,7 @@ pub enum Error {
 pub async fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Crds(args) => crds(&args),
-        Command::Run(_) => Err(Error::NotImplemented("run")),
+        Command::Run(args) => Ok(operator::run(args).await?),
         Command::ApiManager(_) => Err(Error::NotImplemented("api-manager")),
         Command::Render(args) => Ok(render::run(&args)?),
         Command::Simulate(args) => Ok(sim::run(args).await?),

@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 pub mod cluster;
 pub mod crd;
+pub mod operator;
 pub mod render;
 pub mod runtime;
 pub mod sim;

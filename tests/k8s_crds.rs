@@ -4,44 +4,11 @@
 
 mod support;
 
-use std::path::Path;
-use std::time::Duration;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
-use storageos_operator::crd;
-use support::{TestNamespace, wait_for};
-
-/// Installs the CRDs with server-side apply and waits until each is Established.
-async fn install_crds(client: &kube::Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in crd::all() {
-        let name = crd.metadata.name.clone().expect("crd name");
-        api.patch(
-            &name,
-            &PatchParams::apply("storageos-operator-tests").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("the apiserver rejected CRD {name}: {e}"));
-        wait_for(
-            &format!("CRD {name} to be Established"),
-            Duration::from_secs(30),
-            || async {
-                let c = api.get(&name).await.ok()?;
-                let established = c
-                    .status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                established.then_some(())
-            },
-        )
-        .await;
-    }
-}
+use std::path::Path;
+use support::TestNamespace;
 
 fn api_for(ns: &TestNamespace, doc: &Value) -> Api<DynamicObject> {
     let kind = doc["kind"].as_str().expect("kind");
@@ -72,7 +39,7 @@ fn fixtures(kind: &str) -> Vec<std::path::PathBuf> {
 #[tokio::test]
 async fn crds_install_and_known_resources_apply_unchanged() {
     let ns = TestNamespace::new("crds").await;
-    install_crds(&ns.client).await;
+    support::install_crds(&ns.client).await;
     for path in fixtures("valid") {
         let (_, doc) = load(&path, &ns.name);
         let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("dynamic object");
@@ -89,7 +56,7 @@ async fn crds_install_and_known_resources_apply_unchanged() {
 #[tokio::test]
 async fn schema_defaults_are_applied_by_the_apiserver() {
     let ns = TestNamespace::new("defaults").await;
-    install_crds(&ns.client).await;
+    support::install_crds(&ns.client).await;
     let (_, doc) = load(
         &support::repo_root().join("tests/fixtures/valid/storageoscluster-csi.yaml"),
         &ns.name,
@@ -112,7 +79,7 @@ async fn schema_defaults_are_applied_by_the_apiserver() {
 #[tokio::test]
 async fn invalid_resources_are_rejected_with_their_message() {
     let ns = TestNamespace::new("invalid").await;
-    install_crds(&ns.client).await;
+    support::install_crds(&ns.client).await;
     let files = fixtures("invalid");
     assert!(files.len() >= 7, "expected the invalid examples");
     for path in files {

@@ -1,3 +1,153 @@
 //! The StorageOSCluster reconciler: observe → build (render) → apply → status.
+//!
+//! Watches the clusters, every child it creates (metadata only, by label), the node DaemonSet's
+//! pods and the Nodes (only changes that affect membership), so drift is repaired in seconds.
 
+pub mod config;
+pub mod context;
+pub mod finalize;
+pub mod reconcile;
 pub mod select;
+pub mod status;
+
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+pub use context::{CONTROLLER, Context, OperatorConfig};
+pub use reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
+
+use crate::crd::StorageOSCluster;
+use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY};
+use crate::runtime::metrics::ReconcileResult;
+
+/// The cluster a child belongs to, from its labels.
+fn owner_of<K: Resource>(child: PartialObjectMeta<K>) -> Option<ObjectRef<StorageOSCluster>> {
+    let labels = child.labels();
+    Some(ObjectRef::new(labels.get(CLUSTER_LABEL)?).within(labels.get(CLUSTER_NAMESPACE_LABEL)?))
+}
+
+fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSCluster>> {
+    store.state().iter().map(|c| ObjectRef::from_obj(c.as_ref())).collect()
+}
+
+/// What about a Node can change cluster membership: labels, taints and readiness.
+fn node_membership_hash(node: &Node) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    node.labels().hash(&mut h);
+    if let Some(taints) = node.spec.as_ref().and_then(|s| s.taints.as_ref()) {
+        for t in taints {
+            (&t.key, &t.value, &t.effect).hash(&mut h);
+        }
+    }
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone()));
+    ready.hash(&mut h);
+    Some(h.finish())
+}
+
+async fn reconcile_timed(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let key = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let result = reconcile::reconcile(cluster, ctx.clone()).await;
+    let outcome = match &result {
+        Ok(_) => {
+            ctx.reset_backoff(&key);
+            ReconcileResult::Success
+        }
+        Err(_) => ReconcileResult::Error,
+    };
+    ctx.metrics
+        .observe(CONTROLLER, outcome, started.elapsed().as_secs_f64());
+    result
+}
+
+fn error_policy(cluster: Arc<StorageOSCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let delay = ctx.backoff(key);
+    tracing::warn!(cluster = %cluster.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default());
+    let store = controller.store();
+    let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+
+    macro_rules! children {
+        ($controller:expr, $($kind:ty),+) => {
+            $controller$(.watches_stream(
+                watcher(Api::<PartialObjectMeta<$kind>>::all(client.clone()), managed.clone())
+                    .default_backoff()
+                    .touched_objects(),
+                owner_of::<$kind>,
+            ))+
+        };
+    }
+    let controller = children!(
+        controller,
+        DaemonSet,
+        Deployment,
+        StatefulSet,
+        Service,
+        ConfigMap,
+        Secret,
+        ServiceAccount,
+        ClusterRole,
+        ClusterRoleBinding,
+        StorageClass,
+        CSIDriver,
+        Ingress,
+        MutatingWebhookConfiguration
+    );
+    let node_store = store.clone();
+    let pod_store = store.clone();
+    let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(node_membership_hash, Default::default());
+    // Node pods change readiness without touching their labels: watch their metadata.
+    let node_pods = watcher(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        watcher::Config::default().labels("app=storageos,kind=daemonset"),
+    )
+    .default_backoff()
+    .touched_objects();
+
+    controller
+        .watches_stream(nodes, move |_| all_clusters(&node_store))
+        .watches_stream(node_pods, move |pod: PartialObjectMeta<Pod>| {
+            let cr = pod.labels().get("storageos_cr").cloned();
+            all_clusters(&pod_store)
+                .into_iter()
+                .filter(move |r| Some(&r.name) == cr.as_ref())
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_timed, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}

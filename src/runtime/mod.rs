@@ -1,6 +1,7 @@
 //! Shared runtime pieces used by the operator, the api-manager and the tests.
 
 pub mod apply;
+pub mod conditions;
 pub mod health;
 pub mod https;
 pub mod leader;

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -151,4 +152,33 @@ impl Drop for TestNamespace {
 /// Builds a typed object from JSON, for compact test fixtures.
 pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).expect("fixture matches the type")
+}
+
+/// Installs the CRDs with server-side apply and waits until each is Established.
+pub async fn install_crds(client: &kube::Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in storageos_operator::crd::all() {
+        let name = crd.metadata.name.clone().expect("crd name");
+        api.patch(
+            &name,
+            &PatchParams::apply("storageos-operator-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the apiserver rejected CRD {name}: {e}"));
+        wait_for(
+            &format!("CRD {name} to be Established"),
+            Duration::from_secs(30),
+            || async {
+                let c = api.get(&name).await.ok()?;
+                let established = c
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            },
+        )
+        .await;
+    }
 }

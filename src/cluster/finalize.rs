@@ -1,0 +1,198 @@
+//! Deleting a StorageOSCluster: remove everything it created (found by label, so nothing
+//! leaks), keep the namespace, then release the finalizer.
+//!
+//! Storage safety first: while pods still use StorageOS volumes, deletion is held with a
+//! condition naming them, unless the cluster carries `storageos.com/force-delete: "true"`.
+//! Deleting a cluster that is not the active one touches nothing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::Context;
+use super::reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
+use super::status::phase;
+use crate::crd::StorageOSCluster;
+use crate::runtime::conditions;
+
+/// The CSI driver name of StorageOS volumes.
+pub const CSI_DRIVER: &str = "csi.storageos.com";
+
+/// `namespace/name` of running pods that mount a StorageOS-provisioned volume.
+pub fn pods_using_volumes(pvs: &[PersistentVolume], pods: &[Pod]) -> Vec<String> {
+    let claims: BTreeSet<(String, String)> = pvs
+        .iter()
+        .filter_map(|pv| pv.spec.as_ref())
+        .filter(|s| s.csi.as_ref().is_some_and(|c| c.driver == CSI_DRIVER))
+        .filter_map(|s| s.claim_ref.as_ref())
+        .filter_map(|c| Some((c.namespace.clone()?, c.name.clone()?)))
+        .collect();
+    let mut users: Vec<String> = pods
+        .iter()
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .filter(|p| {
+            let ns = p.namespace().unwrap_or_default();
+            p.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|vols| {
+                vols.iter()
+                    .filter_map(|v| v.persistent_volume_claim.as_ref())
+                    .any(|c| claims.contains(&(ns.clone(), c.claim_name.clone())))
+            })
+        })
+        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    users.sort();
+    users
+}
+
+async fn set_terminating(
+    cluster: &StorageOSCluster,
+    ctx: &Context,
+    ready_reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let previous = cluster.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    status.phase = Some(phase::TERMINATING.into());
+    let mut conds = status.conditions.take().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    conditions::set(
+        &mut conds,
+        "Ready",
+        false,
+        ready_reason,
+        message,
+        cluster.meta().generation,
+        &now,
+    );
+    status.conditions = Some(conds);
+    if status != previous {
+        api.patch_status(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Handles a cluster with a deletion timestamp.
+pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context) -> Result<Action, Error> {
+    if !cluster.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let name = cluster.name_any();
+    if is_active {
+        let forced = cluster
+            .annotations()
+            .get(FORCE_DELETE_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        if !forced {
+            let pvs = Api::<PersistentVolume>::all(ctx.client.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
+            let users = if pvs.iter().any(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.csi.as_ref())
+                    .is_some_and(|c| c.driver == CSI_DRIVER)
+            }) {
+                let pods = Api::<Pod>::all(ctx.client.clone())
+                    .list(&ListParams::default())
+                    .await?
+                    .items;
+                pods_using_volumes(&pvs, &pods)
+            } else {
+                Vec::new()
+            };
+            if !users.is_empty() {
+                let shown: Vec<_> = users.iter().take(10).cloned().collect();
+                let message = format!(
+                    "deletion is held: {} pod(s) still use StorageOS volumes ({}); delete them, or annotate the cluster with {FORCE_DELETE_ANNOTATION}=\"true\" to delete anyway",
+                    users.len(),
+                    shown.join(", ")
+                );
+                if cluster.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(phase::TERMINATING) {
+                    ctx.event(cluster, true, "Terminating", message.clone()).await;
+                }
+                set_terminating(cluster, ctx, "DeletionBlocked", &message).await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
+            }
+        }
+        ctx.event(
+            cluster,
+            false,
+            "Terminating",
+            "deleting every object of the StorageOS cluster".into(),
+        )
+        .await;
+        set_terminating(
+            cluster,
+            ctx,
+            "Terminating",
+            "deleting every object of the StorageOS cluster",
+        )
+        .await?;
+        let children = ctx.applier.list(&owned_kinds(), &children_selector(cluster)).await?;
+        for key in &children {
+            ctx.applier.delete(key).await?;
+        }
+        tracing::info!(cluster = %name, deleted = children.len(), "deleted cluster objects; the namespace is kept");
+    } else {
+        tracing::info!(cluster = %name, "deleting a cluster that was never active; nothing to clean up");
+    }
+    let finalizers: Vec<String> = cluster
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": cluster.resource_version()}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_live_pods_on_storageos_claims_hold_deletion() {
+        let pvs: Vec<PersistentVolume> = serde_json::from_value(json!([
+            {"metadata": {"name": "pv1"}, "spec": {"csi": {"driver": "csi.storageos.com", "volumeHandle": "v1"},
+                "claimRef": {"namespace": "app", "name": "data"}}},
+            {"metadata": {"name": "pv2"}, "spec": {"csi": {"driver": "other.csi", "volumeHandle": "v2"},
+                "claimRef": {"namespace": "app", "name": "other"}}}
+        ]))
+        .unwrap();
+        let pod = |name: &str, claim: &str, phase: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "app"},
+                "spec": {"containers": [], "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]},
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let pods = vec![
+            pod("db-0", "data", "Running"),
+            pod("done", "data", "Succeeded"),
+            pod("elsewhere", "other", "Running"),
+        ];
+        assert_eq!(pods_using_volumes(&pvs, &pods), ["app/db-0"]);
+    }
+}

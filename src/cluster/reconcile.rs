@@ -1,0 +1,413 @@
+//! One reconcile of a StorageOSCluster: observe → build → apply → status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::Context;
+use super::status::{self, phase};
+use super::{config, finalize, select};
+use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
+use crate::render::{self, Inputs, labels, scheduling};
+use crate::runtime::apply::{self, PruneKind};
+use crate::runtime::conditions;
+use crate::storageos;
+
+/// Finalizer that holds a cluster until everything it created is deleted.
+pub const FINALIZER: &str = "finalizer.storageoscluster.storageos.com";
+/// Annotation that lets a cluster be deleted while pods still use StorageOS volumes.
+pub const FORCE_DELETE_ANNOTATION: &str = "storageos.com/force-delete";
+/// Annotation a StorageOSUpgrade sets (to its name) to pause the cluster reconciler.
+pub const PAUSED_BY_ANNOTATION: &str = "storageos.com/paused-by-upgrade";
+
+/// Every kind the operator creates and may prune or delete: the kinds `render` can produce,
+/// except the Namespace, which is never deleted (the control plane may own objects in it).
+pub fn owned_kinds() -> Vec<PruneKind> {
+    render::KINDS
+        .iter()
+        .filter(|(_, kind, _)| *kind != "Namespace")
+        .map(|&(api_version, kind, namespaced)| PruneKind {
+            api_version,
+            kind,
+            namespaced,
+        })
+        .collect()
+}
+
+/// Why a reconcile failed; every variant is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing the cluster failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Applying or pruning a child failed.
+    #[error(transparent)]
+    Apply(#[from] apply::Error),
+    /// The StorageOS API refused a request.
+    #[error("StorageOS API: {0}")]
+    StorageOS(#[from] storageos::Error),
+}
+
+/// The label selector of everything created for `cluster`.
+pub fn children_selector(cluster: &StorageOSCluster) -> String {
+    let ns = cluster.namespace().unwrap_or_default();
+    selector(&labels::pruning(&cluster.name_any(), &ns))
+}
+
+fn selector(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
+/// deleted stays active until its finalizer is done, so two sets of objects never fight.
+pub fn active(clusters: &[StorageOSCluster]) -> Option<&StorageOSCluster> {
+    clusters.iter().min_by(|a, b| {
+        let key = |c: &StorageOSCluster| {
+            (
+                c.metadata.creation_timestamp.clone().map(|t| t.0),
+                c.namespace().unwrap_or_default(),
+                c.name_any(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
+}
+
+fn same(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
+    a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
+}
+
+/// Reconciles one cluster.
+pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let all = Api::<StorageOSCluster>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let is_active = active(&all.items).is_some_and(|a| same(a, &cluster));
+
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return finalize::finalize(&cluster, is_active, &ctx).await;
+    }
+    if !cluster.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = cluster.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": cluster.resource_version()}});
+        api.patch(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        // The patch triggers the next reconcile.
+        return Ok(Action::await_change());
+    }
+    if !is_active {
+        return pending(&cluster, &api, &ctx).await;
+    }
+    if cluster.spec.pause == Some(true) || cluster.annotations().contains_key(PAUSED_BY_ANNOTATION) {
+        tracing::info!(cluster = %cluster.name_any(), "paused; not reconciling");
+        return Ok(Action::await_change());
+    }
+    deploy(&cluster, &api, &ctx).await
+}
+
+/// Marks a cluster that is not the active one, once, and checks back for a takeover.
+async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
+    let previous = cluster.status.clone().unwrap_or_default();
+    if previous.phase.as_deref() != Some(phase::PENDING) {
+        ctx.event(
+            cluster,
+            true,
+            "FailedCreation",
+            "can't create more than one storageos cluster".into(),
+        )
+        .await;
+    }
+    let mut status = previous.clone();
+    status.phase = Some(phase::PENDING.into());
+    let mut conds = status.conditions.take().unwrap_or_default();
+    let now = now();
+    let msg = "another StorageOSCluster is active; this one waits until it is deleted";
+    conditions::set(
+        &mut conds,
+        "Ready",
+        false,
+        "DuplicateCluster",
+        msg,
+        cluster.meta().generation,
+        &now,
+    );
+    status.conditions = Some(conds);
+    write_status(api, cluster, &previous, status).await?;
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+async fn write_status(
+    api: &Api<StorageOSCluster>,
+    cluster: &StorageOSCluster,
+    previous: &StorageOSClusterStatus,
+    status: StorageOSClusterStatus,
+) -> Result<(), Error> {
+    if &status == previous {
+        return Ok(());
+    }
+    let patch = json!({"status": status});
+    api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Sets Ready=False with `reason`, emits a Warning event the first time, and writes status.
+async fn not_ready(
+    cluster: &StorageOSCluster,
+    api: &Api<StorageOSCluster>,
+    ctx: &Context,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let already = previous
+        .conditions
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+    if !already {
+        ctx.event(cluster, true, "FailedCreation", message.clone()).await;
+    }
+    let mut status = previous.clone();
+    if status.phase.is_none() {
+        status.phase = Some(phase::CREATING.into());
+    }
+    let mut conds = status.conditions.take().unwrap_or_default();
+    conditions::set(
+        &mut conds,
+        "Ready",
+        false,
+        reason,
+        message,
+        cluster.meta().generation,
+        &now(),
+    );
+    status.conditions = Some(conds);
+    write_status(api, cluster, &previous, status).await
+}
+
+async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
+    Ok(Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await?)
+}
+
+/// Reads every input of the build. Nothing else in a reconcile reads the cluster.
+async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Error> {
+    let spec = &cluster.spec;
+    let mut inputs = Inputs::new(cluster.clone(), ctx.config.operator_image.clone());
+    inputs.default_images = ctx.config.default_images.clone();
+    inputs.node_env = ctx.config.node_env.clone();
+    inputs.secret = get_secret(ctx, &spec.secret_ref_namespace, &spec.secret_ref_name).await?;
+    if let Some((ns, name)) = render::defaults::etcd_tls_secret_ref(spec) {
+        inputs.etcd_tls_secret = get_secret(ctx, &ns, &name).await?;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
+    inputs.service_monitor_crd = crds
+        .get_metadata_opt("servicemonitors.monitoring.coreos.com")
+        .await?
+        .is_some();
+    Ok(inputs)
+}
+
+/// Applies everything the cluster wants, prunes what it no longer wants, updates status.
+async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let inputs = observe(cluster, ctx).await?;
+    if inputs.secret.is_none() {
+        let spec = &cluster.spec;
+        let msg = format!(
+            "Secret {}/{} with the StorageOS API credentials does not exist; create it (keys username and password)",
+            spec.secret_ref_namespace, spec.secret_ref_name
+        );
+        not_ready(cluster, api, ctx, "SecretNotFound", msg).await?;
+        return Ok(Action::requeue(Duration::from_secs(15)));
+    }
+    let objects = match render::build(&inputs) {
+        Ok(objects) => objects,
+        Err(e) => {
+            // An invalid spec: say so and wait for the user to change it.
+            not_ready(
+                cluster,
+                api,
+                ctx,
+                "InvalidSpec",
+                format!("cannot render the cluster: {e}"),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let owner = cluster.controller_owner_ref(&());
+    let cluster_ns = cluster.namespace().unwrap_or_default();
+    let mut keep = BTreeSet::new();
+    let mut written = 0;
+    for obj in &objects {
+        let value = obj
+            .to_value()
+            .map_err(|_| apply::Error::Malformed("a serialisable object"))?;
+        let (key, outcome) = ctx
+            .applier
+            .apply(&value, owner.as_ref().map(|o| (o, cluster_ns.as_str())))
+            .await?;
+        if outcome == apply::Outcome::Applied {
+            tracing::debug!(cluster = %name, object = %key, "applied");
+            written += 1;
+        }
+        keep.insert(key);
+    }
+    // Everything applied: now it is safe to delete what is no longer wanted.
+    let pruned = ctx
+        .applier
+        .prune(&owned_kinds(), &children_selector(cluster), &keep)
+        .await?;
+    for key in &pruned {
+        tracing::info!(cluster = %name, object = %key, "pruned");
+    }
+    if written > 0 || !pruned.is_empty() {
+        tracing::info!(cluster = %name, written, pruned = pruned.len(), "applied cluster objects");
+    }
+
+    let status = update_status(cluster, api, ctx, &inputs).await?;
+    if status.phase.as_deref() == Some(phase::RUNNING) {
+        config::push(cluster, ctx, &inputs).await?;
+        Ok(Action::requeue(Duration::from_secs(60)))
+    } else {
+        Ok(Action::requeue(Duration::from_secs(10)))
+    }
+}
+
+async fn update_status(
+    cluster: &StorageOSCluster,
+    api: &Api<StorageOSCluster>,
+    ctx: &Context,
+    inputs: &Inputs,
+) -> Result<StorageOSClusterStatus, Error> {
+    let resolved = render::resolve(&cluster.spec);
+    let target_ns = resolved.namespace.clone();
+    let nodes = Api::<Node>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let tolerations = scheduling::merge_tolerations(
+        scheduling::node_tolerations(),
+        cluster.spec.tolerations.as_deref().unwrap_or_default(),
+    );
+    let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &tolerations);
+    let pod_labels = labels::pod(&cluster.name_any(), Some("daemonset"), "storageos-daemonset");
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
+        .list(&ListParams::default().labels(&selector(&pod_labels)))
+        .await?
+        .items;
+    let api_nodes = match config::api_client(cluster, ctx, inputs) {
+        Ok(client) => client.list_nodes().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let previous = cluster.status.clone().unwrap_or_default();
+    let now = now();
+    let images = render::resolve_images(
+        cluster.spec.images.as_ref(),
+        &inputs.default_images,
+        &inputs.operator_image,
+    )
+    .to_container_images();
+    let status = status::compute(&status::Observation {
+        selected: &selected,
+        pods: &pods,
+        api_nodes: api_nodes.as_deref().map_err(Clone::clone),
+        previous: Some(&previous),
+        generation: cluster.meta().generation,
+        images,
+        now: &now,
+    });
+    if status.ready != previous.ready {
+        let ready = status.ready.clone().unwrap_or_default();
+        let all = status.phase.as_deref() == Some(phase::RUNNING);
+        let note = if all {
+            format!("{ready} StorageOS nodes are functional. Cluster healthy")
+        } else {
+            format!("{ready} StorageOS nodes are functional")
+        };
+        ctx.event(cluster, !all, "ChangedStatus", note).await;
+    }
+    write_status(api, cluster, &previous, status.clone()).await?;
+    Ok(status)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn cluster(ns: &str, name: &str, created: i64) -> StorageOSCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"),
+                         "creationTimestamp": k8s_openapi::jiff::Timestamp::from_second(created).unwrap().to_string()},
+            "spec": {"secretRefName": "s", "secretRefNamespace": "default"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_oldest_cluster_is_active_with_a_stable_tie_break() {
+        let cs = vec![cluster("b", "x", 20), cluster("a", "y", 10), cluster("a", "z", 10)];
+        let a = active(&cs).unwrap();
+        assert_eq!(
+            (a.namespace().unwrap(), a.name_any()),
+            ("a".to_string(), "y".to_string())
+        );
+        assert!(active(&[]).is_none());
+    }
+
+    #[test]
+    fn same_name_in_another_namespace_is_not_the_same_cluster() {
+        assert!(!same(&cluster("a", "x", 1), &cluster("b", "x", 1)));
+        assert!(same(&cluster("a", "x", 1), &cluster("a", "x", 1)));
+    }
+
+    #[test]
+    fn owned_kinds_cover_every_rendered_kind_but_the_namespace() {
+        let kinds: Vec<_> = owned_kinds().iter().map(|k| k.kind).collect();
+        assert!(!kinds.contains(&"Namespace"));
+        for k in [
+            "DaemonSet",
+            "CSIDriver",
+            "MutatingWebhookConfiguration",
+            "ClusterRoleBinding",
+            "Ingress",
+            "Secret",
+        ] {
+            assert!(kinds.contains(&k), "{k} is not pruned");
+        }
+    }
+
+    #[test]
+    fn children_selector_uses_the_pruning_labels() {
+        let s = children_selector(&cluster("ns1", "c1", 1));
+        assert!(s.contains("storageos.com/cluster=c1"));
+        assert!(s.contains("storageos.com/cluster-namespace=ns1"));
+        assert!(s.contains("app.kubernetes.io/managed-by=storageos-operator"));
+    }
+}

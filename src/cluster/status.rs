@@ -1,0 +1,269 @@
+//! Pure status computation: which selected nodes are ready, the phase, and the conditions.
+//!
+//! A member is ready when its node DaemonSet pod is Ready *and* the StorageOS API reports the
+//! node `online` (the Go operator only dialled a TCP port). `0/0` is not Running. A cluster that
+//! was Running and lost a node is Degraded, not Creating.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::crd::{ContainerImages, MembersStatus, StorageOSClusterStatus};
+use crate::runtime::conditions;
+use crate::storageos::models::{Health, Node as ApiNode};
+
+/// Phases of a cluster.
+pub mod phase {
+    /// Installing; not every node is ready yet.
+    pub const CREATING: &str = "Creating";
+    /// Every selected node is ready.
+    pub const RUNNING: &str = "Running";
+    /// Was Running; a node is no longer ready.
+    pub const DEGRADED: &str = "Degraded";
+    /// Another cluster is active.
+    pub const PENDING: &str = "Pending";
+    /// Being deleted.
+    pub const TERMINATING: &str = "Terminating";
+}
+
+/// What the status is computed from.
+pub struct Observation<'a> {
+    /// Names of the nodes selected to run StorageOS.
+    pub selected: &'a [String],
+    /// Pods of the node DaemonSet.
+    pub pods: &'a [Pod],
+    /// StorageOS nodes, or why they could not be read.
+    pub api_nodes: Result<&'a [ApiNode], String>,
+    /// The status before this reconcile.
+    pub previous: Option<&'a StorageOSClusterStatus>,
+    /// `metadata.generation` of the cluster.
+    pub generation: Option<i64>,
+    /// Images in use.
+    pub images: ContainerImages,
+    /// Now, for condition transition times.
+    pub now: &'a Time,
+}
+
+fn pod_ready_nodes(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .collect()
+}
+
+fn summarise(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        s.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    s
+}
+
+/// The status for `obs`.
+pub fn compute(obs: &Observation<'_>) -> StorageOSClusterStatus {
+    let pods_ready = pod_ready_nodes(obs.pods);
+    let online: BTreeMap<&str, Health> = match &obs.api_nodes {
+        Ok(nodes) => nodes.iter().map(|n| (n.name.as_str(), n.health)).collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    let (ready, unready): (Vec<String>, Vec<String>) = obs
+        .selected
+        .iter()
+        .cloned()
+        .partition(|n| pods_ready.contains(n) && online.get(n.as_str()) == Some(&Health::Online));
+    let total = obs.selected.len();
+    let was_running = obs
+        .previous
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == phase::RUNNING || p == phase::DEGRADED);
+    let phase = if total > 0 && ready.len() == total {
+        phase::RUNNING
+    } else if was_running && total > 0 {
+        phase::DEGRADED
+    } else {
+        phase::CREATING
+    };
+    let ready_str = format!("{}/{}", ready.len(), total);
+
+    let mut conds = obs.previous.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let (g, now) = (obs.generation, obs.now);
+    let (ready_ok, reason, message) = if total == 0 {
+        (
+            false,
+            "NoNodesSelected",
+            "no node matches spec.nodeSelectorTerms with tolerated taints; check the selector and tolerations"
+                .to_string(),
+        )
+    } else if ready.len() == total {
+        (
+            true,
+            "ClusterReady",
+            format!("{ready_str} StorageOS nodes are functional"),
+        )
+    } else if let Err(e) = &obs.api_nodes {
+        (
+            false,
+            "StorageOSAPIUnavailable",
+            format!("{ready_str} nodes ready; cannot read node health from the StorageOS API: {e}"),
+        )
+    } else {
+        (
+            false,
+            "NodesNotReady",
+            format!(
+                "{ready_str} StorageOS nodes are functional; not ready: {}",
+                summarise(&unready)
+            ),
+        )
+    };
+    conditions::set(&mut conds, "Ready", ready_ok, reason, message.clone(), g, now);
+    let creating = phase == phase::CREATING;
+    conditions::set(
+        &mut conds,
+        "Progressing",
+        creating,
+        if creating { "Creating" } else { "Stable" },
+        if creating {
+            message.clone()
+        } else {
+            "every object is applied".to_string()
+        },
+        g,
+        now,
+    );
+    let degraded = phase == phase::DEGRADED;
+    conditions::set(
+        &mut conds,
+        "Degraded",
+        degraded,
+        if degraded { "NodesLost" } else { "AsExpected" },
+        if degraded { message } else { String::new() },
+        g,
+        now,
+    );
+
+    StorageOSClusterStatus {
+        phase: Some(phase.into()),
+        node_health_status: None,
+        nodes: Some(obs.selected.to_vec()),
+        ready: Some(ready_str),
+        members: Some(MembersStatus {
+            ready: Some(ready),
+            unready: Some(unready),
+        }),
+        conditions: Some(conds),
+        observed_generation: g,
+        images: Some(obs.images.clone()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(node: &str, ready: bool) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("p-{node}")},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        }))
+        .unwrap()
+    }
+
+    fn api(name: &str, health: &str) -> ApiNode {
+        serde_json::from_value(json!({"id": name, "name": name, "health": health, "version": "1"})).unwrap()
+    }
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap())
+    }
+
+    fn run(
+        selected: &[&str],
+        pods: &[Pod],
+        api_nodes: Result<&[ApiNode], String>,
+        prev: Option<&StorageOSClusterStatus>,
+    ) -> StorageOSClusterStatus {
+        let selected: Vec<String> = selected.iter().map(|s| s.to_string()).collect();
+        let now = now();
+        compute(&Observation {
+            selected: &selected,
+            pods,
+            api_nodes,
+            previous: prev,
+            generation: Some(1),
+            images: ContainerImages::default(),
+            now: &now,
+        })
+    }
+
+    fn cond<'a>(
+        s: &'a StorageOSClusterStatus,
+        t: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn all_pods_ready_and_online_is_running() {
+        let pods = [pod("a", true), pod("b", true)];
+        let nodes = [api("a", "online"), api("b", "online")];
+        let s = run(&["a", "b"], &pods, Ok(&nodes), None);
+        assert_eq!((s.phase.as_deref(), s.ready.as_deref()), (Some("Running"), Some("2/2")));
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "Progressing").status, "False");
+    }
+
+    #[test]
+    fn zero_of_zero_is_not_running() {
+        let s = run(&[], &[], Ok(&[]), None);
+        assert_eq!(
+            (s.phase.as_deref(), s.ready.as_deref()),
+            (Some("Creating"), Some("0/0"))
+        );
+        assert_eq!(cond(&s, "Ready").reason, "NoNodesSelected");
+    }
+
+    #[test]
+    fn a_ready_pod_whose_node_is_offline_is_not_ready() {
+        let pods = [pod("a", true), pod("b", true)];
+        let nodes = [api("a", "online"), api("b", "offline")];
+        let s = run(&["a", "b"], &pods, Ok(&nodes), None);
+        assert_eq!(s.ready.as_deref(), Some("1/2"));
+        assert_eq!(s.members.as_ref().unwrap().unready, Some(vec!["b".to_string()]));
+        assert_eq!(cond(&s, "Ready").reason, "NodesNotReady");
+        assert!(cond(&s, "Ready").message.contains("not ready: b"));
+    }
+
+    #[test]
+    fn losing_a_node_after_running_is_degraded() {
+        let pods = [pod("a", true), pod("b", false)];
+        let nodes = [api("a", "online"), api("b", "online")];
+        let prev = StorageOSClusterStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        let s = run(&["a", "b"], &pods, Ok(&nodes), Some(&prev));
+        assert_eq!(s.phase.as_deref(), Some("Degraded"));
+        assert_eq!(cond(&s, "Degraded").status, "True");
+    }
+
+    #[test]
+    fn unreadable_api_says_so() {
+        let pods = [pod("a", true)];
+        let s = run(&["a"], &pods, Err("connection refused".into()), None);
+        assert_eq!(s.ready.as_deref(), Some("0/1"));
+        assert_eq!(cond(&s, "Ready").reason, "StorageOSAPIUnavailable");
+        assert!(cond(&s, "Ready").message.contains("connection refused"));
+    }
+}

@@ -1,0 +1,103 @@
+//! `storageos-operator run`: health and metrics on every replica, controllers on the leader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+use crate::cli::RunArgs;
+use crate::cluster::{self, Context, OperatorConfig};
+use crate::render;
+use crate::runtime::health::Health;
+use crate::runtime::leader::{self, Leadership};
+use crate::runtime::metrics::ReconcileMetrics;
+use crate::storageos::ApiMetrics;
+
+/// The Lease the operator's replicas elect a leader on.
+pub const LEASE_NAME: &str = "storageos-operator-lease";
+
+/// Why the operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No usable kubeconfig or in-cluster configuration.
+    #[error("cannot connect to Kubernetes: {0}; set KUBECONFIG or run in a pod")]
+    Kube(#[from] kube::Error),
+    /// The metrics address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Leader election failed or leadership was lost; the process exits to restart clean.
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+}
+
+/// Runs the operator until a signal arrives or leadership is lost.
+pub async fn run(args: RunArgs) -> Result<(), Error> {
+    let client = kube::Client::try_default().await?;
+    let mut registry = Registry::default();
+    let metrics = ReconcileMetrics::register(&mut registry);
+    let api_metrics = ApiMetrics::register(&mut registry);
+    let health = Health::new(registry);
+
+    let listener = tokio::net::TcpListener::bind(&args.metrics_addr)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: args.metrics_addr.clone(),
+            source,
+        })?;
+    let router = health.router();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    health.set_ready(true);
+
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("storageos-operator-{}", rand::random::<u32>()));
+    let mut leadership = tokio::select! {
+        l = Leadership::acquire(client.clone(), &args.leader_election_namespace, LEASE_NAME, &identity, Default::default()) => l?,
+        () = shutdown_signal() => return Ok(()),
+    };
+
+    let config = OperatorConfig {
+        operator_image: args.operator_image.clone(),
+        default_images: render::default_images_from_env(),
+        node_env: render::node_env_from_process(),
+        storageos_endpoint: args.storageos_endpoint.clone(),
+        storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
+    };
+    let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)));
+    tracing::info!(identity = %identity, "starting controllers");
+    tokio::select! {
+        () = cluster::run(ctx, shutdown_signal()) => {
+            tracing::info!("controllers stopped");
+            Ok(())
+        }
+        e = leadership.lost() => Err(e.into()),
+    }
+}

@@ -1,0 +1,69 @@
+//! Status conditions (`Ready`, `Progressing`, `Degraded`, ...), kept the Kubernetes way: a
+//! condition's `lastTransitionTime` only moves when its status flips.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Sets condition `type_` in `conditions`, keeping its transition time if the status is unchanged.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now.clone();
+            }
+            c.status = status;
+            c.reason = reason.into();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now.clone(),
+        }),
+    }
+}
+
+/// Whether condition `type_` is present and True.
+pub fn is_true(conditions: Option<&[Condition]>, type_: &str) -> bool {
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_status_flips() {
+        let mut cs = Vec::new();
+        set(&mut cs, "Ready", false, "Creating", "0/3", Some(1), &t(10));
+        set(&mut cs, "Ready", false, "Creating", "1/3", Some(1), &t(20));
+        assert_eq!(cs[0].last_transition_time, t(10));
+        assert_eq!(cs[0].message, "1/3");
+        set(&mut cs, "Ready", true, "ClusterReady", "3/3", Some(2), &t(30));
+        assert_eq!(cs[0].last_transition_time, t(30));
+        assert!(is_true(Some(&cs), "Ready"));
+        assert!(!is_true(Some(&cs), "Degraded"));
+        assert_eq!(cs.len(), 1);
+    }
+}

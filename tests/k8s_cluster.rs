@@ -1,0 +1,393 @@
+//! Integration tier: the StorageOSCluster reconciler on the real control plane with the
+//! StorageOS simulator — install, Ready, live edits, drift repair, one active cluster, pause,
+//! idle write-freedom and delete.
+//!
+//! One scenario, run in order: only one cluster may be active per Kubernetes cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, Service};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use storageos_operator::cluster::{self, Context, OperatorConfig};
+use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::render::DefaultImages;
+use storageos_operator::runtime::metrics::ReconcileMetrics;
+use storageos_operator::sim::{self, Simulator};
+use support::{TestNamespace, from_json, wait_for};
+
+const SETTLE: Duration = Duration::from_secs(60);
+
+fn cluster_json(ns: &str, name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "secretRefName": "storageos-api", "secretRefNamespace": ns,
+            "namespace": ns,
+            "disableTelemetry": true,
+            "service": {"annotations": {"example.com/note": "one"}}
+        }
+    })
+}
+
+async fn secret(ns: &TestNamespace) {
+    let s: Secret = from_json(json!({
+        "metadata": {"name": "storageos-api"},
+        "stringData": {"username": "storageos", "password": "storageos"}
+    }));
+    ns.api::<Secret>().create(&PostParams::default(), &s).await.unwrap();
+}
+
+fn status_of(c: &StorageOSCluster) -> (String, String, bool) {
+    let s = c.status.clone().unwrap_or_default();
+    let ready = s
+        .conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    (s.phase.unwrap_or_default(), s.ready.unwrap_or_default(), ready)
+}
+
+fn cluster_puts(sim: &sim::SimHandle) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path.ends_with("/cluster"))
+        .count()
+}
+
+/// Writes the simulator saw, apart from logging in.
+fn api_writes(sim: &sim::SimHandle) -> Vec<String> {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method != "GET" && !r.path.contains("/auth/"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+/// resourceVersions of every object labelled for the cluster, and of the cluster itself.
+async fn versions(client: &kube::Client, c: &StorageOSCluster) -> BTreeMap<String, String> {
+    let selector = cluster::reconcile::children_selector(c);
+    let mut out = BTreeMap::new();
+    for k in cluster::reconcile::owned_kinds() {
+        let (group, version) = k.api_version.split_once('/').unwrap_or(("", k.api_version));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, k.kind));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let Ok(list) = api.list_metadata(&ListParams::default().labels(&selector)).await else {
+            continue;
+        };
+        for o in list.items {
+            out.insert(
+                format!(
+                    "{} {}/{}",
+                    k.kind,
+                    o.metadata.namespace.unwrap_or_default(),
+                    o.metadata.name.unwrap_or_default()
+                ),
+                o.metadata.resource_version.unwrap_or_default(),
+            );
+        }
+    }
+    let api: Api<StorageOSCluster> = Api::namespaced(client.clone(), &c.metadata.namespace.clone().unwrap());
+    let live = api.get(&c.metadata.name.clone().unwrap()).await.unwrap();
+    out.insert(
+        "StorageOSCluster".into(),
+        live.metadata.resource_version.unwrap_or_default(),
+    );
+    out
+}
+
+#[tokio::test]
+async fn cluster_lifecycle_on_the_real_control_plane() {
+    let ns = TestNamespace::new("cluster").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let _sync = sim.sync_with_kubernetes(client.clone());
+    let config = OperatorConfig {
+        operator_image: "registry.invalid/storageos-operator:test".into(),
+        default_images: DefaultImages::default(),
+        node_env: Default::default(),
+        storageos_endpoint: Some(sim.url()),
+        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config,
+        ReconcileMetrics::register(&mut Registry::default()),
+        None,
+    ));
+    let operator = tokio::spawn(cluster::run(ctx, std::future::pending()));
+
+    // Install.
+    secret(&ns).await;
+    let clusters: Api<StorageOSCluster> = ns.api();
+    let c: StorageOSCluster = from_json(cluster_json(&ns.name, "storageos"));
+    clusters.create(&PostParams::default(), &c).await.unwrap();
+    let running = wait_for("the cluster to be 3/3 Running and Ready", SETTLE, || async {
+        let c = clusters.get("storageos").await.ok()?;
+        let (phase, ready, cond) = status_of(&c);
+        (phase == "Running" && ready == "3/3" && cond).then_some(c)
+    })
+    .await;
+    assert_eq!(running.finalizers(), [cluster::FINALIZER]);
+
+    // Every operand exists with the right fields.
+    let ds = ns.api::<DaemonSet>().get("storageos-daemonset").await.unwrap();
+    let ds_spec = ds.spec.clone().unwrap();
+    assert_eq!(ds_spec.update_strategy.unwrap().type_.as_deref(), Some("OnDelete"));
+    assert!(
+        ds.metadata
+            .owner_references
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.kind == "StorageOSCluster")
+    );
+    let svc = ns.api::<Service>().get("storageos").await.unwrap();
+    assert_eq!(svc.metadata.annotations.unwrap()["example.com/note"], "one");
+    let am = ns.api::<Deployment>().get("storageos-api-manager").await.unwrap();
+    let am_container = am.spec.unwrap().template.spec.unwrap().containers.remove(0);
+    assert_eq!(
+        am_container.image.as_deref(),
+        Some("registry.invalid/storageos-operator:test")
+    );
+    assert!(
+        am_container
+            .args
+            .unwrap_or_default()
+            .iter()
+            .chain(am_container.command.iter().flatten())
+            .any(|a| a == "api-manager")
+    );
+    for name in ["storageos-csi-helper", "storageos-scheduler"] {
+        assert!(
+            ns.api::<Deployment>().get_opt(name).await.unwrap().is_some(),
+            "Deployment {name} missing"
+        );
+    }
+    assert!(
+        Api::<StorageClass>::all(client.clone())
+            .get_opt("fast")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        Api::<CSIDriver>::all(client.clone())
+            .get_opt("csi.storageos.com")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .get_opt("storageos-mutating-webhook")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Telemetry differs from the control plane's default: exactly one settings PUT.
+    wait_for("the cluster settings PUT", Duration::from_secs(20), || async {
+        (cluster_puts(&sim) == 1).then_some(())
+    })
+    .await;
+
+    // Idle: after it settles, nothing is written for 30 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = versions(&client, &running).await;
+    let writes_before = api_writes(&sim).len();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let after = versions(&client, &running).await;
+    assert_eq!(before, after, "objects changed while the cluster was idle");
+    assert_eq!(
+        api_writes(&sim)[writes_before..],
+        [] as [String; 0],
+        "StorageOS API writes while idle"
+    );
+
+    // Edits propagate within seconds: service annotations, tolerations, debug.
+    let edit = json!({"spec": {
+        "service": {"annotations": {"example.com/note": "two"}},
+        "debug": true,
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "storage", "effect": "NoSchedule"}]
+    }});
+    clusters
+        .patch("storageos", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    let svcs = ns.api::<Service>();
+    wait_for("the Service annotation to change", Duration::from_secs(15), || async {
+        let s = svcs.get("storageos").await.ok()?;
+        (s.metadata.annotations?.get("example.com/note")? == "two").then_some(())
+    })
+    .await;
+    let dss = ns.api::<DaemonSet>();
+    wait_for(
+        "the toleration on the node DaemonSet",
+        Duration::from_secs(15),
+        || async {
+            let d = dss.get("storageos-daemonset").await.ok()?;
+            let tols = d.spec?.template.spec?.tolerations?;
+            tols.iter().any(|t| t.key.as_deref() == Some("dedicated")).then_some(())
+        },
+    )
+    .await;
+    let cms = ns.api::<ConfigMap>();
+    wait_for(
+        "debug logging in the node ConfigMap",
+        Duration::from_secs(15),
+        || async {
+            let cm = cms.get("storageos-node-config").await.ok()?;
+            (cm.data?.get("LOG_LEVEL")? == "debug").then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "the debug log level pushed to StorageOS",
+        Duration::from_secs(20),
+        || async { (cluster_puts(&sim) == 2).then_some(()) },
+    )
+    .await;
+    assert_eq!(sim.cluster().log_level, "debug");
+
+    // A deleted child is recreated.
+    cms.delete("storageos-node-config", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the node ConfigMap to be recreated",
+        Duration::from_secs(15),
+        || async { cms.get_opt("storageos-node-config").await.ok()?.map(|_| ()) },
+    )
+    .await;
+
+    // A second cluster waits, with the Go operator's event.
+    let ns2 = TestNamespace::new("cluster2").await;
+    secret(&ns2).await;
+    let clusters2: Api<StorageOSCluster> = ns2.api();
+    clusters2
+        .create(&PostParams::default(), &from_json(cluster_json(&ns2.name, "second")))
+        .await
+        .unwrap();
+    wait_for("the second cluster to be Pending", Duration::from_secs(20), || async {
+        let c = clusters2.get("second").await.ok()?;
+        (status_of(&c).0 == "Pending").then_some(())
+    })
+    .await;
+    let events = ns2.api::<Event>();
+    wait_for("the FailedCreation event", Duration::from_secs(10), || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("FailedCreation")
+                    && e.message.as_deref() == Some("can't create more than one storageos cluster")
+            })
+            .then_some(())
+    })
+    .await;
+
+    // Pause stops repairs; unpausing resumes them.
+    clusters
+        .patch(
+            "storageos",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"pause": true}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    svcs.delete("storageos", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        svcs.get_opt("storageos").await.unwrap().is_none(),
+        "a paused cluster was repaired"
+    );
+    clusters
+        .patch(
+            "storageos",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"pause": false}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the Service to be recreated after unpausing",
+        Duration::from_secs(15),
+        || async { svcs.get_opt("storageos").await.ok()?.map(|_| ()) },
+    )
+    .await;
+
+    // Delete: every object goes, the namespace stays, and the pending cluster takes over.
+    let selector = cluster::reconcile::children_selector(&running);
+    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the cluster to be deleted", Duration::from_secs(30), || async {
+        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_for(
+        "every object of the cluster to be gone",
+        Duration::from_secs(30),
+        || async {
+            let left = versions_by_selector(&client, &selector).await;
+            left.is_empty().then_some(())
+        },
+    )
+    .await;
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(&ns.name)
+            .await
+            .unwrap()
+            .is_some(),
+        "the namespace was deleted"
+    );
+    wait_for("the pending cluster to take over", Duration::from_secs(20), || async {
+        let c = clusters2.get("second").await.ok()?;
+        (status_of(&c).0 != "Pending").then_some(())
+    })
+    .await;
+    clusters2
+        .patch(
+            "second",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"pause": true}})),
+        )
+        .await
+        .unwrap();
+    clusters2.delete("second", &DeleteParams::default()).await.unwrap();
+    wait_for("the second cluster to be deleted", Duration::from_secs(30), || async {
+        clusters2.get_opt("second").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    operator.abort();
+}
+
+async fn versions_by_selector(client: &kube::Client, selector: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for k in cluster::reconcile::owned_kinds() {
+        let (group, version) = k.api_version.split_once('/').unwrap_or(("", k.api_version));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, k.kind));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        if let Ok(list) = api.list_metadata(&ListParams::default().labels(selector)).await {
+            out.extend(
+                list.items
+                    .into_iter()
+                    .map(|o| format!("{} {}", k.kind, o.metadata.name.unwrap_or_default())),
+            );
+        }
+    }
+    out
+}
