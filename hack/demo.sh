@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The demo: a local Kubernetes control plane with three fake nodes, the StorageOS API simulator
+# and the operator, then the example StorageOSCluster until `kubectl get stos` shows 3/3 Running.
+#
+#   hack/demo.sh        build what is needed, start everything, apply the example, wait
+#   hack/demo.sh down   stop everything the demo started (the control plane too)
+#
+# The simulator listens on 127.0.0.1:5705 unless STORAGEOS_SIM_ADDR says otherwise.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+source hack/versions.env
+CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
+DEMO=$CACHE/demo
+SIM_ADDR=${STORAGEOS_SIM_ADDR:-127.0.0.1:5705}
+METRICS_ADDR=${DEMO_METRICS_ADDR:-127.0.0.1:18080}
+KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
+BIN=$ROOT/target/debug/storageos-operator
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+stop_pid() {
+  local f=$DEMO/$1.pid
+  [[ -f $f ]] || return 0
+  local pid
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+if [[ ${1:-} == down ]]; then
+  stop_pid operator
+  stop_pid simulator
+  hack/k8s.sh down
+  rm -rf "$DEMO"
+  say "demo stopped"
+  exit 0
+fi
+
+say "building storageos-operator"
+cargo build --bin storageos-operator
+say "starting the local control plane (first run builds Kubernetes from Go modules)"
+eval "$(NODES=3 hack/k8s.sh up)"
+export KUBECONFIG
+mkdir -p "$DEMO"
+kc() { "$KUBECTL" "$@"; }
+
+say "installing the CRDs"
+kc apply --server-side -f crds/ >/dev/null
+kc wait --for condition=Established crd --all --timeout=60s >/dev/null
+
+start() { # name, command...
+  local name=$1
+  shift
+  if [[ -f $DEMO/$name.pid ]] && kill -0 "$(cat "$DEMO/$name.pid")" 2>/dev/null; then
+    return 0
+  fi
+  "$@" >"$DEMO/$name.log" 2>&1 &
+  echo $! >"$DEMO/$name.pid"
+}
+
+say "starting the StorageOS API simulator on $SIM_ADDR"
+start simulator "$BIN" simulate --listen "$SIM_ADDR" --kubeconfig "$KUBECONFIG"
+start operator "$BIN" run --storageos-endpoint "http://$SIM_ADDR" --metrics-addr "$METRICS_ADDR" \
+  --leader-election-namespace default --identity demo
+sleep 1
+for p in simulator operator; do
+  kill -0 "$(cat "$DEMO/$p.pid")" 2>/dev/null || { tail -20 "$DEMO/$p.log"; echo "$p did not start" >&2; exit 1; }
+done
+say "the api-manager runs inside the cluster as a Deployment; its in-process runtime is not part of the demo yet"
+
+say "applying deploy/examples (Secret and StorageOSCluster)"
+kc apply -f deploy/examples/storageos-secret.yaml -f deploy/examples/storageoscluster.yaml >/dev/null
+
+say "waiting for the cluster to become Running"
+deadline=$((SECONDS + 180))
+last=""
+while :; do
+  line=$(kc get stos storageos -n default --no-headers 2>/dev/null || true)
+  [[ $line != "$last" && -n $line ]] && echo "    $line"
+  last=$line
+  if [[ $(kc get stos storageos -n default -o jsonpath='{.status.phase} {.status.ready}' 2>/dev/null) == "Running 3/3" ]]; then
+    break
+  fi
+  if ((SECONDS > deadline)); then
+    echo "the cluster did not become Running in 180 s; see $DEMO/operator.log" >&2
+    exit 1
+  fi
+  sleep 1
+done
+
+kc get stos -A
+cat <<EOF
+
+The demo is up. Try:
+  export KUBECONFIG=$KUBECONFIG
+  $KUBECTL get stos -A
+  $KUBECTL -n kube-system get pods -l app=storageos -o wide
+  $KUBECTL describe stos storageos
+  curl -s http://$METRICS_ADDR/metrics | grep controller_runtime
+  curl -s http://$SIM_ADDR/_sim/requests | head
+Logs: $DEMO/operator.log, $DEMO/simulator.log
+Stop everything: hack/demo.sh down
+EOF
