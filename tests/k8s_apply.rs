@@ -160,3 +160,31 @@ async fn owner_reference_only_within_the_owners_namespace() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn immutable_storage_class_fields_are_replaced_but_workloads_are_not() {
+    let ns = TestNamespace::new("immutable").await;
+    let applier = Applier::new(ns.client.clone());
+    let name = format!("{}-sc", ns.name);
+    let sc = |v: &str| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": name}, "provisioner": "csi.storageos.com", "parameters": {"fstype": v}})
+    };
+    applier.apply(&sc("ext4"), None).await.unwrap();
+    // A fresh applier, as after a restart: it must still get the new parameters in.
+    let applier = Applier::new(ns.client.clone());
+    assert_eq!(applier.apply(&sc("xfs"), None).await.unwrap().1, Outcome::Applied);
+    let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> = kube::Api::all(ns.client.clone());
+    assert_eq!(classes.get(&name).await.unwrap().parameters.unwrap()["fstype"], "xfs");
+    let _ = classes.delete(&name, &DeleteParams::default()).await;
+
+    // A DaemonSet whose immutable selector changes is reported, never deleted.
+    applier.apply(&daemon_set(&ns.name, "x"), None).await.unwrap();
+    let mut changed = daemon_set(&ns.name, "x");
+    changed["spec"]["selector"]["matchLabels"]["app"] = json!("other");
+    changed["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
+    let err = applier.apply(&changed, None).await.unwrap_err();
+    assert!(err.to_string().contains("immutable"), "{err}");
+    let uid_before = ns.api::<DaemonSet>().get("ds").await.unwrap().metadata.uid;
+    assert!(uid_before.is_some(), "the DaemonSet must still exist");
+}

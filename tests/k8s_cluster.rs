@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -330,9 +332,62 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
     )
     .await;
 
-    // Delete: every object goes, the namespace stays, and the pending cluster takes over.
+    // Delete is held while a pod uses a StorageOS volume, naming it; force-delete overrides.
+    let pv_name = format!("{}-pv", ns.name);
+    let pv: PersistentVolume = from_json(json!({
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": {"driver": "csi.storageos.com", "volumeHandle": "vol-1"},
+            "claimRef": {"namespace": ns.name, "name": "data"}
+        }
+    }));
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    pvs.create(&PostParams::default(), &pv).await.unwrap();
+    let pvc: PersistentVolumeClaim = from_json(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv_name,
+                 "resources": {"requests": {"storage": "1Gi"}}}
+    }));
+    ns.api::<PersistentVolumeClaim>()
+        .create(&PostParams::default(), &pvc)
+        .await
+        .unwrap();
+    let app: Pod = from_json(json!({
+        "metadata": {"name": "app"},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/app:1"}],
+                 "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+    }));
+    ns.api::<Pod>().create(&PostParams::default(), &app).await.unwrap();
     let selector = cluster::reconcile::children_selector(&running);
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    let held = wait_for(
+        "deletion to be held by the pod using a StorageOS volume",
+        Duration::from_secs(20),
+        || async {
+            let c = clusters.get("storageos").await.ok()?;
+            let cond = c.status?.conditions?.into_iter().find(|c| c.type_ == "Ready")?;
+            (cond.reason == "DeletionBlocked").then_some(cond.message)
+        },
+    )
+    .await;
+    assert!(held.contains(&format!("{}/app", ns.name)), "{held}");
+    assert!(
+        ns.api::<DaemonSet>()
+            .get_opt("storageos-daemonset")
+            .await
+            .unwrap()
+            .is_some(),
+        "objects deleted while held"
+    );
+    let force = json!({"metadata": {"annotations": {cluster::FORCE_DELETE_ANNOTATION: "true"}}});
+    clusters
+        .patch("storageos", &PatchParams::default(), &Patch::Merge(&force))
+        .await
+        .unwrap();
+
+    // Delete: every object goes, the namespace stays, and the pending cluster takes over.
     wait_for("the cluster to be deleted", Duration::from_secs(30), || async {
         clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
     })
@@ -359,6 +414,21 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
         (status_of(&c).0 != "Pending").then_some(())
     })
     .await;
+    // The app goes, so the second cluster's delete is not held.
+    let pods = ns.api::<Pod>();
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("app", &now).await.unwrap();
+    ns.api::<PersistentVolumeClaim>()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the app pod to be gone", Duration::from_secs(20), || async {
+        pods.get_opt("app").await.ok()?.is_none().then_some(())
+    })
+    .await;
     clusters2
         .patch(
             "second",
@@ -372,6 +442,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
         clusters2.get_opt("second").await.ok()?.is_none().then_some(())
     })
     .await;
+    let _ = pvs.delete(&pv_name, &DeleteParams::default()).await;
     operator.abort();
 }
 

@@ -267,10 +267,19 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         let value = obj
             .to_value()
             .map_err(|_| apply::Error::Malformed("a serialisable object"))?;
-        let (key, outcome) = ctx
+        let applied = ctx
             .applier
             .apply(&value, owner.as_ref().map(|o| (o, cluster_ns.as_str())))
-            .await?;
+            .await;
+        let (key, outcome) = match applied {
+            Ok(done) => done,
+            Err(e) => {
+                // Make the failure visible on the cluster, then retry with backoff.
+                let message = format!("cannot apply {}: {e}", obj.describe());
+                not_ready(cluster, api, ctx, "ApplyFailed", message).await?;
+                return Err(e.into());
+            }
+        };
         if outcome == apply::Outcome::Applied {
             tracing::debug!(cluster = %name, object = %key, "applied");
             written += 1;

@@ -75,6 +75,14 @@ impl ObjectKey {
     }
 }
 
+/// Kinds that are safe to delete and recreate when an immutable field must change: they only
+/// describe how new volumes are made, so existing volumes and pods are unaffected.
+pub const REPLACEABLE_KINDS: &[&str] = &["StorageClass", "CSIDriver"];
+
+fn is_immutable_rejection(s: &kube::core::Status) -> bool {
+    s.code == 422 && s.message.contains("field is immutable")
+}
+
 /// A kind that may be pruned, and whether it is namespaced.
 #[derive(Clone, Copy, Debug)]
 pub struct PruneKind {
@@ -178,10 +186,34 @@ impl Applier {
             }
         }
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        let written = api
-            .patch(&key.name, &params, &Patch::Apply(&desired))
-            .await
-            .map_err(|e| kube_err("apply", e))?;
+        let written = match api.patch(&key.name, &params, &Patch::Apply(&desired)).await {
+            Ok(written) => written,
+            Err(kube::Error::Api(s))
+                if is_immutable_rejection(&s) && REPLACEABLE_KINDS.contains(&key.kind.as_str()) =>
+            {
+                // Immutable fields of a template-like object changed: replace it. Never done
+                // for workloads, whose replacement would restart storage.
+                tracing::warn!(object = %key, "immutable fields changed; deleting and recreating");
+                api.delete(&key.name, &DeleteParams::background())
+                    .await
+                    .map_err(|e| kube_err("delete", e))?;
+                for _ in 0..100 {
+                    if api
+                        .get_metadata_opt(&key.name)
+                        .await
+                        .map_err(|e| kube_err("get", e))?
+                        .is_none()
+                    {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                api.patch(&key.name, &params, &Patch::Apply(&desired))
+                    .await
+                    .map_err(|e| kube_err("apply", e))?
+            }
+            Err(e) => return Err(kube_err("apply", e)),
+        };
         self.remember(key.clone(), Some((hash, live_marker(&written.metadata))));
         Ok((key, Outcome::Applied))
     }
