@@ -82,13 +82,7 @@ pub struct RunArgs {
     pub operator_image: String,
 }
 
-/// Arguments of `api-manager`.
-#[derive(Args, Debug)]
-pub struct ApiManagerArgs {
-    /// StorageOS API endpoint.
-    #[arg(long, default_value = "storageos")]
-    pub api_endpoint: String,
-}
+pub use crate::apimanager::flags::ApiManagerArgs;
 
 /// Arguments of `render`.
 #[derive(Args, Debug)]

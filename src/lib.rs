@@ -1,10 +1,12 @@
 //! storageos-operator: a Kubernetes operator for StorageOS that also carries the api-manager.
 //!
 //! The binary (`src/main.rs`) is a thin dispatcher over this library; every subcommand lives here.
+pub mod apimanager;
 pub mod app;
 pub mod cli;
 pub mod cluster;
 pub mod crd;
+pub mod duration;
 pub mod operator;
 pub mod render;
 pub mod runtime;

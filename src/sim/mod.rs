@@ -278,40 +278,10 @@ impl Drop for SimHandle {
 
 /// Parses `300s`, `5m`, `1h`, `1500ms`, `1m30s` or a bare number of seconds.
 pub fn parse_duration(value: &str) -> Result<Duration, Error> {
-    let invalid = |reason: &str| Error::InvalidDuration {
-        value: value.to_string(),
-        reason: reason.to_string(),
-    };
-    let s = value.trim();
-    if s.is_empty() {
-        return Err(invalid("it is empty"));
-    }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(invalid("expected a number"));
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| invalid("number too large"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            "" => return Err(invalid("a unit (ms, s, m, h) is missing")),
-            _ => return Err(invalid("unknown unit; use ms, s, m or h")),
-        };
-        total = total.saturating_add(part);
-    }
-    Ok(total)
+    crate::duration::parse(value).map_err(|e| Error::InvalidDuration {
+        value: e.value,
+        reason: e.reason,
+    })
 }
 
 /// Waits for Ctrl-C or, on Unix, SIGTERM (what `kill` and Kubernetes send).

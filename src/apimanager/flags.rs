@@ -1,0 +1,299 @@
+//! The flags of the Go api-manager v1.2.12, with the same names and defaults, so existing
+//! Deployments keep working (`-flag` is rewritten to `--flag` by `cli::normalize_go_flags`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use crate::duration::parse_flag as duration;
+
+/// Arguments of `storageos-operator api-manager`.
+#[derive(Args, Debug, Clone)]
+pub struct ApiManagerArgs {
+    /// StorageOS API endpoint (host, host:port or URL; port 5705 and http are the defaults).
+    #[arg(long, default_value = "storageos")]
+    pub api_endpoint: String,
+    /// Directory holding the `username` and `password` files of the StorageOS API credentials.
+    #[arg(long, default_value = "/etc/storageos/secrets/api")]
+    pub api_secret_path: PathBuf,
+    /// How often the API token is refreshed.
+    #[arg(long, default_value = "1m", value_parser = duration)]
+    pub api_refresh_interval: Duration,
+    /// How long to wait between attempts to connect to the StorageOS API at start-up.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub api_retry_interval: Duration,
+    /// Elect a leader so that only one replica runs the controllers (webhooks run on all).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    pub enable_leader_election: bool,
+    /// Sync Kubernetes node labels to StorageOS nodes.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
+    pub enable_node_label_sync: bool,
+    /// Sync PVC labels to StorageOS volumes.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
+    pub enable_pvc_label_sync: bool,
+    /// How often to check whether an object the shared volume controller created exists yet.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub k8s_create_poll_interval: Duration,
+    /// How long to wait for an object the shared volume controller created.
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    pub k8s_create_wait_duration: Duration,
+    /// Path to a kubeconfig; empty means in-cluster configuration or `$KUBECONFIG`.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the metrics endpoint.
+    #[arg(long, default_value = ":8080")]
+    pub metrics_addr: String,
+    /// Namespace the api-manager runs in; empty means auto-detect from the service account.
+    #[arg(long, default_value = "")]
+    pub namespace: String,
+    /// Delay before the namespace-delete garbage collection first runs (0s means 10s).
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    pub namespace_delete_gc_delay: Duration,
+    /// How often namespace-delete garbage collection runs (0s disables it).
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub namespace_delete_gc_interval: Duration,
+    /// Concurrent namespace-delete workers.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub namespace_delete_workers: u16,
+    /// Delay before the node-delete garbage collection first runs (0s means 10s).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub node_delete_gc_delay: Duration,
+    /// How often node-delete garbage collection runs (0s disables it).
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub node_delete_gc_interval: Duration,
+    /// Concurrent node-delete workers.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub node_delete_workers: u16,
+    /// How long the fencer caches a node's state.
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub node_expiry_interval: Duration,
+    /// How long the fencer waits before retrying a node.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub node_fencer_retry_interval: Duration,
+    /// How long one fencing attempt may take.
+    #[arg(long, default_value = "25s", value_parser = duration)]
+    pub node_fencer_timeout: Duration,
+    /// Concurrent fencer workers.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub node_fencer_workers: u16,
+    /// Delay before the node label resync first runs (0s means 10s).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub node_label_resync_delay: Duration,
+    /// How often all node labels are resynced (0s disables it).
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub node_label_resync_interval: Duration,
+    /// Concurrent node label sync workers.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub node_label_sync_workers: u16,
+    /// How often StorageOS node health is polled (at least 5s).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub node_poll_interval: Duration,
+    /// Delay before the PVC label resync first runs (0s means 10s).
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub pvc_label_resync_delay: Duration,
+    /// How often all PVC labels are resynced (0s disables it).
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub pvc_label_resync_interval: Duration,
+    /// Concurrent PVC label sync workers.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    pub pvc_label_sync_workers: u16,
+    /// Scheduler set on pods that use StorageOS volumes; empty disables the pod mutator.
+    #[arg(long, default_value = "storageos-scheduler")]
+    pub scheduler_name: String,
+    /// How often StorageOS volumes are polled by the shared volume controller.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub volume_poll_interval: Duration,
+    /// How often the webhook certificate is checked and re-issued if needed.
+    #[arg(long, default_value = "30m", value_parser = duration)]
+    pub webhook_cert_refresh_interval: Duration,
+    /// Validity of the webhook serving certificate (re-issued at half-life).
+    #[arg(long, default_value = "8760h", value_parser = duration)]
+    pub webhook_cert_validity: Duration,
+    /// Name of the MutatingWebhookConfiguration whose caBundle is managed.
+    #[arg(long, default_value = "storageos-mutating-webhook")]
+    pub webhook_config_mutating: String,
+    /// Path of the pod mutating webhook.
+    #[arg(long, default_value = "/mutate-pods")]
+    pub webhook_mutate_pods_path: String,
+    /// Path of the PVC mutating webhook.
+    #[arg(long, default_value = "/mutate-pvcs")]
+    pub webhook_mutate_pvcs_path: String,
+    /// Name of the Secret holding the webhook CA and serving certificate.
+    #[arg(long, default_value = "storageos-webhook")]
+    pub webhook_secret_name: String,
+    /// Namespace of the webhook Secret; empty means the api-manager's namespace.
+    #[arg(long, default_value = "")]
+    pub webhook_secret_namespace: String,
+    /// Name of the webhook Service (the certificate's DNS name).
+    #[arg(long, default_value = "storageos-webhook")]
+    pub webhook_service_name: String,
+    /// Namespace of the webhook Service; empty means the api-manager's namespace.
+    #[arg(long, default_value = "")]
+    pub webhook_service_namespace: String,
+    /// Address the webhook server listens on (the Go api-manager used port 9443).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub webhook_addr: String,
+    /// Accepted for compatibility; use --log-format instead.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    pub zap_devel: bool,
+    /// Accepted for compatibility; use --log-format instead.
+    #[arg(long, value_enum)]
+    pub zap_encoder: Option<ZapEncoder>,
+    /// Accepted for compatibility; use --log-level instead.
+    #[arg(long, value_parser = ["debug", "info", "error", "panic"])]
+    pub zap_log_level: Option<String>,
+    /// Accepted for compatibility; ignored.
+    #[arg(long, value_parser = ["info", "error", "panic"])]
+    pub zap_stacktrace_level: Option<String>,
+}
+
+/// zap's log encoders.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZapEncoder {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable.
+    Console,
+}
+
+/// A resync or garbage-collection loop: how long before its first run and how often after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loop {
+    /// Delay before the first run (a 0s flag means 10s, as in the Go api-manager).
+    pub delay: Duration,
+    /// Period between runs; `None` when the interval flag is 0s (the loop is off).
+    pub every: Option<Duration>,
+}
+
+impl Loop {
+    fn new(delay: Duration, interval: Duration) -> Self {
+        Self {
+            delay: if delay.is_zero() {
+                Duration::from_secs(10)
+            } else {
+                delay
+            },
+            every: (!interval.is_zero()).then_some(interval),
+        }
+    }
+}
+
+/// The floor of the fencer's poll interval.
+pub const MIN_NODE_POLL: Duration = Duration::from_secs(5);
+
+impl ApiManagerArgs {
+    /// Node-delete garbage collection.
+    pub fn node_delete_gc(&self) -> Loop {
+        Loop::new(self.node_delete_gc_delay, self.node_delete_gc_interval)
+    }
+    /// Namespace-delete garbage collection.
+    pub fn namespace_delete_gc(&self) -> Loop {
+        Loop::new(self.namespace_delete_gc_delay, self.namespace_delete_gc_interval)
+    }
+    /// Node label resync.
+    pub fn node_label_resync(&self) -> Loop {
+        Loop::new(self.node_label_resync_delay, self.node_label_resync_interval)
+    }
+    /// PVC label resync.
+    pub fn pvc_label_resync(&self) -> Loop {
+        Loop::new(self.pvc_label_resync_delay, self.pvc_label_resync_interval)
+    }
+    /// The fencer's poll interval, never below [`MIN_NODE_POLL`].
+    pub fn node_poll(&self) -> Duration {
+        self.node_poll_interval.max(MIN_NODE_POLL)
+    }
+    /// The scheduler the pod mutator sets, or None when it is disabled (empty flag).
+    pub fn scheduler(&self) -> Option<&str> {
+        let s = self.scheduler_name.trim();
+        (!s.is_empty()).then_some(s)
+    }
+    /// The metrics address with an empty host meaning all interfaces (`:8080` → `0.0.0.0:8080`).
+    pub fn metrics_socket_addr(&self) -> String {
+        match self.metrics_addr.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => self.metrics_addr.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command, normalize_go_flags};
+
+    fn parse(args: &str) -> Result<super::ApiManagerArgs, clap::Error> {
+        let argv = std::iter::once("storageos-operator".to_string())
+            .chain(std::iter::once("api-manager".to_string()))
+            .chain(args.split_whitespace().map(String::from));
+        match Cli::try_parse_from(normalize_go_flags(argv))?.command {
+            Command::ApiManager(a) => Ok(a),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_go_api_manager() {
+        let a = parse("").unwrap();
+        assert_eq!(a.api_endpoint, "storageos");
+        assert_eq!(a.api_secret_path.to_str(), Some("/etc/storageos/secrets/api"));
+        assert_eq!(a.api_refresh_interval.as_secs(), 60);
+        assert_eq!(a.api_retry_interval.as_secs(), 5);
+        assert!(!a.enable_leader_election);
+        assert!(a.enable_node_label_sync && a.enable_pvc_label_sync);
+        assert_eq!(a.metrics_addr, ":8080");
+        assert_eq!(a.metrics_socket_addr(), "0.0.0.0:8080");
+        assert_eq!(a.scheduler(), Some("storageos-scheduler"));
+        assert_eq!(a.webhook_cert_validity.as_secs(), 8760 * 3600);
+        assert_eq!(a.webhook_cert_refresh_interval.as_secs(), 1800);
+        assert_eq!(a.webhook_config_mutating, "storageos-mutating-webhook");
+        assert_eq!(
+            (a.webhook_mutate_pods_path.as_str(), a.webhook_mutate_pvcs_path.as_str()),
+            ("/mutate-pods", "/mutate-pvcs")
+        );
+        assert_eq!(
+            (a.webhook_secret_name.as_str(), a.webhook_service_name.as_str()),
+            ("storageos-webhook", "storageos-webhook")
+        );
+        assert_eq!((a.node_fencer_workers, a.node_fencer_timeout.as_secs()), (5, 25));
+        assert_eq!(a.k8s_create_wait_duration.as_secs(), 20);
+    }
+
+    #[test]
+    fn go_spellings_are_accepted() {
+        let a = parse("-api-endpoint=http://sos.kube-system.svc:5705 -enable-leader-election -enable-node-label-sync=false -scheduler-name= -webhook-cert-refresh-interval=30m0s -zap-encoder=json -metrics-addr 127.0.0.1:9090").unwrap();
+        assert_eq!(a.api_endpoint, "http://sos.kube-system.svc:5705");
+        assert!(a.enable_leader_election);
+        assert!(!a.enable_node_label_sync);
+        assert_eq!(a.scheduler(), None, "an empty scheduler name disables the mutator");
+        assert_eq!(a.webhook_cert_refresh_interval.as_secs(), 1800);
+        assert_eq!(a.metrics_socket_addr(), "127.0.0.1:9090");
+        let b = parse("--enable-leader-election=true --api-retry-interval 2s").unwrap();
+        assert!(b.enable_leader_election);
+        assert_eq!(b.api_retry_interval.as_secs(), 2);
+    }
+
+    #[test]
+    fn interval_rules_of_the_go_api_manager() {
+        let a = parse("-node-delete-gc-interval=0s -node-delete-gc-delay=0s -node-poll-interval=1s").unwrap();
+        assert_eq!(a.node_delete_gc().every, None, "0s disables the loop");
+        assert_eq!(a.node_delete_gc().delay.as_secs(), 10, "a 0s delay becomes 10s");
+        assert_eq!(a.node_poll().as_secs(), 5, "the fencer polls at most every 5s");
+        assert_eq!(a.pvc_label_resync().every.map(|d| d.as_secs()), Some(3600));
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_with_a_clear_message() {
+        let e = parse("-api-retry-interval=5minutes").unwrap_err().to_string();
+        assert!(e.contains("api-retry-interval") && e.contains("unknown unit"), "{e}");
+        let e = parse("-node-fencer-workers=0").unwrap_err().to_string();
+        assert!(e.contains("node-fencer-workers"), "{e}");
+        let e = parse("-enable-leader-election=maybe").unwrap_err().to_string();
+        assert!(e.contains("enable-leader-election"), "{e}");
+        let e = parse("-zap-encoder=xml").unwrap_err().to_string();
+        assert!(e.contains("zap-encoder"), "{e}");
+        assert!(parse("-no-such-flag").is_err());
+    }
+}

@@ -1,0 +1,4 @@
+//! The api-manager runtime (`storageos-operator api-manager`): webhooks and certificates on every
+//! replica, controllers on the leader.
+
+pub mod flags;
