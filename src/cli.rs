@@ -44,7 +44,7 @@ pub enum Command {
     /// clean-up controllers, and the pod and PVC mutating webhooks.
     ///
     /// Accepts the Go api-manager's flags with one or two leading dashes.
-    ApiManager(ApiManagerArgs),
+    ApiManager(Box<ApiManagerArgs>),
 
     /// Print every object the operator would apply for a StorageOSCluster, without a cluster.
     Render(RenderArgs),

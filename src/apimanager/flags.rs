@@ -229,7 +229,7 @@ mod tests {
             .chain(std::iter::once("api-manager".to_string()))
             .chain(args.split_whitespace().map(String::from));
         match Cli::try_parse_from(normalize_go_flags(argv))?.command {
-            Command::ApiManager(a) => Ok(a),
+            Command::ApiManager(a) => Ok(*a),
             other => panic!("unexpected {other:?}"),
         }
     }
