@@ -2,3 +2,4 @@
 //! replica, controllers on the leader.
 
 pub mod flags;
+pub mod webhook;
