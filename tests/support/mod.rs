@@ -182,3 +182,19 @@ pub async fn install_crds(client: &kube::Client) {
         .await;
     }
 }
+
+/// This machine's primary non-loopback IPv4 address. Endpoints may not point at loopback, so a
+/// test that serves something the apiserver reaches through a Service listens on this address.
+pub fn host_ip() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind a UDP socket");
+    // Connecting a UDP socket sends nothing; it only picks the outgoing interface.
+    socket
+        .connect("10.255.255.255:9")
+        .expect("a route to pick the outgoing interface");
+    let ip = socket.local_addr().expect("local address").ip();
+    assert!(
+        !ip.is_loopback() && !ip.is_unspecified(),
+        "no non-loopback IPv4 address on this machine"
+    );
+    ip
+}

@@ -1,0 +1,272 @@
+//! Webhook certificates: a CA and serving certificate kept in one Secret that every replica
+//! shares, re-issued once less than half their validity is left, and the CA injected into the
+//! MutatingWebhookConfiguration's `caBundle` (only that field, with our own field ownership).
+//!
+//! During a rotation the bundle holds the new and the previous CA, so replicas still serving the
+//! old certificate keep being trusted until they pick up the new one.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::runtime::pki::{self, ServingCert};
+
+/// Annotation on the Secret recording when the serving certificate expires.
+pub const NOT_AFTER_ANNOTATION: &str = "storageos.com/not-after";
+const CA_KEY: &str = "ca-cert.pem";
+const CERT_KEY: &str = "cert.pem";
+const KEY_KEY: &str = "key.pem";
+
+/// Why certificates could not be ensured.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing the Secret or the webhook configuration failed.
+    #[error("{what}: {source}; check the api-manager's RBAC for secrets and mutatingwebhookconfigurations")]
+    Kube {
+        what: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The MutatingWebhookConfiguration does not exist (the operator creates it).
+    #[error("MutatingWebhookConfiguration {0} does not exist; is the StorageOSCluster installed?")]
+    NoWebhookConfig(String),
+    /// Generating a certificate failed.
+    #[error(transparent)]
+    Pki(#[from] pki::Error),
+}
+
+/// Where the certificates live and what they are for.
+#[derive(Clone)]
+pub struct CertManager {
+    pub client: kube::Client,
+    pub secret_namespace: String,
+    pub secret_name: String,
+    pub service_namespace: String,
+    pub service_name: String,
+    pub webhook_config: String,
+    pub validity: chrono::Duration,
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Kube {
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// The certificate stored in `secret`, if complete and not yet due for re-issue at `now`.
+pub fn usable(secret: &Secret, validity: chrono::Duration, now: DateTime<Utc>) -> Option<ServingCert> {
+    let data = secret.data.as_ref()?;
+    let text = |k: &str| {
+        data.get(k)
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .filter(|s| !s.is_empty())
+    };
+    let not_after: DateTime<Utc> = secret
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(NOT_AFTER_ANNOTATION)
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())?
+        .with_timezone(&Utc);
+    // Re-issue once less than half the validity is left ("valid one year, re-issued after six months").
+    if not_after - now < validity / 2 {
+        return None;
+    }
+    Some(ServingCert {
+        ca_pem: text(CA_KEY)?,
+        cert_pem: text(CERT_KEY)?,
+        key_pem: text(KEY_KEY)?,
+        not_after,
+    })
+}
+
+/// The new `caBundle`: `ca` first, then the previous CA if it differs (at most two).
+pub fn bundle_with(previous: Option<&[u8]>, ca: &str) -> String {
+    const END: &str = "-----END CERTIFICATE-----";
+    let ca = ca.trim();
+    let previous = previous
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .unwrap_or_default()
+        .trim();
+    let first = previous
+        .find(END)
+        .map(|end| previous[..end + END.len()].trim())
+        .unwrap_or_default();
+    if first == ca {
+        // Already current: keep the bundle as it is.
+        return format!("{previous}\n");
+    }
+    if first.is_empty() {
+        format!("{ca}\n")
+    } else {
+        format!("{ca}\n{first}\n")
+    }
+}
+
+impl CertManager {
+    fn dns_names(&self) -> Vec<String> {
+        let (svc, ns) = (&self.service_name, &self.service_namespace);
+        vec![
+            format!("{svc}.{ns}.svc"),
+            format!("{svc}.{ns}.svc.cluster.local"),
+            format!("{svc}.{ns}"),
+            svc.clone(),
+        ]
+    }
+
+    fn secret_for(&self, cert: &ServingCert, resource_version: Option<String>) -> Secret {
+        let data: BTreeMap<String, ByteString> = [
+            (CA_KEY, cert.ca_pem.as_bytes()),
+            (CERT_KEY, cert.cert_pem.as_bytes()),
+            (KEY_KEY, cert.key_pem.as_bytes()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+        .collect();
+        let mut s: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": self.secret_name,
+                "namespace": self.secret_namespace,
+                "labels": {"app.kubernetes.io/component": "storageos-api-manager", "app.kubernetes.io/part-of": "storageos"},
+                "annotations": {NOT_AFTER_ANNOTATION: cert.not_after.to_rfc3339()}
+            },
+            "type": "Opaque"
+        }))
+        .unwrap_or_default();
+        s.metadata.resource_version = resource_version;
+        s.data = Some(data);
+        s
+    }
+
+    /// Returns the shared certificate, issuing (or re-issuing) it when needed. Replicas racing
+    /// to write it converge on the one that wins (optimistic concurrency on the Secret).
+    pub async fn ensure(&self) -> Result<ServingCert, Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.secret_namespace);
+        let what = format!("Secret {}/{}", self.secret_namespace, self.secret_name);
+        for _ in 0..3 {
+            let existing = api.get_opt(&self.secret_name).await.map_err(kube_err(&what))?;
+            if let Some(cert) = existing.as_ref().and_then(|s| usable(s, self.validity, Utc::now())) {
+                return Ok(cert);
+            }
+            let dns = self.dns_names();
+            let cert = pki::issue_serving_cert(&dns[0], &dns, self.validity)?;
+            let written = match existing {
+                None => api.create(&PostParams::default(), &self.secret_for(&cert, None)).await,
+                Some(old) => {
+                    let rv = old.metadata.resource_version.clone();
+                    api.replace(&self.secret_name, &PostParams::default(), &self.secret_for(&cert, rv))
+                        .await
+                }
+            };
+            match written {
+                Ok(_) => {
+                    tracing::info!(secret = %what, not_after = %cert.not_after, "issued webhook certificate");
+                    return Ok(cert);
+                }
+                // Another replica wrote first: use theirs.
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(kube_err(&what)(e)),
+            }
+        }
+        let existing = api.get(&self.secret_name).await.map_err(kube_err(&what))?;
+        usable(&existing, self.validity, Utc::now()).ok_or_else(|| Error::NoWebhookConfig(self.webhook_config.clone()))
+    }
+
+    /// Puts `ca` into the caBundle of every webhook of the configuration, keeping the previous CA.
+    /// Writes nothing when every webhook already starts with it.
+    pub async fn inject_ca(&self, ca_pem: &str) -> Result<(), Error> {
+        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let what = format!("MutatingWebhookConfiguration {}", self.webhook_config);
+        let config = api
+            .get_opt(&self.webhook_config)
+            .await
+            .map_err(kube_err(&what))?
+            .ok_or_else(|| Error::NoWebhookConfig(self.webhook_config.clone()))?;
+        let webhooks = config.webhooks.unwrap_or_default();
+        let mut ops = Vec::new();
+        for (i, hook) in webhooks.iter().enumerate() {
+            let previous = hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice());
+            let bundle = bundle_with(previous, ca_pem);
+            if previous != Some(bundle.as_bytes()) {
+                let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bundle.as_bytes());
+                ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": b64}));
+            }
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        // Guard against the list changing under us between the read and the write.
+        let mut guarded =
+            vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": config.metadata.resource_version})];
+        guarded.extend(ops);
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(guarded))
+            .map_err(|e| kube_err(&what)(kube::Error::SerdeError(e)))?;
+        api.patch(&self.webhook_config, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map_err(kube_err(&what))?;
+        tracing::info!(config = %self.webhook_config, "injected the webhook CA into caBundle");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn secret_with(not_after: DateTime<Utc>) -> Secret {
+        let cert = ServingCert {
+            ca_pem: "CA".into(),
+            cert_pem: "CERT".into(),
+            key_pem: "KEY".into(),
+            not_after,
+        };
+        let m = CertManager {
+            client: kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap(),
+            secret_namespace: "ns".into(),
+            secret_name: "storageos-webhook".into(),
+            service_namespace: "ns".into(),
+            service_name: "storageos-webhook".into(),
+            webhook_config: "storageos-mutating-webhook".into(),
+            validity: chrono::Duration::days(365),
+        };
+        m.secret_for(&cert, None)
+    }
+
+    #[tokio::test]
+    async fn a_certificate_is_reused_until_half_its_validity_is_left() {
+        let now = Utc::now();
+        let year = chrono::Duration::days(365);
+        assert!(usable(&secret_with(now + chrono::Duration::days(300)), year, now).is_some());
+        assert!(
+            usable(&secret_with(now + chrono::Duration::days(100)), year, now).is_none(),
+            "within the re-issue window"
+        );
+        let mut incomplete = secret_with(now + year);
+        incomplete.data.as_mut().unwrap().remove(KEY_KEY);
+        assert!(usable(&incomplete, year, now).is_none());
+        let mut unannotated = secret_with(now + year);
+        unannotated.metadata.annotations = None;
+        assert!(usable(&unannotated, year, now).is_none());
+    }
+
+    #[test]
+    fn bundle_keeps_the_previous_ca_once() {
+        let a = "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----";
+        let b = "-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----";
+        assert_eq!(bundle_with(None, a), format!("{a}\n"));
+        let ab = bundle_with(Some(bundle_with(None, a).as_bytes()), b);
+        assert_eq!(ab, format!("{b}\n{a}\n"));
+        // Rotating again drops the oldest; re-injecting the same CA changes nothing.
+        let c = "-----BEGIN CERTIFICATE-----\nC\n-----END CERTIFICATE-----";
+        assert_eq!(bundle_with(Some(ab.as_bytes()), c), format!("{c}\n{b}\n"));
+        assert_eq!(bundle_with(Some(ab.as_bytes()), b), ab);
+    }
+}
