@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use crate::cli::{Cli, Command, CrdsArgs};
-use crate::{crd, operator, render, sim};
+use crate::{apimanager, crd, operator, render, sim};
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,15 +21,15 @@ pub enum Error {
     /// `render` failed.
     #[error(transparent)]
     Render(#[from] render::Error),
+    /// `api-manager` failed.
+    #[error(transparent)]
+    ApiManager(#[from] apimanager::run::Error),
     /// `run` failed.
     #[error(transparent)]
     Operator(#[from] operator::Error),
     /// `simulate` failed.
     #[error(transparent)]
     Simulate(#[from] sim::Error),
-    /// The subcommand is not part of this build yet.
-    #[error("`{0}` is not implemented in this build yet")]
-    NotImplemented(&'static str),
 }
 
 /// Runs the chosen subcommand to completion.
@@ -37,7 +37,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Crds(args) => crds(&args),
         Command::Run(args) => Ok(operator::run(args).await?),
-        Command::ApiManager(_) => Err(Error::NotImplemented("api-manager")),
+        Command::ApiManager(args) => Ok(apimanager::run(*args).await?),
         Command::Render(args) => Ok(render::run(&args)?),
         Command::Simulate(args) => Ok(sim::run(args).await?),
     }

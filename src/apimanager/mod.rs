@@ -3,4 +3,7 @@
 
 pub mod certs;
 pub mod flags;
+pub mod run;
 pub mod webhook;
+
+pub use run::run;

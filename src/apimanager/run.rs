@@ -1,0 +1,260 @@
+//! `storageos-operator api-manager`: the process.
+//!
+//! Start-up blocks until a StorageOS login succeeds (retrying every `-api-retry-interval`, never
+//! crash-looping), then every replica ensures the shared webhook certificate, injects the CA and
+//! serves the webhooks; the token is refreshed on `-api-refresh-interval`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+use super::certs::{self, CertManager};
+use super::flags::ApiManagerArgs;
+use super::webhook::{self, KubeLookups, WebhookMetrics, WebhookState};
+use crate::operator::shutdown_signal;
+use crate::runtime::health::Health;
+use crate::runtime::https::{self, CertSlot};
+use crate::storageos::{self, ApiMetrics};
+
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Why the api-manager stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No usable Kubernetes configuration.
+    #[error("cannot connect to Kubernetes: {0}; set -kubeconfig or run in a pod")]
+    Kube(String),
+    /// A listen address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The webhook server could not start.
+    #[error(transparent)]
+    Tls(#[from] https::Error),
+}
+
+/// The namespace to run in: the flag, else the service account's, else `POD_NAMESPACE`, else default.
+pub fn resolve_namespace(flag: &str, service_account_file: &Path) -> String {
+    if !flag.is_empty() {
+        return flag.to_string();
+    }
+    std::fs::read_to_string(service_account_file)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Reads the `username` and `password` files (whitespace trimmed).
+pub fn read_credentials(dir: &Path) -> Result<(String, String), String> {
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .map(|s| s.trim().to_string())
+            .map_err(|e| format!("cannot read {}: {e}", dir.join(name).display()))
+    };
+    Ok((read("username")?, read("password")?))
+}
+
+async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Kube(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| Error::Kube(e.to_string()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| Error::Kube(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+}
+
+/// Logs in to StorageOS, retrying every `-api-retry-interval` until it works.
+async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics) -> storageos::Client {
+    loop {
+        let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
+            storageos::Client::with_shared_metrics(
+                storageos::Config::new(&args.api_endpoint, user, pass),
+                metrics.clone(),
+            )
+            .map_err(|e| e.to_string())
+        });
+        match attempt {
+            Ok(client) => match client.login().await {
+                Ok(_) => {
+                    tracing::info!(endpoint = %args.api_endpoint, "connected to the StorageOS API");
+                    return client;
+                }
+                Err(e) => {
+                    tracing::warn!(endpoint = %args.api_endpoint, error = %e, retry_in = ?args.api_retry_interval,
+                    "cannot log in to the StorageOS API; retrying")
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?args.api_retry_interval, "cannot set up the StorageOS API client; retrying")
+            }
+        }
+        tokio::time::sleep(args.api_retry_interval).await;
+    }
+}
+
+/// Ensures the certificate and the caBundle, retrying until both work (the webhook configuration
+/// may not exist yet while the cluster is being installed).
+async fn ensure_certs(manager: &CertManager, retry: Duration) -> crate::runtime::pki::ServingCert {
+    loop {
+        match manager.ensure().await {
+            Ok(cert) => match manager.inject_ca(&cert.ca_pem).await {
+                Ok(()) => return cert,
+                Err(e) => tracing::warn!(error = %e, "cannot inject the webhook CA; retrying"),
+            },
+            Err(e) => tracing::warn!(error = %e, "cannot ensure the webhook certificate; retrying"),
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
+
+/// Runs the api-manager until SIGTERM/SIGINT.
+pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
+    let client = kube_client(&args).await?;
+    let namespace = resolve_namespace(&args.namespace, Path::new(SERVICE_ACCOUNT_NAMESPACE));
+    let mut registry = Registry::default();
+    let api_metrics = ApiMetrics::register(&mut registry);
+    let webhook_metrics = WebhookMetrics::register(&mut registry);
+    let health = Health::new(registry);
+
+    let metrics_addr = args.metrics_socket_addr();
+    let listener = tokio::net::TcpListener::bind(&metrics_addr)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: metrics_addr.clone(),
+            source,
+        })?;
+    let router = health.router();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+
+    // 1. No leader election, no webhooks, until the StorageOS API answers.
+    let api = tokio::select! {
+        api = connect(&args, &api_metrics) => api,
+        () = shutdown_signal() => return Ok(()),
+    };
+
+    // 2. Certificates shared by every replica, then the webhook server.
+    let or_ns = |s: &str| if s.is_empty() { namespace.clone() } else { s.to_string() };
+    let manager = CertManager {
+        client: client.clone(),
+        secret_namespace: or_ns(&args.webhook_secret_namespace),
+        secret_name: args.webhook_secret_name.clone(),
+        service_namespace: or_ns(&args.webhook_service_namespace),
+        service_name: args.webhook_service_name.clone(),
+        webhook_config: args.webhook_config_mutating.clone(),
+        validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
+    };
+    let cert = tokio::select! {
+        cert = ensure_certs(&manager, args.api_retry_interval) => cert,
+        () = shutdown_signal() => return Ok(()),
+    };
+    let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
+    let state = WebhookState {
+        lookups: KubeLookups(client.clone()),
+        scheduler: args.scheduler().map(str::to_string),
+        metrics: webhook_metrics,
+    };
+    let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
+    let webhook_listener = tokio::net::TcpListener::bind(&args.webhook_addr)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: args.webhook_addr.clone(),
+            source,
+        })?;
+    let server_slot = slot.clone();
+    tokio::spawn(async move {
+        if let Err(e) = https::serve(webhook_listener, server_slot, router, std::future::pending()).await {
+            tracing::error!(error = %e, "webhook server stopped");
+        }
+    });
+    health.set_ready(true);
+    tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
+
+    // 3. Keep the certificate and the token fresh until told to stop.
+    let mut cert_tick = tokio::time::interval(args.webhook_cert_refresh_interval.max(Duration::from_secs(1)));
+    let mut token_tick = tokio::time::interval(args.api_refresh_interval.max(Duration::from_secs(1)));
+    cert_tick.tick().await;
+    token_tick.tick().await;
+    let mut current = cert;
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            _ = cert_tick.tick() => match refresh_cert(&manager, &slot, &current).await {
+                Ok(Some(new)) => current = new,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
+            },
+            _ = token_tick.tick() => {
+                if let Err(e) = api.refresh().await {
+                    tracing::warn!(error = %e, "token refresh failed; logging in again");
+                    if let Err(e) = api.login().await {
+                        tracing::warn!(error = %e, "StorageOS login failed; will retry");
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!("api-manager stopped");
+    Ok(())
+}
+
+async fn refresh_cert(
+    manager: &CertManager,
+    slot: &CertSlot,
+    current: &crate::runtime::pki::ServingCert,
+) -> Result<Option<crate::runtime::pki::ServingCert>, certs::Error> {
+    let cert = manager.ensure().await?;
+    manager.inject_ca(&cert.ca_pem).await?;
+    if cert.cert_pem == current.cert_pem {
+        return Ok(None);
+    }
+    if let Err(e) = slot.replace(&cert.cert_pem, &cert.key_pem) {
+        tracing::error!(error = %e, "cannot load the re-issued certificate; keeping the old one");
+        return Ok(None);
+    }
+    tracing::info!(not_after = %cert.not_after, "serving the re-issued webhook certificate");
+    Ok(Some(cert))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_comes_from_the_flag_then_the_service_account() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("namespace");
+        assert_eq!(resolve_namespace("storageos", &file), "storageos");
+        std::fs::write(&file, "kube-system\n").unwrap();
+        assert_eq!(resolve_namespace("", &file), "kube-system");
+    }
+
+    #[test]
+    fn credentials_are_read_trimmed_and_missing_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = read_credentials(dir.path()).unwrap_err();
+        assert!(err.contains("username"), "{err}");
+        std::fs::write(dir.path().join("username"), "storageos\n").unwrap();
+        std::fs::write(dir.path().join("password"), " secret ").unwrap();
+        assert_eq!(
+            read_credentials(dir.path()).unwrap(),
+            ("storageos".into(), "secret".into())
+        );
+    }
+}
