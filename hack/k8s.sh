@@ -126,10 +126,31 @@ build_kwok() {
   rm -rf "$KWOK_BIN" && mv "$KWOK_BIN.tmp" "$KWOK_BIN"
 }
 
+# Pod logs: kwok serves the kubelet API (`kubectl logs`) from files named by its `Logs`
+# (per pod) and `ClusterLogs` (by namespace/name) resources. They are enabled as CRDs, so a test
+# can point a pod it created at a log file it writes. The CRDs come from kwok's module source.
+# Cached apart from the binary: an older cache gains the file without rebuilding kwok.
+kwok_log_crds() {
+  [[ -s $KWOK_BIN/log-crds.yaml ]] && return 0
+  local mod
+  mod=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION
+  [[ -d $mod ]] || (go_env && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION") \
+    || die "cannot download the kwok $KWOK_VERSION module source for its CRDs"
+  local f out=$KWOK_BIN/log-crds.yaml.tmp
+  : >"$out"
+  for f in kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml; do
+    [[ -f $mod/kustomize/crd/bases/$f ]] || die "kwok CRD $f not found in $mod/kustomize/crd/bases"
+    printf -- '---\n' >>"$out"
+    cat "$mod/kustomize/crd/bases/$f" >>"$out"
+  done
+  mv "$out" "$KWOK_BIN/log-crds.yaml"
+}
+
 cmd_build() {
   command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
   build_etcd
   build_kwok
+  kwok_log_crds
   build_k8s
   log "binaries ready in $CACHE/bin"
 }
@@ -276,6 +297,7 @@ cmd_up() {
     --enable-admission-plugins NamespaceLifecycle,ServiceAccount,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota \
     --allow-privileged=true \
     --enable-aggregator-routing=true \
+    --kubelet-preferred-address-types InternalIP \
     --profiling=false --v=1
   wait_for kube-apiserver 90 kc get --raw /readyz || fail_up kube-apiserver
 
@@ -292,8 +314,13 @@ cmd_up() {
     --authentication-kubeconfig "$KUBECONFIG_OUT" --authorization-kubeconfig "$KUBECONFIG_OUT" \
     --bind-address 127.0.0.1 --secure-port $((K8S_PORT + 2)) \
     --leader-elect=false --profiling=false --v=1
+  # kwok watches its log CRDs from the start, so they must be served first.
+  kc apply --server-side -f "$KWOK_BIN/log-crds.yaml" >/dev/null || fail_up kube-apiserver
+  wait_for kwok-crds 30 kc wait --for condition=Established --timeout 1s \
+    crd/logs.kwok.x-k8s.io crd/clusterlogs.kwok.x-k8s.io || fail_up kube-apiserver
   start kwok "$KWOK_BIN/kwok" \
     --kubeconfig "$KUBECONFIG_OUT" --config "$KWOK_BIN/stages.yaml" \
+    --enable-crds Logs,ClusterLogs \
     --node-lease-duration-seconds 40 \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod cluster;
 pub mod crd;
 pub mod duration;
+pub mod job;
 pub mod operator;
 pub mod render;
 pub mod runtime;

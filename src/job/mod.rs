@@ -1,0 +1,304 @@
+//! The Job controller (`jobs.storageos.com`): runs a task once on every selected node through a
+//! DaemonSet owned by the Job, and marks the Job completed when every pod has printed the
+//! completion word.
+//!
+//! Watches the Jobs, their DaemonSets (metadata) and their pods (metadata, by the Job label).
+//! Logs produce no watch events, so an unfinished Job is also polled every few seconds; logs are
+//! read incrementally ([`logs`]) and not at all once the Job completed.
+
+pub mod daemonset;
+pub mod logs;
+pub mod reconcile;
+pub mod status;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::cluster::context::backoff_delay;
+use crate::crd::Job;
+use crate::runtime::apply::{self, Applier};
+use crate::runtime::metrics::{ReconcileMetrics, ReconcileResult};
+use daemonset::JOB_LABEL;
+use logs::LogCursor;
+
+/// The controller name used in metrics and logs.
+pub const CONTROLLER: &str = "storageos-job";
+/// How often an unfinished Job's logs are checked: logs produce no watch events.
+pub const POLL: Duration = Duration::from_secs(3);
+
+/// Why a Job reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing the Job, its DaemonSet or pods failed; retried with backoff.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Applying the DaemonSet failed; retried with backoff.
+    #[error(transparent)]
+    Apply(#[from] apply::Error),
+    /// `spec.labelSelector` is not a list of `key=value` pairs; waits for the user to fix it.
+    #[error(
+        "spec.labelSelector {0:?} is not a comma-separated list of key=value labels; set it to e.g. \"daemonset-job=true\" or remove it"
+    )]
+    InvalidLabelSelector(String),
+}
+
+/// (namespace, name) of a Job.
+pub type JobKey = (String, String);
+
+/// Shared state of the Job controller.
+pub struct Context {
+    pub client: Client,
+    pub applier: Applier,
+    pub recorder: Recorder,
+    pub metrics: ReconcileMetrics,
+    /// Only Jobs in this namespace (all namespaces when None).
+    namespace: Option<String>,
+    /// Consecutive failures per Job, for exponential backoff.
+    failures: Mutex<HashMap<JobKey, u32>>,
+    /// How far each pod's log has been read, per Job, by pod UID.
+    cursors: Mutex<HashMap<JobKey, HashMap<String, LogCursor>>>,
+    /// UIDs of Jobs this process marked completed, so a stale cache never re-reads their logs
+    /// or repeats the event.
+    completed: Mutex<HashSet<String>>,
+    /// The controller's Job cache, to forget state of deleted Jobs.
+    store: OnceLock<Store<Job>>,
+}
+
+impl Context {
+    /// A context for Jobs in every namespace.
+    pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
+        let reporter = Reporter {
+            controller: "storageos-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            applier: Applier::new(client.clone()),
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            namespace: None,
+            failures: Mutex::new(HashMap::new()),
+            cursors: Mutex::new(HashMap::new()),
+            completed: Mutex::new(HashSet::new()),
+            store: OnceLock::new(),
+        }
+    }
+
+    /// Restricts the controller to Jobs (and their DaemonSets and pods) in `namespace`.
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// Publishes an event on `job`; failures are logged, never fatal.
+    pub async fn event(&self, job: &Job, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &job.object_ref(&())).await {
+            tracing::warn!(job = %job.name_any(), error = %e, "cannot publish event");
+        }
+    }
+
+    fn backoff(&self, key: JobKey) -> Duration {
+        let n = match self.failures.lock() {
+            Ok(mut f) => {
+                let n = f.entry(key).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        backoff_delay(n)
+    }
+
+    fn reset_backoff(&self, key: &JobKey) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+
+    /// The log cursors of `key`'s pods (taken out; put them back with [`Self::put_cursors`]).
+    fn take_cursors(&self, key: &JobKey) -> HashMap<String, LogCursor> {
+        self.cursors
+            .lock()
+            .ok()
+            .and_then(|mut c| c.remove(key))
+            .unwrap_or_default()
+    }
+
+    fn put_cursors(&self, key: JobKey, cursors: HashMap<String, LogCursor>) {
+        if let Ok(mut c) = self.cursors.lock() {
+            c.insert(key, cursors);
+        }
+    }
+
+    fn is_marked_completed(&self, uid: &str) -> bool {
+        self.completed.lock().is_ok_and(|c| c.contains(uid))
+    }
+
+    fn mark_completed(&self, key: &JobKey, uid: String) {
+        if let Ok(mut c) = self.completed.lock() {
+            c.insert(uid);
+        }
+        if let Ok(mut c) = self.cursors.lock() {
+            c.remove(key);
+        }
+    }
+
+    /// Forgets cursors, backoff and completion marks of Jobs that no longer exist.
+    fn forget_deleted(&self) {
+        let Some(store) = self.store.get() else { return };
+        let jobs = store.state();
+        let keys: HashSet<JobKey> = jobs
+            .iter()
+            .map(|j| (j.namespace().unwrap_or_default(), j.name_any()))
+            .collect();
+        let uids: HashSet<String> = jobs.iter().filter_map(|j| j.uid()).collect();
+        if let Ok(mut c) = self.cursors.lock() {
+            c.retain(|k, _| keys.contains(k));
+        }
+        if let Ok(mut f) = self.failures.lock() {
+            f.retain(|k, _| keys.contains(k));
+        }
+        if let Ok(mut c) = self.completed.lock() {
+            c.retain(|u| uids.contains(u));
+        }
+    }
+}
+
+/// The Job owning a DaemonSet, from its controller owner reference.
+fn job_of_daemonset(ds: PartialObjectMeta<DaemonSet>) -> Option<ObjectRef<Job>> {
+    let ns = ds.namespace()?;
+    let owner = ds
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "Job" && o.api_version == "storageos.com/v1")?;
+    Some(ObjectRef::new(&owner.name).within(&ns))
+}
+
+/// The Job of a task pod: its DaemonSet is named after the Job.
+fn job_of_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<Job>> {
+    let ns = pod.namespace()?;
+    let owner = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")?;
+    let job = daemonset::job_of_daemonset(&owner.name)?;
+    Some(ObjectRef::new(job).within(&ns))
+}
+
+async fn reconcile_timed(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let key = (job.namespace().unwrap_or_default(), job.name_any());
+    let result = reconcile::reconcile(job, ctx.clone()).await;
+    let outcome = match &result {
+        Ok(_) => {
+            ctx.reset_backoff(&key);
+            ReconcileResult::Success
+        }
+        Err(_) => ReconcileResult::Error,
+    };
+    ctx.metrics
+        .observe(CONTROLLER, outcome, started.elapsed().as_secs_f64());
+    result
+}
+
+fn error_policy(job: Arc<Job>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = (job.namespace().unwrap_or_default(), job.name_any());
+    let delay = ctx.backoff(key);
+    tracing::warn!(job = %job.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs the Job controller until `shutdown` resolves.
+///
+/// Wire it into the operator with
+/// `job::run(Arc::new(job::Context::new(client, metrics)), shutdown)`.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let controller = Controller::new(ctx.api::<Job>(), watcher::Config::default());
+    let _ = ctx.store.set(controller.store());
+    let labelled = watcher::Config::default().labels(JOB_LABEL);
+    let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())
+        .default_backoff()
+        .touched_objects();
+    controller
+        .watches_stream(
+            watcher(ctx.api::<PartialObjectMeta<DaemonSet>>(), labelled)
+                .default_backoff()
+                .touched_objects(),
+            job_of_daemonset,
+        )
+        .watches_stream(pods, job_of_pod)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_timed, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "job controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta<K: Resource<DynamicType = ()>>(v: serde_json::Value) -> PartialObjectMeta<K> {
+        let meta: kube::core::ObjectMeta = serde_json::from_value(v).unwrap();
+        PartialObjectMeta {
+            types: None,
+            metadata: meta,
+            _phantom: std::marker::PhantomData,
+        }
+    }
+
+    #[test]
+    fn daemonsets_and_pods_map_back_to_their_job() {
+        let ds = meta::<DaemonSet>(json!({"name": "c-daemonset-job", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "storageos.com/v1", "kind": "Job", "name": "c",
+                                 "uid": "u", "controller": true}]}));
+        assert_eq!(job_of_daemonset(ds), Some(ObjectRef::new("c").within("ns")));
+        let foreign = meta::<DaemonSet>(json!({"name": "x", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "c", "uid": "u", "controller": true}]}));
+        assert_eq!(job_of_daemonset(foreign), None);
+
+        let pod = meta::<Pod>(json!({"name": "c-daemonset-job-abcde", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "c-daemonset-job",
+                                 "uid": "u", "controller": true}]}));
+        assert_eq!(job_of_pod(pod), Some(ObjectRef::new("c").within("ns")));
+        let orphan = meta::<Pod>(json!({"name": "p", "namespace": "ns"}));
+        assert_eq!(job_of_pod(orphan), None);
+    }
+}

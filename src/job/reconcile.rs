@@ -1,0 +1,240 @@
+//! One reconcile of a Job: observe (DaemonSet, pods, new log lines) → build the DaemonSet →
+//! apply → status.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::daemonset::{self, JOB_LABEL};
+use super::logs::{self, LogCursor};
+use super::status::{self, PodView};
+use super::{Context, Error, JobKey, POLL};
+use crate::crd::{Job, JobStatus};
+use crate::runtime::conditions;
+
+/// Reason and note of the event sent once when a Job completes (the Go operator's).
+pub const COMPLETED_REASON: &str = "JobCompleted";
+pub const COMPLETED_NOTE: &str = "Job Completed. Safe to delete.";
+/// Logs read at the same time, so a Job on many nodes is checked quickly but gently.
+const PARALLEL_LOG_READS: usize = 8;
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Reconciles one Job.
+pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.forget_deleted();
+    if job.meta().deletion_timestamp.is_some() {
+        // The garbage collector removes the DaemonSet and its pods.
+        return Ok(Action::await_change());
+    }
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let key: JobKey = (ns.clone(), name.clone());
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+
+    let desired = match daemonset::build(&job) {
+        Ok(ds) => ds,
+        Err(e @ Error::InvalidLabelSelector(_)) => {
+            not_ready(&job, &jobs, &ctx, "InvalidSpec", e.to_string()).await?;
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e),
+    };
+
+    // Observe the DaemonSet before applying: a foreign one must not be taken over.
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let ds_name = daemonset::daemonset_name(&name);
+    let live = daemonsets.get_opt(&ds_name).await?;
+    if let Some(live) = &live {
+        let ours = live
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == job.meta().uid.as_ref());
+        if !ours {
+            let msg = format!(
+                "DaemonSet {ns}/{ds_name} exists and is not controlled by this Job; delete it or give the Job another name"
+            );
+            not_ready(&job, &jobs, &ctx, "DaemonSetConflict", msg).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+        if !daemonset::has_own_selector(live, &name) {
+            // Made with the shared selector of the Go operator; selectors are immutable.
+            tracing::info!(job = %name, daemonset = %ds_name, "replacing a DaemonSet with the old shared selector");
+            match daemonsets.delete(&ds_name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+    }
+
+    let value = serde_json::to_value(&desired).map_err(|_| crate::runtime::apply::Error::Malformed("a DaemonSet"))?;
+    let owner = job.controller_owner_ref(&());
+    if let Err(e) = ctx
+        .applier
+        .apply(&value, owner.as_ref().map(|o| (o, ns.as_str())))
+        .await
+    {
+        not_ready(&job, &jobs, &ctx, "ApplyFailed", format!("cannot apply {ds_name}: {e}")).await?;
+        return Err(e.into());
+    }
+
+    let uid = job.meta().uid.clone().unwrap_or_default();
+    if job.status.as_ref().and_then(|s| s.completed) == Some(true) || ctx.is_marked_completed(&uid) {
+        // Done: logs are never read again.
+        ctx.mark_completed(&key, uid);
+        return Ok(Action::await_change());
+    }
+
+    // The DaemonSet's count is only meaningful once its controller saw the current spec.
+    let desired_pods = live.as_ref().and_then(|ds| {
+        let status = ds.status.as_ref()?;
+        let current = status.observed_generation.unwrap_or(0) >= ds.meta().generation.unwrap_or(0);
+        current.then_some(status.desired_number_scheduled)
+    });
+    let selector = format!("{JOB_LABEL}={}", daemonset::job_label_value(&name));
+    let pods: Vec<Pod> = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .collect();
+    let (views, log_error) = read_logs(&ctx, &key, &ns, &job.spec.completion_word, &pods).await;
+
+    let previous = job.status.clone().unwrap_or_default();
+    let now = now();
+    let mut next = status::compute(&status::Observation {
+        desired: desired_pods,
+        pods: &views,
+        previous: Some(&previous),
+        generation: job.meta().generation,
+        now: &now,
+    });
+    if let (Some(err), Some(conds)) = (log_error, next.conditions.as_mut())
+        && next.completed != Some(true)
+    {
+        let msg = conds
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .map(|c| format!("{}; {err}", c.message))
+            .unwrap_or(err);
+        conditions::set(conds, "Progressing", true, "Running", msg, job.meta().generation, &now);
+    }
+    write_status(&jobs, &job, &previous, &next).await?;
+    if next.completed == Some(true) {
+        tracing::info!(job = %name, namespace = %ns, nodes = next.nodes_total.unwrap_or(0), "job completed");
+        ctx.mark_completed(&key, uid);
+        ctx.event(&job, false, COMPLETED_REASON, COMPLETED_NOTE.into()).await;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(POLL))
+}
+
+/// Reads the new log lines of every scheduled, started pod that has not printed the word yet.
+/// Returns a view of each pod and the first read error, if any (shown in the status: a log
+/// that cannot be read keeps the Job from completing).
+async fn read_logs(ctx: &Context, key: &JobKey, ns: &str, word: &str, pods: &[Pod]) -> (Vec<PodView>, Option<String>) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let mut cursors = ctx.take_cursors(key);
+    // Pods that are gone take their cursors with them.
+    cursors.retain(|uid, _| pods.iter().any(|p| p.uid().as_deref() == Some(uid.as_str())));
+
+    let mut reads = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let uid = pod.uid().unwrap_or_default();
+        let mut cursor = cursors.get(&uid).cloned().unwrap_or_default();
+        let name = pod.name_any();
+        let scheduled = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p != "Pending");
+        let api = api.clone();
+        let word = word.to_string();
+        reads.push(async move {
+            let mut error = None;
+            if scheduled
+                && started
+                && !cursor.finished
+                && let Err(e) = logs::read_new(&api, &name, &word, &mut cursor).await
+            {
+                tracing::debug!(pod = %name, error = %e, "cannot read task log");
+                error = Some(format!("cannot read the log of pod {name}: {e}"));
+            }
+            (uid, scheduled, cursor, error)
+        });
+    }
+    let results: Vec<(String, bool, LogCursor, Option<String>)> =
+        stream::iter(reads).buffered(PARALLEL_LOG_READS).collect().await;
+
+    let mut views = Vec::with_capacity(results.len());
+    let mut first_error = None;
+    let mut next: HashMap<String, LogCursor> = HashMap::new();
+    for (uid, scheduled, cursor, error) in results {
+        views.push(PodView {
+            scheduled,
+            finished: cursor.finished,
+        });
+        if first_error.is_none() {
+            first_error = error;
+        }
+        next.insert(uid, cursor);
+    }
+    ctx.put_cursors(key.clone(), next);
+    (views, first_error)
+}
+
+/// Writes `status` when it differs from what the Job shows. Never touches the spec.
+async fn write_status(api: &Api<Job>, job: &Job, previous: &JobStatus, status: &JobStatus) -> Result<(), Error> {
+    if status == previous {
+        return Ok(());
+    }
+    let patch = json!({"status": status});
+    api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Sets Ready=False with `reason`, sends a Warning event the first time, writes status.
+async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: &str, message: String) -> Result<(), Error> {
+    let previous = job.status.clone().unwrap_or_default();
+    let already = previous
+        .conditions
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+    if !already {
+        ctx.event(job, true, reason, message.clone()).await;
+    }
+    let mut status = previous.clone();
+    if status.completed.is_none() {
+        status.completed = Some(false);
+    }
+    let mut conds = status.conditions.take().unwrap_or_default();
+    conditions::set(
+        &mut conds,
+        "Ready",
+        false,
+        reason,
+        message,
+        job.meta().generation,
+        &now(),
+    );
+    status.conditions = Some(conds);
+    write_status(api, job, &previous, &status).await
+}
