@@ -7,6 +7,7 @@ use prometheus_client::registry::Registry;
 
 use crate::cli::RunArgs;
 use crate::cluster::{self, Context, OperatorConfig};
+use crate::job;
 use crate::render;
 use crate::runtime::health::Health;
 use crate::runtime::leader::{self, Leadership};
@@ -91,10 +92,14 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         storageos_endpoint: args.storageos_endpoint.clone(),
         storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
     };
+    let jobs = Arc::new(job::Context::new(client.clone(), metrics.clone()));
     let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)));
     tracing::info!(identity = %identity, "starting controllers");
+    let controllers = async {
+        tokio::join!(cluster::run(ctx, shutdown_signal()), job::run(jobs, shutdown_signal()));
+    };
     tokio::select! {
-        () = cluster::run(ctx, shutdown_signal()) => {
+        () = controllers => {
             tracing::info!("controllers stopped");
             Ok(())
         }
