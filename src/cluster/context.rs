@@ -5,12 +5,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Resource, ResourceExt};
 
 use crate::crd::StorageOSCluster;
 use crate::render::DefaultImages;
 use crate::runtime::apply::Applier;
+use crate::runtime::controller::Kit;
 use crate::runtime::metrics::ReconcileMetrics;
 use crate::storageos;
 
@@ -36,14 +35,12 @@ pub struct OperatorConfig {
 pub struct Context {
     pub client: Client,
     pub applier: Applier,
-    pub recorder: Recorder,
-    pub metrics: ReconcileMetrics,
+    /// Events, backoff and reconcile metrics.
+    pub kit: Kit,
     pub config: OperatorConfig,
     pub api_metrics: Option<storageos::ApiMetrics>,
     /// One StorageOS client per (endpoint, username, password), so tokens are reused.
     api_clients: Mutex<HashMap<(String, String, String), storageos::Client>>,
-    /// Consecutive failures per cluster (namespace, name), for exponential backoff.
-    failures: Mutex<HashMap<(String, String), u32>>,
 }
 
 impl Context {
@@ -54,19 +51,13 @@ impl Context {
         metrics: ReconcileMetrics,
         api_metrics: Option<storageos::ApiMetrics>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "storageos-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
             applier: Applier::new(client.clone()),
-            recorder: Recorder::new(client.clone(), reporter),
+            kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
-            metrics,
             config,
             api_metrics,
             api_clients: Mutex::new(HashMap::new()),
-            failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -99,57 +90,6 @@ impl Context {
 
     /// Publishes an event on `cluster`; failures are logged, never fatal.
     pub async fn event(&self, cluster: &StorageOSCluster, warning: bool, reason: &str, note: String) {
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &cluster.object_ref(&())).await {
-            tracing::warn!(cluster = %cluster.name_any(), error = %e, "cannot publish event");
-        }
-    }
-
-    /// Records a failure of `key` and returns how long to wait before retrying:
-    /// 100 ms doubling up to 5 minutes.
-    pub fn backoff(&self, key: (String, String)) -> Duration {
-        let n = match self.failures.lock() {
-            Ok(mut f) => {
-                let n = f.entry(key).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            }
-            Err(_) => 1,
-        };
-        backoff_delay(n)
-    }
-
-    /// Forgets the failures of `key` after a success.
-    pub fn reset_backoff(&self, key: &(String, String)) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
-    }
-}
-
-/// The delay after `failures` consecutive failures.
-pub fn backoff_delay(failures: u32) -> Duration {
-    const MAX: Duration = Duration::from_secs(300);
-    let exp = failures.saturating_sub(1).min(20);
-    Duration::from_millis(100).saturating_mul(1 << exp).min(MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_from_100ms_to_5min() {
-        assert_eq!(backoff_delay(1), Duration::from_millis(100));
-        assert_eq!(backoff_delay(2), Duration::from_millis(200));
-        assert_eq!(backoff_delay(5), Duration::from_millis(1600));
-        assert_eq!(backoff_delay(13), Duration::from_secs(300));
-        assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(300));
+        self.kit.event(cluster, warning, reason, note).await;
     }
 }

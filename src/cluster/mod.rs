@@ -13,7 +13,6 @@ pub mod status;
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -34,7 +33,6 @@ pub use reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTAT
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY};
-use crate::runtime::metrics::ReconcileResult;
 
 /// The cluster a child belongs to, from its labels.
 fn owner_of<K: Resource>(child: PartialObjectMeta<K>) -> Option<ObjectRef<StorageOSCluster>> {
@@ -65,26 +63,13 @@ fn node_membership_hash(node: &Node) -> Option<u64> {
 }
 
 async fn reconcile_timed(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let key = (cluster.namespace().unwrap_or_default(), cluster.name_any());
-    let result = reconcile::reconcile(cluster, ctx.clone()).await;
-    let outcome = match &result {
-        Ok(_) => {
-            ctx.reset_backoff(&key);
-            ReconcileResult::Success
-        }
-        Err(_) => ReconcileResult::Error,
-    };
-    ctx.metrics
-        .observe(CONTROLLER, outcome, started.elapsed().as_secs_f64());
-    result
+    ctx.kit
+        .timed(cluster.as_ref(), reconcile::reconcile(cluster.clone(), ctx.clone()))
+        .await
 }
 
 fn error_policy(cluster: Arc<StorageOSCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = (cluster.namespace().unwrap_or_default(), cluster.name_any());
-    let delay = ctx.backoff(key);
-    tracing::warn!(cluster = %cluster.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    ctx.kit.retry_after_error(cluster.as_ref(), error)
 }
 
 /// Runs the controller until `shutdown` resolves.

@@ -14,7 +14,7 @@ pub mod status;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -22,15 +22,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::cluster::context::backoff_delay;
 use crate::crd::Job;
 use crate::runtime::apply::{self, Applier};
-use crate::runtime::metrics::{ReconcileMetrics, ReconcileResult};
+use crate::runtime::controller::Kit;
+use crate::runtime::metrics::ReconcileMetrics;
 use daemonset::JOB_LABEL;
 use logs::LogCursor;
 
@@ -62,12 +61,10 @@ pub type JobKey = (String, String);
 pub struct Context {
     pub client: Client,
     pub applier: Applier,
-    pub recorder: Recorder,
-    pub metrics: ReconcileMetrics,
+    /// Events, backoff and reconcile metrics.
+    pub kit: Kit,
     /// Only Jobs in this namespace (all namespaces when None).
     namespace: Option<String>,
-    /// Consecutive failures per Job, for exponential backoff.
-    failures: Mutex<HashMap<JobKey, u32>>,
     /// How far each pod's log has been read, per Job, by pod UID.
     cursors: Mutex<HashMap<JobKey, HashMap<String, LogCursor>>>,
     /// UIDs of Jobs this process marked completed, so a stale cache never re-reads their logs
@@ -80,17 +77,11 @@ pub struct Context {
 impl Context {
     /// A context for Jobs in every namespace.
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
-        let reporter = Reporter {
-            controller: "storageos-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
             applier: Applier::new(client.clone()),
-            recorder: Recorder::new(client.clone(), reporter),
+            kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
-            metrics,
             namespace: None,
-            failures: Mutex::new(HashMap::new()),
             cursors: Mutex::new(HashMap::new()),
             completed: Mutex::new(HashSet::new()),
             store: OnceLock::new(),
@@ -117,34 +108,7 @@ impl Context {
 
     /// Publishes an event on `job`; failures are logged, never fatal.
     pub async fn event(&self, job: &Job, warning: bool, reason: &str, note: String) {
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &job.object_ref(&())).await {
-            tracing::warn!(job = %job.name_any(), error = %e, "cannot publish event");
-        }
-    }
-
-    fn backoff(&self, key: JobKey) -> Duration {
-        let n = match self.failures.lock() {
-            Ok(mut f) => {
-                let n = f.entry(key).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            }
-            Err(_) => 1,
-        };
-        backoff_delay(n)
-    }
-
-    fn reset_backoff(&self, key: &JobKey) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
+        self.kit.event(job, warning, reason, note).await;
     }
 
     /// The log cursors of `key`'s pods (taken out; put them back with [`Self::put_cursors`]).
@@ -187,9 +151,7 @@ impl Context {
         if let Ok(mut c) = self.cursors.lock() {
             c.retain(|k, _| keys.contains(k));
         }
-        if let Ok(mut f) = self.failures.lock() {
-            f.retain(|k, _| keys.contains(k));
-        }
+        self.kit.retain_failures(|k| keys.contains(k));
         if let Ok(mut c) = self.completed.lock() {
             c.retain(|u| uids.contains(u));
         }
@@ -218,26 +180,13 @@ fn job_of_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<Job>> {
 }
 
 async fn reconcile_timed(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let key = (job.namespace().unwrap_or_default(), job.name_any());
-    let result = reconcile::reconcile(job, ctx.clone()).await;
-    let outcome = match &result {
-        Ok(_) => {
-            ctx.reset_backoff(&key);
-            ReconcileResult::Success
-        }
-        Err(_) => ReconcileResult::Error,
-    };
-    ctx.metrics
-        .observe(CONTROLLER, outcome, started.elapsed().as_secs_f64());
-    result
+    ctx.kit
+        .timed(job.as_ref(), reconcile::reconcile(job.clone(), ctx.clone()))
+        .await
 }
 
 fn error_policy(job: Arc<Job>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = (job.namespace().unwrap_or_default(), job.name_any());
-    let delay = ctx.backoff(key);
-    tracing::warn!(job = %job.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    ctx.kit.retry_after_error(job.as_ref(), error)
 }
 
 /// Runs the Job controller until `shutdown` resolves.

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod conditions;
+pub mod controller;
 pub mod health;
 pub mod https;
 pub mod leader;

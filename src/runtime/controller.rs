@@ -1,0 +1,124 @@
+//! Plumbing every controller shares: events on its objects, per-object exponential backoff and
+//! controller-runtime-compatible reconcile metrics.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+
+use super::metrics::{ReconcileMetrics, ReconcileResult};
+
+/// The delay after `failures` consecutive failures: 100 ms doubling up to 5 minutes.
+pub fn backoff_delay(failures: u32) -> Duration {
+    const MAX: Duration = Duration::from_secs(300);
+    let exp = failures.saturating_sub(1).min(20);
+    Duration::from_millis(100).saturating_mul(1 << exp).min(MAX)
+}
+
+/// One controller's events, backoff and metrics.
+pub struct Kit {
+    name: &'static str,
+    recorder: Recorder,
+    metrics: ReconcileMetrics,
+    /// Consecutive failures per object (namespace, name).
+    failures: Mutex<HashMap<(String, String), u32>>,
+}
+
+fn key<K: ResourceExt>(obj: &K) -> (String, String) {
+    (obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+impl Kit {
+    /// The kit of controller `name` (the metrics label and log field).
+    pub fn new(client: Client, name: &'static str, metrics: ReconcileMetrics) -> Self {
+        let reporter = Reporter {
+            controller: "storageos-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            name,
+            recorder: Recorder::new(client, reporter),
+            metrics,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Publishes an event on `obj`; failures are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(controller = self.name, object = %obj.name_any(), error = %e, "cannot publish event");
+        }
+    }
+
+    /// Runs one reconcile of `obj`, recording its duration and outcome, and forgetting past
+    /// failures when it succeeds.
+    pub async fn timed<K: ResourceExt, E>(
+        &self,
+        obj: &K,
+        reconcile: impl Future<Output = Result<Action, E>>,
+    ) -> Result<Action, E> {
+        let started = Instant::now();
+        let k = key(obj);
+        let result = reconcile.await;
+        let outcome = match &result {
+            Ok(_) => {
+                if let Ok(mut f) = self.failures.lock() {
+                    f.remove(&k);
+                }
+                ReconcileResult::Success
+            }
+            Err(_) => ReconcileResult::Error,
+        };
+        self.metrics
+            .observe(self.name, outcome, started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Forgets the failures of objects for which `keep` is false (for example deleted ones).
+    pub fn retain_failures(&self, keep: impl Fn(&(String, String)) -> bool) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.retain(|k, _| keep(k));
+        }
+    }
+
+    /// The error policy: count the failure of `obj` and retry after its backoff.
+    pub fn retry_after_error<K: ResourceExt>(&self, obj: &K, error: &dyn Display) -> Action {
+        let n = match self.failures.lock() {
+            Ok(mut f) => {
+                let n = f.entry(key(obj)).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        let delay = backoff_delay(n);
+        tracing::warn!(controller = self.name, object = %obj.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_100ms_to_5min() {
+        assert_eq!(backoff_delay(1), Duration::from_millis(100));
+        assert_eq!(backoff_delay(2), Duration::from_millis(200));
+        assert_eq!(backoff_delay(5), Duration::from_millis(1600));
+        assert_eq!(backoff_delay(13), Duration::from_secs(300));
+        assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(300));
+    }
+}
