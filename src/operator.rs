@@ -62,18 +62,13 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let api_metrics = ApiMetrics::register(&mut registry);
     let health = Health::new(registry);
 
-    let listener = tokio::net::TcpListener::bind(&args.metrics_addr)
+    health
+        .spawn_server(&args.metrics_addr)
         .await
         .map_err(|source| Error::Listen {
             addr: args.metrics_addr.clone(),
             source,
         })?;
-    let router = health.router();
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
-            tracing::error!(error = %e, "metrics server stopped");
-        }
-    });
     health.set_ready(true);
 
     let identity = args

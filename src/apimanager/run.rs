@@ -127,18 +127,13 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     let health = Health::new(registry);
 
     let metrics_addr = args.metrics_socket_addr();
-    let listener = tokio::net::TcpListener::bind(&metrics_addr)
+    health
+        .spawn_server(&metrics_addr)
         .await
         .map_err(|source| Error::Listen {
             addr: metrics_addr.clone(),
             source,
         })?;
-    let router = health.router();
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
-            tracing::error!(error = %e, "metrics server stopped");
-        }
-    });
 
     // 1. No leader election, no webhooks, until the StorageOS API answers.
     let api = tokio::select! {

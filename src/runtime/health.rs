@@ -31,6 +31,18 @@ impl Health {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// Binds `addr` and serves the three endpoints in the background.
+    pub async fn spawn_server(&self, addr: &str) -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let router = self.router();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "metrics server stopped");
+            }
+        });
+        Ok(())
+    }
+
     /// The router serving the three endpoints.
     pub fn router(&self) -> Router {
         Router::new()
