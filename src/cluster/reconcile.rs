@@ -179,30 +179,16 @@ async fn not_ready(
     message: String,
 ) -> Result<(), Error> {
     let previous = cluster.status.clone().unwrap_or_default();
-    let already = previous
-        .conditions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
-    if !already {
-        ctx.event(cluster, true, "FailedCreation", message.clone()).await;
-    }
     let mut status = previous.clone();
     if status.phase.is_none() {
         status.phase = Some(phase::CREATING.into());
     }
     let mut conds = status.conditions.take().unwrap_or_default();
-    conditions::set(
-        &mut conds,
-        "Ready",
-        false,
-        reason,
-        message,
-        cluster.meta().generation,
-        &now(),
-    );
+    let news = conditions::set_not_ready(&mut conds, reason, &message, cluster.meta().generation);
     status.conditions = Some(conds);
+    if news {
+        ctx.event(cluster, true, "FailedCreation", message).await;
+    }
     write_status(api, cluster, &previous, status).await
 }
 

@@ -212,29 +212,15 @@ async fn write_status(api: &Api<Job>, job: &Job, previous: &JobStatus, status: &
 /// Sets Ready=False with `reason`, sends a Warning event the first time, writes status.
 async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: &str, message: String) -> Result<(), Error> {
     let previous = job.status.clone().unwrap_or_default();
-    let already = previous
-        .conditions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
-    if !already {
-        ctx.event(job, true, reason, message.clone()).await;
-    }
     let mut status = previous.clone();
     if status.completed.is_none() {
         status.completed = Some(false);
     }
     let mut conds = status.conditions.take().unwrap_or_default();
-    conditions::set(
-        &mut conds,
-        "Ready",
-        false,
-        reason,
-        message,
-        job.meta().generation,
-        &now(),
-    );
+    let news = conditions::set_not_ready(&mut conds, reason, &message, job.meta().generation);
     status.conditions = Some(conds);
+    if news {
+        ctx.event(job, true, reason, message).await;
+    }
     write_status(api, job, &previous, &status).await
 }

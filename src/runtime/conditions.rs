@@ -36,6 +36,24 @@ pub fn set(
     }
 }
 
+/// Sets `Ready=False` with `reason` and `message`. Returns true when that is news (the
+/// condition did not already say exactly this), i.e. when a Warning event is due.
+pub fn set_not_ready(conditions: &mut Vec<Condition>, reason: &str, message: &str, generation: Option<i64>) -> bool {
+    let news = !conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason && c.message == message);
+    set(
+        conditions,
+        "Ready",
+        false,
+        reason,
+        message,
+        generation,
+        &Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    news
+}
+
 /// Whether condition `type_` is present and True.
 pub fn is_true(conditions: Option<&[Condition]>, type_: &str) -> bool {
     conditions
@@ -64,6 +82,15 @@ mod tests {
         assert_eq!(cs[0].last_transition_time, t(30));
         assert!(is_true(Some(&cs), "Ready"));
         assert!(!is_true(Some(&cs), "Degraded"));
+        assert_eq!(cs.len(), 1);
+    }
+
+    #[test]
+    fn not_ready_is_news_only_when_it_changes() {
+        let mut cs = Vec::new();
+        assert!(set_not_ready(&mut cs, "SecretNotFound", "create it", Some(1)));
+        assert!(!set_not_ready(&mut cs, "SecretNotFound", "create it", Some(1)));
+        assert!(set_not_ready(&mut cs, "ApplyFailed", "cannot apply", Some(1)));
         assert_eq!(cs.len(), 1);
     }
 }
