@@ -2,7 +2,10 @@
 //! replica, controllers on the leader.
 
 pub mod certs;
+pub mod controllers;
 pub mod flags;
+pub mod maintenance;
+pub mod metrics;
 pub mod run;
 pub mod webhook;
 

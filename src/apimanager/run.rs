@@ -9,13 +9,22 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 
+use std::sync::Arc;
+
 use super::certs::{self, CertManager};
+use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
+use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, KubeLookups, WebhookMetrics, WebhookState};
 use crate::operator::shutdown_signal;
 use crate::runtime::health::Health;
 use crate::runtime::https::{self, CertSlot};
+use crate::runtime::leader::{self, Leadership};
+use crate::runtime::metrics::ReconcileMetrics;
 use crate::storageos::{self, ApiMetrics};
+
+/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID).
+pub const LEASE_NAME: &str = "storageos-api-manager-lease";
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -35,6 +44,9 @@ pub enum Error {
     /// The webhook server could not start.
     #[error(transparent)]
     Tls(#[from] https::Error),
+    /// Leadership was lost; the process exits so that it restarts clean.
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
 }
 
 /// The namespace to run in: the flag, else the service account's, else `POD_NAMESPACE`, else default.
@@ -74,7 +86,7 @@ async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
 }
 
 /// Logs in to StorageOS, retrying every `-api-retry-interval` until it works.
-async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics) -> storageos::Client {
+async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManagerMetrics) -> storageos::Client {
     loop {
         let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
             storageos::Client::with_shared_metrics(
@@ -86,15 +98,18 @@ async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics) -> storageos::Clie
         match attempt {
             Ok(client) => match client.login().await {
                 Ok(_) => {
+                    helper.count("setup", "");
                     tracing::info!(endpoint = %args.api_endpoint, "connected to the StorageOS API");
                     return client;
                 }
                 Err(e) => {
+                    helper.count("setup", error_kind(&e));
                     tracing::warn!(endpoint = %args.api_endpoint, error = %e, retry_in = ?args.api_retry_interval,
                     "cannot log in to the StorageOS API; retrying")
                 }
             },
             Err(e) => {
+                helper.count("setup", "credentials");
                 tracing::warn!(error = %e, retry_in = ?args.api_retry_interval, "cannot set up the StorageOS API client; retrying")
             }
         }
@@ -124,6 +139,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     let mut registry = Registry::default();
     let api_metrics = ApiMetrics::register(&mut registry);
     let webhook_metrics = WebhookMetrics::register(&mut registry);
+    let helper_metrics = ApiManagerMetrics::register(&mut registry);
+    let reconcile_metrics = ReconcileMetrics::register(&mut registry);
     let health = Health::new(registry);
 
     let metrics_addr = args.metrics_socket_addr();
@@ -137,7 +154,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
 
     // 1. No leader election, no webhooks, until the StorageOS API answers.
     let api = tokio::select! {
-        api = connect(&args, &api_metrics) => api,
+        api = connect(&args, &api_metrics, &helper_metrics) => api,
         () = shutdown_signal() => return Ok(()),
     };
 
@@ -178,7 +195,20 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
 
-    // 3. Keep the certificate and the token fresh until told to stop.
+    // 3. Controllers, on the leader only.
+    let ctx = Arc::new(Context {
+        kube: client.clone(),
+        api: api.clone(),
+        args: Arc::new(args.clone()),
+        namespace: namespace.clone(),
+        reconcile_metrics,
+        metrics: helper_metrics.clone(),
+    });
+    let controllers = lead(ctx);
+    tokio::pin!(controllers);
+    let mut controllers_done = false;
+
+    // 4. Keep the certificate and the token fresh until told to stop.
     let mut cert_tick = tokio::time::interval(args.webhook_cert_refresh_interval.max(Duration::from_secs(1)));
     let mut token_tick = tokio::time::interval(args.api_refresh_interval.max(Duration::from_secs(1)));
     cert_tick.tick().await;
@@ -189,16 +219,24 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     loop {
         tokio::select! {
             () = &mut stop => break,
+            result = &mut controllers, if !controllers_done => {
+                controllers_done = true;
+                result?;
+            }
             _ = cert_tick.tick() => match refresh_cert(&manager, &slot, &current).await {
                 Ok(Some(new)) => current = new,
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
             },
             _ = token_tick.tick() => {
-                if let Err(e) = api.refresh().await {
-                    tracing::warn!(error = %e, "token refresh failed; logging in again");
-                    if let Err(e) = api.login().await {
-                        tracing::warn!(error = %e, "StorageOS login failed; will retry");
+                match api.refresh().await {
+                    Ok(_) => helper_metrics.count("refresh_token", ""),
+                    Err(e) => {
+                        helper_metrics.count("refresh_token", error_kind(&e));
+                        tracing::warn!(error = %e, "token refresh failed; logging in again");
+                        if let Err(e) = api.login().await {
+                            tracing::warn!(error = %e, "StorageOS login failed; will retry");
+                        }
                     }
                 }
             }
@@ -206,6 +244,32 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     }
     tracing::info!("api-manager stopped");
     Ok(())
+}
+
+/// Waits for leadership (when `-enable-leader-election`), then runs the controllers until they
+/// end; `Err` when leadership is lost.
+async fn lead(ctx: Arc<Context>) -> Result<(), Error> {
+    if !ctx.args.enable_leader_election {
+        tracing::info!("leader election disabled: running the controllers");
+        controllers::run(ctx).await;
+        return Ok(());
+    }
+    let identity = std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("storageos-api-manager-{}", rand::random::<u32>()));
+    let mut leadership = Leadership::acquire(
+        ctx.kube.clone(),
+        &ctx.namespace,
+        LEASE_NAME,
+        &identity,
+        Default::default(),
+    )
+    .await?;
+    tokio::select! {
+        () = controllers::run(ctx) => Ok(()),
+        e = leadership.lost() => Err(e.into()),
+    }
 }
 
 async fn refresh_cert(

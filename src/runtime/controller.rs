@@ -34,10 +34,17 @@ fn key<K: ResourceExt>(obj: &K) -> (String, String) {
 }
 
 impl Kit {
-    /// The kit of controller `name` (the metrics label and log field).
+    /// The kit of controller `name` (the metrics label and log field), reporting events as
+    /// `storageos-operator`.
     pub fn new(client: Client, name: &'static str, metrics: ReconcileMetrics) -> Self {
+        Self::reporting_as(client, name, metrics, "storageos-operator")
+    }
+
+    /// Like [`Kit::new`], with events reported by `component` (the api-manager's controllers
+    /// report as `storageos-api-manager`, as the Go api-manager did).
+    pub fn reporting_as(client: Client, name: &'static str, metrics: ReconcileMetrics, component: &str) -> Self {
         let reporter = Reporter {
-            controller: "storageos-operator".into(),
+            controller: component.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {

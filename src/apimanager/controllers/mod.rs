@@ -1,0 +1,97 @@
+//! The api-manager's controllers. They run only on the replica holding the Lease
+//! `storageos-api-manager-lease` (the Go api-manager also ran its GC/resync loops on every
+//! replica; here every loop stops with leadership).
+//!
+//! Each controller has an explicit name, used for its reconcile metrics and logs.
+
+pub mod fencing;
+pub mod namespace_delete;
+pub mod node_delete;
+pub mod node_label;
+pub mod pvc_label;
+pub mod shared_volume;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::Client;
+
+use super::flags::{ApiManagerArgs, Loop};
+use super::maintenance::{self, Maintenance};
+use super::metrics::ApiManagerMetrics;
+use crate::runtime::controller::Kit;
+use crate::runtime::metrics::ReconcileMetrics;
+use crate::storageos;
+
+/// The name events are reported under, as in the Go api-manager.
+pub const EVENT_SOURCE: &str = "storageos-api-manager";
+
+/// What every controller shares.
+pub struct Context {
+    /// Kubernetes.
+    pub kube: Client,
+    /// The StorageOS API (logged in; the token is refreshed by the process).
+    pub api: storageos::Client,
+    /// The command line.
+    pub args: Arc<ApiManagerArgs>,
+    /// The namespace the api-manager runs in.
+    pub namespace: String,
+    /// Reconcile metrics, labelled per controller.
+    pub reconcile_metrics: ReconcileMetrics,
+    /// StorageOS helper and shared volume metrics.
+    pub metrics: ApiManagerMetrics,
+}
+
+impl Context {
+    /// Events, backoff and reconcile metrics for the controller called `name`.
+    pub fn kit(&self, name: &'static str) -> Kit {
+        Kit::reporting_as(self.kube.clone(), name, self.reconcile_metrics.clone(), EVENT_SOURCE)
+    }
+
+    /// Whether an upgrade holds the cluster in maintenance. `Err` means "cannot tell": do
+    /// nothing destructive.
+    pub async fn maintenance(&self) -> Result<Maintenance, kube::Error> {
+        maintenance::current(&self.kube).await
+    }
+}
+
+/// Runs `pass` after `schedule.delay`, then every `schedule.every`; returns at once (never
+/// running it) when the loop is disabled.
+pub async fn periodic<F, Fut>(schedule: Loop, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(every) = schedule.every else {
+        return;
+    };
+    tokio::time::sleep(schedule.delay).await;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        pass().await;
+    }
+}
+
+/// Runs every enabled controller until the future is dropped (shutdown or lost leadership).
+pub async fn run(ctx: Arc<Context>) {
+    let node_label = async {
+        if ctx.args.enable_node_label_sync {
+            node_label::run(ctx.clone()).await;
+        }
+    };
+    let pvc_label = async {
+        if ctx.args.enable_pvc_label_sync {
+            pvc_label::run(ctx.clone()).await;
+        }
+    };
+    tokio::join!(
+        fencing::run(ctx.clone()),
+        shared_volume::run(ctx.clone()),
+        node_delete::run(ctx.clone()),
+        namespace_delete::run(ctx.clone()),
+        node_label,
+        pvc_label,
+    );
+}

@@ -1,0 +1,76 @@
+//! Maintenance mode: while a `StorageOSUpgrade` runs, fencing and node delete must not act.
+//!
+//! The StorageOS v2 API has no maintenance endpoint (research/storageos-api.md §2), so the signal
+//! lives in Kubernetes: the upgrade controller annotates the StorageOSCluster it pauses with
+//! `storageos.com/paused-by-upgrade=<upgrade>`. Any cluster carrying it means "in maintenance".
+//! The check is a fresh list each time (rare, only before a destructive action), and a failed
+//! read counts as "cannot tell", which callers must treat as "do nothing".
+
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use crate::cluster::reconcile::PAUSED_BY_ANNOTATION;
+use crate::crd::StorageOSCluster;
+
+/// Whether a StorageOS upgrade is in progress, and which one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Maintenance {
+    /// No cluster is paused by an upgrade.
+    Off,
+    /// `<namespace>/<upgrade>` holds the cluster in maintenance.
+    On { upgrade: String },
+}
+
+/// The maintenance state named by `clusters` (pure, for tests).
+pub fn from_clusters(clusters: &[StorageOSCluster]) -> Maintenance {
+    clusters
+        .iter()
+        .find_map(|c| {
+            c.annotations()
+                .get(PAUSED_BY_ANNOTATION)
+                .filter(|v| !v.is_empty())
+                .map(|upgrade| Maintenance::On {
+                    upgrade: format!("{}/{}", c.namespace().unwrap_or_default(), upgrade),
+                })
+        })
+        .unwrap_or(Maintenance::Off)
+}
+
+/// Reads the maintenance state from the API. An error means the state is unknown: callers about
+/// to do something destructive must skip it and retry later.
+pub async fn current(client: &Client) -> Result<Maintenance, kube::Error> {
+    let clusters = Api::<StorageOSCluster>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(from_clusters(&clusters.items))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn cluster(yaml: &str) -> StorageOSCluster {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn only_the_upgrade_annotation_means_maintenance() {
+        let plain = cluster(
+            "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: a, namespace: storageos}\nspec: {secretRefName: s, secretRefNamespace: s}\n",
+        );
+        let paused_by_user = cluster(
+            "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: b, namespace: storageos}\nspec: {secretRefName: s, secretRefNamespace: s, pause: true}\n",
+        );
+        assert_eq!(from_clusters(&[plain.clone(), paused_by_user]), Maintenance::Off);
+        let upgrading = cluster(
+            "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: c, namespace: storageos, annotations: {storageos.com/paused-by-upgrade: up1}}\nspec: {secretRefName: s, secretRefNamespace: s}\n",
+        );
+        assert_eq!(
+            from_clusters(&[plain, upgrading]),
+            Maintenance::On {
+                upgrade: "storageos/up1".into()
+            }
+        );
+    }
+}

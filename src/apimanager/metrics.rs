@@ -1,0 +1,166 @@
+//! The api-manager's own metrics (research/api-manager.md §8): one duration and one outcome per
+//! StorageOS helper call, and the shared volume pass duration.
+//!
+//! The Go api-manager put the raw error string in the `error` label, so its cardinality was
+//! unbounded; here the label is a short, fixed error kind (empty on success).
+
+use std::future::Future;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::storageos;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FunctionLabels {
+    function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    function: String,
+    error: String,
+}
+
+fn buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.005, 2.0, 14)
+}
+
+/// `storageos_api_helper_{duration_seconds,total}` and
+/// `storageos_shared_volume_reconcile_duration_seconds`.
+#[derive(Clone)]
+pub struct ApiManagerMetrics {
+    helper_duration: Family<FunctionLabels, Histogram>,
+    helper_total: Family<OutcomeLabels, Counter>,
+    shared_volume_pass: Histogram,
+}
+
+/// The bounded `error` label of a failed helper call.
+pub fn error_kind(error: &storageos::Error) -> &'static str {
+    use storageos::Error as E;
+    match error {
+        E::NotFound { .. } => "not_found",
+        E::Conflict { .. } => "conflict",
+        E::Locked { .. } => "locked",
+        E::StaleVersion { .. } => "stale_version",
+        E::BadRequest { .. } => "bad_request",
+        E::Unauthorized { .. } | E::NoToken => "unauthorized",
+        E::Forbidden { .. } => "forbidden",
+        E::InvalidState { .. } => "invalid_state",
+        E::Server { .. } => "server",
+        E::Timeout { .. } => "timeout",
+        E::Transport { .. } => "transport",
+        _ => "other",
+    }
+}
+
+impl ApiManagerMetrics {
+    /// Registers the metric families in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            helper_duration: Family::new_with_constructor(|| Histogram::new(buckets())),
+            helper_total: Family::default(),
+            shared_volume_pass: Histogram::new(buckets()),
+        };
+        let stos = registry.sub_registry_with_prefix("storageos");
+        stos.register(
+            "api_helper_duration_seconds",
+            "Duration of StorageOS API helper calls, by function",
+            m.helper_duration.clone(),
+        );
+        stos.register(
+            "api_helper",
+            "StorageOS API helper calls, by function and error kind (empty on success)",
+            m.helper_total.clone(),
+        );
+        stos.register(
+            "shared_volume_reconcile_duration_seconds",
+            "Duration of one shared volume pass over every NFS-attached volume",
+            m.shared_volume_pass.clone(),
+        );
+        m
+    }
+
+    /// Counts one outcome of `function` (`error` empty on success), for calls that are not a
+    /// single future (for example `setup`, `refresh_token`).
+    pub fn count(&self, function: &str, error: &str) {
+        self.helper_total
+            .get_or_create(&OutcomeLabels {
+                function: function.into(),
+                error: error.into(),
+            })
+            .inc();
+    }
+
+    /// Runs one helper call named `function` (research §8 names: `list_nodes`, `delete_node`,
+    /// `ensure_replicas`, ...), recording its duration and outcome.
+    pub async fn track<T>(
+        &self,
+        function: &'static str,
+        call: impl Future<Output = Result<T, storageos::Error>>,
+    ) -> Result<T, storageos::Error> {
+        let started = Instant::now();
+        let result = call.await;
+        self.helper_duration
+            .get_or_create(&FunctionLabels {
+                function: function.into(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        self.count(function, result.as_ref().err().map(error_kind).unwrap_or(""));
+        result
+    }
+
+    /// Records the duration of one shared volume pass.
+    pub fn observe_shared_volume_pass(&self, seconds: f64) {
+        self.shared_volume_pass.observe(seconds);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn render(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn helper_calls_are_counted_by_function_and_bounded_error_kind() {
+        let mut registry = Registry::default();
+        let m = ApiManagerMetrics::register(&mut registry);
+        let ok: Result<u8, storageos::Error> = m.track("list_nodes", async { Ok(1) }).await;
+        assert!(ok.is_ok());
+        let err: Result<u8, storageos::Error> = m
+            .track("delete_node", async {
+                Err(storageos::Error::from_status(
+                    423,
+                    "DELETE",
+                    "/v2/nodes/x",
+                    "locked".into(),
+                ))
+            })
+            .await;
+        assert!(err.is_err());
+        let text = render(&registry);
+        assert!(
+            text.contains(r#"storageos_api_helper_total{function="list_nodes",error=""} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"storageos_api_helper_total{function="delete_node",error="locked"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("storageos_api_helper_duration_seconds_bucket"), "{text}");
+        assert!(
+            text.contains("storageos_shared_volume_reconcile_duration_seconds"),
+            "{text}"
+        );
+    }
+}
