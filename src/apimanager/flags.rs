@@ -217,21 +217,36 @@ impl ApiManagerArgs {
     }
 }
 
+impl ApiManagerArgs {
+    /// Parses api-manager flags as the Go api-manager took them (`-flag value`, `--flag=value`),
+    /// for embedding the controllers (tests, tools).
+    pub fn from_flags<I, S>(flags: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        use clap::Parser;
+
+        use crate::cli::{Cli, Command, normalize_go_flags};
+
+        let argv = ["storageos-operator".to_string(), "api-manager".to_string()]
+            .into_iter()
+            .chain(flags.into_iter().map(Into::into));
+        match Cli::try_parse_from(normalize_go_flags(argv))?.command {
+            Command::ApiManager(a) => Ok(*a),
+            _ => Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidSubcommand,
+                "expected api-manager flags",
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
-    use clap::Parser;
-
-    use crate::cli::{Cli, Command, normalize_go_flags};
-
     fn parse(args: &str) -> Result<super::ApiManagerArgs, clap::Error> {
-        let argv = std::iter::once("storageos-operator".to_string())
-            .chain(std::iter::once("api-manager".to_string()))
-            .chain(args.split_whitespace().map(String::from));
-        match Cli::try_parse_from(normalize_go_flags(argv))?.command {
-            Command::ApiManager(a) => Ok(*a),
-            other => panic!("unexpected {other:?}"),
-        }
+        super::ApiManagerArgs::from_flags(args.split_whitespace())
     }
 
     #[test]

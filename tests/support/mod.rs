@@ -198,3 +198,35 @@ pub fn host_ip() -> std::net::IpAddr {
     );
     ip
 }
+
+/// An api-manager controller context against `sim` (logged in), with api-manager `flags` as the
+/// Go binary took them (for example `["-node-poll-interval", "5s"]`). Tests run single
+/// controllers in-process with it: `tokio::spawn(fencing::run(ctx.clone()))`.
+#[allow(dead_code)]
+pub async fn api_manager_context(
+    sim: &storageos_operator::sim::SimHandle,
+    flags: &[&str],
+) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
+    use storageos_operator::apimanager::controllers::Context;
+    use storageos_operator::apimanager::flags::ApiManagerArgs;
+    use storageos_operator::apimanager::metrics::ApiManagerMetrics;
+    use storageos_operator::runtime::metrics::ReconcileMetrics;
+    use storageos_operator::storageos;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    let args = ApiManagerArgs::from_flags(flags.iter().copied()).expect("valid api-manager flags");
+    let api = storageos::Client::with_metrics(
+        storageos::Config::new(sim.url(), "storageos", "storageos"),
+        &mut registry,
+    )
+    .expect("StorageOS client");
+    api.login().await.expect("login to the simulator");
+    std::sync::Arc::new(Context {
+        kube: client().await,
+        api,
+        args: std::sync::Arc::new(args),
+        namespace: "default".into(),
+        reconcile_metrics: ReconcileMetrics::register(&mut registry),
+        metrics: ApiManagerMetrics::register(&mut registry),
+    })
+}
