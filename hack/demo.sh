@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: a local Kubernetes control plane with three fake nodes, the StorageOS API simulator
-# and the operator, then the example StorageOSCluster until `kubectl get stos` shows 3/3 Running.
+# and the operator, then the example StorageOSCluster until `kubectl get stos` shows 3/3 Running,
+# then the api-manager (controllers and webhooks) as a local process.
 #
 #   hack/demo.sh        build what is needed, start everything, apply the example, wait
 #   hack/demo.sh down   stop everything the demo started (the control plane too)
@@ -15,6 +16,8 @@ CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
 DEMO=$CACHE/demo
 SIM_ADDR=${STORAGEOS_SIM_ADDR:-127.0.0.1:5705}
 METRICS_ADDR=${DEMO_METRICS_ADDR:-127.0.0.1:18080}
+API_MANAGER_METRICS_ADDR=${DEMO_API_MANAGER_METRICS_ADDR:-127.0.0.1:18081}
+WEBHOOK_ADDR=${DEMO_WEBHOOK_ADDR:-127.0.0.1:19443}
 KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
 BIN=$ROOT/target/debug/storageos-operator
 
@@ -34,6 +37,7 @@ stop_pid() {
 }
 
 if [[ ${1:-} == down ]]; then
+  stop_pid api-manager
   stop_pid operator
   stop_pid simulator
   hack/k8s.sh down
@@ -72,7 +76,6 @@ sleep 1
 for p in simulator operator; do
   kill -0 "$(cat "$DEMO/$p.pid")" 2>/dev/null || { tail -20 "$DEMO/$p.log"; echo "$p did not start" >&2; exit 1; }
 done
-say "the api-manager runs inside the cluster as a Deployment; its in-process runtime is not part of the demo yet"
 
 say "applying deploy/examples (Secret and StorageOSCluster)"
 kc apply -f deploy/examples/storageos-secret.yaml -f deploy/examples/storageoscluster.yaml >/dev/null
@@ -95,6 +98,28 @@ while :; do
 done
 
 kc get stos -A
+
+# In a real cluster the api-manager is the operator's Deployment; here its pods are kwok fakes,
+# so the same binary runs as a local process against the simulator. The webhook Service still
+# routes to the fake pods, so admissions reach it only in the tests (which point the Service at
+# this machine); the controllers (fencing, shared volumes, label sync, node and namespace delete)
+# work as in a cluster.
+say "starting the api-manager (leader-elected controllers, webhooks on $WEBHOOK_ADDR)"
+mkdir -p "$DEMO/api-secret"
+printf storageos >"$DEMO/api-secret/username"
+printf storageos >"$DEMO/api-secret/password"
+cluster_ns=$(kc get stos storageos -n default -o jsonpath='{.spec.namespace}')
+start api-manager "$BIN" api-manager -kubeconfig "$KUBECONFIG" -api-endpoint "http://$SIM_ADDR" \
+  -api-secret-path "$DEMO/api-secret" -namespace "${cluster_ns:-kube-system}" -enable-leader-election \
+  -metrics-addr "$API_MANAGER_METRICS_ADDR" --webhook-addr "$WEBHOOK_ADDR"
+for _ in $(seq 100); do
+  curl -sf "http://$API_MANAGER_METRICS_ADDR/readyz" >/dev/null 2>&1 && break
+  kill -0 "$(cat "$DEMO/api-manager.pid")" 2>/dev/null || { tail -20 "$DEMO/api-manager.log"; echo "api-manager did not start" >&2; exit 1; }
+  sleep 0.2
+done
+curl -sf "http://$API_MANAGER_METRICS_ADDR/readyz" >/dev/null || { tail -20 "$DEMO/api-manager.log"; echo "api-manager is not ready" >&2; exit 1; }
+echo "    api-manager ready (Lease ${cluster_ns:-kube-system}/storageos-api-manager-lease)"
+
 cat <<EOF
 
 The demo is up. Try:
@@ -103,7 +128,8 @@ The demo is up. Try:
   $KUBECTL -n kube-system get pods -l app=storageos -o wide
   $KUBECTL describe stos storageos
   curl -s http://$METRICS_ADDR/metrics | grep controller_runtime
+  curl -s http://$API_MANAGER_METRICS_ADDR/metrics | grep storageos_api_helper
   curl -s http://$SIM_ADDR/_sim/requests | head
-Logs: $DEMO/operator.log, $DEMO/simulator.log
+Logs: $DEMO/operator.log, $DEMO/api-manager.log, $DEMO/simulator.log
 Stop everything: hack/demo.sh down
 EOF
