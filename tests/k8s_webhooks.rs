@@ -1,6 +1,7 @@
-//! Integration tier: the api-manager's webhooks through real admission. The apiserver reaches
-//! them through a Service whose Endpoints point at this machine's address (aggregator routing),
-//! exactly the way it reaches the webhook Service in a cluster.
+//! Integration tier: the api-manager's webhooks (scheduler name, PVC encryption keys and class
+//! UID) through real admission. The apiserver reaches them through a Service whose Endpoints
+//! point at this machine's address (aggregator routing), exactly the way it reaches the webhook
+//! Service in a cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -9,12 +10,17 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use storageos_operator::apimanager::certs::{CertManager, NOT_AFTER_ANNOTATION};
-use storageos_operator::apimanager::webhook::{self, KubeLookups, WebhookMetrics, WebhookState};
+use storageos_operator::apimanager::webhook::encryption::{
+    ENCRYPTION, NAMESPACE_KEY_SECRET, SECRET_NAME_ANNOTATION, SECRET_NAMESPACE_ANNOTATION, VOLUME_KEY_PREFIX,
+};
+use storageos_operator::apimanager::webhook::{self, KubeLookups, WebhookMetrics, WebhookState, keys};
 use storageos_operator::runtime::https;
 use support::{TestNamespace, from_json, wait_for};
 
@@ -29,108 +35,185 @@ fn pod(name: &str, claim: Option<&str>, annotations: serde_json::Value) -> Pod {
     }))
 }
 
+/// The webhooks of one test, reachable through real admission: a certificate, a Service whose
+/// Endpoints point at this machine, and a configuration limited to the test's namespace.
+struct Served {
+    manager: CertManager,
+    cert: storageos_operator::runtime::pki::ServingCert,
+    slot: https::CertSlot,
+    mwcs: Api<MutatingWebhookConfiguration>,
+    name: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    async fn start(ns: &TestNamespace, lookups: KubeLookups, metrics: WebhookMetrics) -> Self {
+        let client = ns.client.clone();
+        let manager = CertManager {
+            client: client.clone(),
+            secret_namespace: ns.name.clone(),
+            secret_name: "storageos-webhook".into(),
+            service_namespace: ns.name.clone(),
+            service_name: "storageos-webhook".into(),
+            webhook_config: ns.name.clone(),
+            validity: chrono::Duration::days(365),
+        };
+        let cert = manager.ensure().await.unwrap();
+
+        let host = support::host_ip();
+        let listener = tokio::net::TcpListener::bind((host, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = WebhookState {
+            lookups,
+            scheduler: Some("storageos-scheduler".into()),
+            metrics,
+        };
+        let router = webhook::router(state, "/mutate-pods", "/mutate-pvcs");
+        let slot = https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
+        let serving = https::serve(listener, slot.clone(), router, std::future::pending());
+        let server = tokio::spawn(async move {
+            if let Err(e) = serving.await {
+                panic!("webhook server failed: {e}");
+            }
+        });
+
+        let svc: Service = from_json(json!({"metadata": {"name": "storageos-webhook"},
+            "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port}]}}));
+        ns.api::<Service>().create(&PostParams::default(), &svc).await.unwrap();
+        let eps: Endpoints = from_json(json!({"metadata": {"name": "storageos-webhook"},
+            "subsets": [{"addresses": [{"ip": host.to_string()}], "ports": [{"name": "webhook", "port": port}]}]}));
+        ns.api::<Endpoints>()
+            .create(&PostParams::default(), &eps)
+            .await
+            .unwrap();
+
+        // The configuration is created without a caBundle, as the operator renders it.
+        let hook = |name: &str, resource: &str, path: &str| {
+            json!({
+                "name": name,
+                "clientConfig": {"service": {"namespace": ns.name, "name": "storageos-webhook", "path": path, "port": 443}},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                "failurePolicy": "Fail", "sideEffects": "NoneOnDryRun", "admissionReviewVersions": ["v1"], "timeoutSeconds": 5
+            })
+        };
+        let mwc: MutatingWebhookConfiguration = from_json(json!({
+            "metadata": {"name": ns.name},
+            "webhooks": [hook("pod-mutator.storageos.com", "pods", "/mutate-pods"), hook("pvc-mutator.storageos.com", "persistentvolumeclaims", "/mutate-pvcs")]
+        }));
+        let mwcs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        mwcs.create(&PostParams::default(), &mwc).await.unwrap();
+        manager.inject_ca(&cert.ca_pem).await.unwrap();
+        let injected = mwcs.get(&ns.name).await.unwrap();
+        for hook in injected.webhooks.unwrap() {
+            let bundle = String::from_utf8(hook.client_config.ca_bundle.unwrap().0).unwrap();
+            assert!(bundle.contains(cert.ca_pem.trim()), "caBundle lacks the CA");
+        }
+        Served {
+            manager,
+            cert,
+            slot,
+            mwcs,
+            name: ns.name.clone(),
+            server,
+        }
+    }
+
+    /// Webhooks that look things up with the test's own (administrator) client.
+    async fn with_full_access(ns: &TestNamespace) -> Self {
+        let metrics = WebhookMetrics::register(&mut Registry::default());
+        Self::start(ns, KubeLookups(ns.client.clone()), metrics).await
+    }
+
+    async fn stop(self) {
+        let _ = self.mwcs.delete(&self.name, &DeleteParams::default()).await;
+        self.server.abort();
+    }
+}
+
+/// A StorageClass named `name` with the StorageOS provisioner and `parameters`.
+async fn storageos_class(client: &kube::Client, name: &str, parameters: serde_json::Value) -> StorageClass {
+    Api::<StorageClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &from_json(
+                json!({"metadata": {"name": name}, "provisioner": "csi.storageos.com", "parameters": parameters}),
+            ),
+        )
+        .await
+        .unwrap()
+}
+
+fn pvc(name: &str, class: &str, labels: serde_json::Value, annotations: serde_json::Value) -> PersistentVolumeClaim {
+    from_json(
+        json!({"metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+}
+
+/// Creates PVCs `<prefix>1`, `<prefix>2`, ... until `done` says one was admitted by the webhook
+/// (the apiserver picks a new configuration up after a moment); that PVC.
+async fn first_mutated(
+    pvcs: &Api<PersistentVolumeClaim>,
+    prefix: &str,
+    class: &str,
+    labels: serde_json::Value,
+    done: impl Fn(&PersistentVolumeClaim) -> bool,
+) -> PersistentVolumeClaim {
+    let mut n = 0;
+    wait_for("the PVC webhook to answer", Duration::from_secs(30), || {
+        n += 1;
+        let p = pvc(&format!("{prefix}{n}"), class, labels.clone(), json!({}));
+        let done = &done;
+        async move { pvcs.create(&PostParams::default(), &p).await.ok().filter(done) }
+    })
+    .await
+}
+
+fn annotation(p: &PersistentVolumeClaim, key: &str) -> Option<String> {
+    p.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
 #[tokio::test]
 async fn pod_and_pvc_mutators_through_real_admission() {
     let ns = TestNamespace::new("webhooks").await;
     let client = ns.client.clone();
-
+    let served = Served::with_full_access(&ns).await;
+    let (manager, cert, slot, mwcs) = (&served.manager, &served.cert, &served.slot, &served.mwcs);
     // Two replicas' certificate managers share one Secret.
-    let manager = CertManager {
-        client: client.clone(),
-        secret_namespace: ns.name.clone(),
-        secret_name: "storageos-webhook".into(),
-        service_namespace: ns.name.clone(),
-        service_name: "storageos-webhook".into(),
-        webhook_config: ns.name.clone(),
-        validity: chrono::Duration::days(365),
-    };
-    let cert = manager.ensure().await.unwrap();
     let replica2 = manager.clone().ensure().await.unwrap();
     assert_eq!(cert.cert_pem, replica2.cert_pem, "replicas must share one certificate");
 
-    // Serve the webhooks on loopback with that certificate.
-    let host = support::host_ip();
-    let listener = tokio::net::TcpListener::bind((host, 0)).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let state = WebhookState {
-        lookups: KubeLookups(client.clone()),
-        scheduler: Some("storageos-scheduler".into()),
-        metrics: WebhookMetrics::register(&mut Registry::default()),
-    };
-    let router = webhook::router(state, "/mutate-pods", "/mutate-pvcs");
-    let slot = https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
-    let server = tokio::spawn(https::serve(listener, slot.clone(), router, std::future::pending()));
-
-    let svc: Service = from_json(json!({"metadata": {"name": "storageos-webhook"},
-        "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port}]}}));
-    ns.api::<Service>().create(&PostParams::default(), &svc).await.unwrap();
-    let eps: Endpoints = from_json(json!({"metadata": {"name": "storageos-webhook"},
-        "subsets": [{"addresses": [{"ip": host.to_string()}], "ports": [{"name": "webhook", "port": port}]}]}));
-    ns.api::<Endpoints>()
-        .create(&PostParams::default(), &eps)
-        .await
-        .unwrap();
-
-    // The configuration is created without a caBundle, as the operator renders it.
-    let hook = |name: &str, resource: &str, path: &str| {
-        json!({
-            "name": name,
-            "clientConfig": {"service": {"namespace": ns.name, "name": "storageos-webhook", "path": path, "port": 443}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 5
-        })
-    };
-    let mwc: MutatingWebhookConfiguration = from_json(json!({
-        "metadata": {"name": ns.name},
-        "webhooks": [hook("pod-mutator.storageos.com", "pods", "/mutate-pods"), hook("pvc-mutator.storageos.com", "persistentvolumeclaims", "/mutate-pvcs")]
-    }));
-    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    mwcs.create(&PostParams::default(), &mwc).await.unwrap();
-    manager.inject_ca(&cert.ca_pem).await.unwrap();
-    let injected = mwcs.get(&ns.name).await.unwrap();
-    for hook in injected.webhooks.unwrap() {
-        let bundle = String::from_utf8(hook.client_config.ca_bundle.unwrap().0).unwrap();
-        assert!(bundle.contains(cert.ca_pem.trim()), "caBundle lacks the CA");
-    }
-
     let class = format!("{}-sos", ns.name);
-    let classes: Api<StorageClass> = Api::all(client.clone());
-    let sc = classes
-        .create(
-            &PostParams::default(),
-            &from_json(json!({"metadata": {"name": class}, "provisioner": "csi.storageos.com"})),
-        )
-        .await
-        .unwrap();
+    let sc = storageos_class(&client, &class, json!({})).await;
 
-    // PVC: the StorageClass UID is recorded (retry until the apiserver has the webhook config).
+    // PVC: the StorageClass UID is recorded.
     let pvcs = ns.api::<PersistentVolumeClaim>();
-    let mut n = 0;
-    let annotated = wait_for("the PVC mutator to annotate a StorageOS PVC", Duration::from_secs(30), || {
-        n += 1;
-        let (pvcs, class) = (pvcs.clone(), class.clone());
-        async move {
-            let pvc: PersistentVolumeClaim = from_json(json!({"metadata": {"name": format!("data{n}")},
-                "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}));
-            let created = pvcs.create(&PostParams::default(), &pvc).await.ok()?;
-            created.metadata.annotations?.get("storageos.com/storageclass").cloned()
-        }
+    let annotated = first_mutated(&pvcs, "data", &class, json!({}), |p| {
+        annotation(p, "storageos.com/storageclass").is_some()
     })
     .await;
-    assert_eq!(Some(annotated), sc.metadata.uid);
+    assert_eq!(annotation(&annotated, "storageos.com/storageclass"), sc.metadata.uid);
+    let claim = annotated.metadata.name.clone().unwrap();
 
     let pods = ns.api::<Pod>();
     let scheduler_of = |p: Pod| p.spec.and_then(|s| s.scheduler_name).unwrap_or_default();
     let uses = pods
-        .create(&PostParams::default(), &pod("uses-storageos", Some("data1"), json!({})))
+        .create(
+            &PostParams::default(),
+            &pod("uses-storageos", Some(claim.as_str()), json!({})),
+        )
         .await
         .unwrap();
     assert_eq!(scheduler_of(uses), "storageos-scheduler");
     let opted_out = pods
         .create(
             &PostParams::default(),
-            &pod("opted-out", Some("data1"), json!({"storageos.com/scheduler": "false"})),
+            &pod(
+                "opted-out",
+                Some(claim.as_str()),
+                json!({"storageos.com/scheduler": "false"}),
+            ),
         )
         .await
         .unwrap();
@@ -161,7 +244,7 @@ async fn pod_and_pvc_mutators_through_real_admission() {
     let during = pods
         .create(
             &PostParams::default(),
-            &pod("during-rotation", Some("data1"), json!({})),
+            &pod("during-rotation", Some(claim.as_str()), json!({})),
         )
         .await
         .unwrap();
@@ -172,7 +255,10 @@ async fn pod_and_pvc_mutators_through_real_admission() {
     );
     slot.replace(&renewed.cert_pem, &renewed.key_pem).unwrap();
     let after = pods
-        .create(&PostParams::default(), &pod("after-rotation", Some("data1"), json!({})))
+        .create(
+            &PostParams::default(),
+            &pod("after-rotation", Some(claim.as_str()), json!({})),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -194,7 +280,252 @@ async fn pod_and_pvc_mutators_through_real_admission() {
         "bundle must hold new then old CA"
     );
 
-    let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
-    let _ = classes.delete(&class, &DeleteParams::default()).await;
-    server.abort();
+    let _ = Api::<StorageClass>::all(client)
+        .delete(&class, &DeleteParams::default())
+        .await;
+    served.stop().await;
+}
+
+fn bytes<'a>(secret: &'a Secret, key: &str) -> &'a [u8] {
+    &secret.data.as_ref().unwrap()[key].0
+}
+
+/// The key Secrets in the namespace: the namespace key and every volume key.
+async fn key_secrets(secrets: &Api<Secret>) -> Vec<String> {
+    let mut names: Vec<_> = secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.metadata.name.as_deref() == Some(NAMESPACE_KEY_SECRET)
+                || s.data.as_ref().is_some_and(|d| d.contains_key("vuk"))
+        })
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+fn denial(r: Result<PersistentVolumeClaim, kube::Error>) -> String {
+    match r {
+        Err(kube::Error::Api(s)) => s.message.clone(),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn pvc_encryption_keys_through_real_admission() {
+    let ns = TestNamespace::new("encryption").await;
+    let client = ns.client.clone();
+    let served = Served::with_full_access(&ns).await;
+    let (class, enc_class) = (format!("{}-sos", ns.name), format!("{}-sos-enc", ns.name));
+    let sc = storageos_class(&client, &class, json!({})).await;
+    storageos_class(&client, &enc_class, json!({ENCRYPTION: "true"})).await;
+    let (pvcs, secrets) = (ns.api::<PersistentVolumeClaim>(), ns.api::<Secret>());
+    let on = json!({ENCRYPTION: "true"});
+
+    // A StorageOS PVC labelled for encryption gets a namespace key, a volume key and the
+    // annotations naming it, next to the StorageClass UID.
+    let first = first_mutated(&pvcs, "enc", &class, on.clone(), |p| {
+        annotation(p, "storageos.com/storageclass").is_some()
+    })
+    .await;
+    let pvc_name = first.metadata.name.clone().unwrap();
+    let name = annotation(&first, SECRET_NAME_ANNOTATION).expect("secret name annotation");
+    assert!(name.starts_with(VOLUME_KEY_PREFIX), "{name}");
+    assert_eq!(annotation(&first, SECRET_NAMESPACE_ANNOTATION).as_ref(), Some(&ns.name));
+    assert_eq!(annotation(&first, "storageos.com/storageclass"), sc.metadata.uid);
+    let ns_key = secrets.get(NAMESPACE_KEY_SECRET).await.unwrap();
+    assert_eq!(bytes(&ns_key, "key").len(), 32);
+    let volume = secrets.get(&name).await.unwrap();
+    assert_eq!(volume.type_.as_deref(), Some("Opaque"));
+    let labels = volume.metadata.labels.clone().unwrap();
+    assert_eq!(labels["storageos.com/pvc"], pvc_name);
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "storageos-operator");
+    assert!(
+        volume.metadata.owner_references.is_none(),
+        "keys must outlive their PVC"
+    );
+    let vmk = keys::open(
+        bytes(&ns_key, "key"),
+        bytes(&volume, "iv"),
+        bytes(&volume, "vuk"),
+        bytes(&volume, "hmac"),
+    )
+    .expect("vuk unwraps with the namespace key and the hmac verifies");
+    assert_eq!(vmk.as_slice(), bytes(&volume, "key"));
+    assert_eq!(bytes(&volume, "vuk").len(), 80);
+
+    // The class parameter turns encryption on; the PVC label turns it off again; a name given
+    // by the user is used.
+    let by_class = pvcs
+        .create(
+            &PostParams::default(),
+            &pvc(
+                "by-class",
+                &enc_class,
+                json!({}),
+                json!({SECRET_NAME_ANNOTATION: "my-key"}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(annotation(&by_class, SECRET_NAME_ANNOTATION).as_deref(), Some("my-key"));
+    assert_eq!(bytes(&secrets.get("my-key").await.unwrap(), "vuk").len(), 80);
+    let off = pvcs
+        .create(
+            &PostParams::default(),
+            &pvc("off", &enc_class, json!({ENCRYPTION: "false"}), json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(annotation(&off, SECRET_NAME_ANNOTATION), None);
+    assert!(annotation(&off, "storageos.com/storageclass").is_some());
+    let before = key_secrets(&secrets).await;
+    assert_eq!(before.len(), 3, "{before:?}");
+
+    // Dry-run: the answer shows the annotations a real create would get, and nothing is made.
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let shown = pvcs
+        .create(&dry, &pvc("dry", &class, on.clone(), json!({})))
+        .await
+        .unwrap();
+    let shown_name = annotation(&shown, SECRET_NAME_ANNOTATION).expect("dry-run shows the key name");
+    assert!(shown_name.starts_with(VOLUME_KEY_PREFIX));
+    assert!(
+        secrets.get_opt(&shown_name).await.unwrap().is_none(),
+        "dry-run created a Secret"
+    );
+    assert!(pvcs.get_opt("dry").await.unwrap().is_none());
+    assert_eq!(key_secrets(&secrets).await, before);
+
+    // A class that does not exist yet: admitted unchanged (the Go webhook denied it), no keys.
+    let early = pvcs
+        .create(
+            &PostParams::default(),
+            &pvc("early", &format!("{}-later", ns.name), on.clone(), json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(early.metadata.annotations, None);
+
+    // User errors are denied with what to fix.
+    let m = denial(
+        pvcs.create(
+            &PostParams::default(),
+            &pvc(
+                "cross",
+                &class,
+                on.clone(),
+                json!({SECRET_NAMESPACE_ANNOTATION: "kube-system"}),
+            ),
+        )
+        .await,
+    );
+    assert!(
+        m.contains("encryption key secret namespace must match pvc namespace"),
+        "{m}"
+    );
+    let m = denial(
+        pvcs.create(
+            &PostParams::default(),
+            &pvc("bad", &class, json!({ENCRYPTION: "sure"}), json!({})),
+        )
+        .await,
+    );
+    assert!(m.contains("storageos.com/encryption") && m.contains("\"sure\""), "{m}");
+    assert_eq!(key_secrets(&secrets).await, before);
+
+    // A namespace key Secret without a key: denied, saying what to do; nothing else is made.
+    secrets
+        .patch(
+            NAMESPACE_KEY_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"key": null}})),
+        )
+        .await
+        .unwrap();
+    let m = denial(
+        pvcs.create(&PostParams::default(), &pvc("no-ns-key", &class, on.clone(), json!({})))
+            .await,
+    );
+    assert!(m.contains(NAMESPACE_KEY_SECRET) && m.contains("restore"), "{m}");
+    assert_eq!(key_secrets(&secrets).await, before);
+
+    for c in [&class, &enc_class] {
+        let _ = Api::<StorageClass>::all(client.clone())
+            .delete(c, &DeleteParams::default())
+            .await;
+    }
+    served.stop().await;
+}
+
+/// The webhook's own failure: it runs without permission to read Secrets (the misconfiguration
+/// a missing `storageos:key-management` binding causes). The PVC is admitted unchanged, and
+/// the failure is counted.
+#[tokio::test]
+async fn pvc_webhook_fails_open_when_it_cannot_read_secrets() {
+    let ns = TestNamespace::new("enc-forbidden").await;
+    let client = ns.client.clone();
+    let user = format!("system:serviceaccount:{}:default", ns.name);
+    let role = format!("{}-webhook-reader", ns.name);
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": role}, "rules": [
+                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]}]})),
+        )
+        .await
+        .unwrap();
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "User", "name": user}]})),
+        )
+        .await
+        .unwrap();
+    let kubeconfig = Kubeconfig::read_from(support::kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.auth_info.impersonate = Some(user);
+    let restricted = kube::Client::try_from(config).unwrap();
+
+    let mut registry = Registry::default();
+    let served = Served::start(&ns, KubeLookups(restricted), WebhookMetrics::register(&mut registry)).await;
+    let class = format!("{}-sos", ns.name);
+    storageos_class(&client, &class, json!({})).await;
+    let failed_open = |registry: &Registry| {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("storageos_webhook_failed_open_total{webhook=\"pvc\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let pvcs = ns.api::<PersistentVolumeClaim>();
+    let admitted = first_mutated(&pvcs, "enc", &class, json!({ENCRYPTION: "true"}), |_| {
+        failed_open(&registry) > 0
+    })
+    .await;
+    assert_eq!(admitted.metadata.annotations, None, "admitted unchanged");
+    assert_eq!(failed_open(&registry), 1);
+    assert!(key_secrets(&ns.api::<Secret>()).await.is_empty());
+
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await;
+    let _ = bindings.delete(&role, &DeleteParams::default()).await;
+    let _ = roles.delete(&role, &DeleteParams::default()).await;
+    served.stop().await;
 }

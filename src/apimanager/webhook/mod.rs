@@ -1,24 +1,29 @@
 //! The mutating webhooks served on every api-manager replica: pods (scheduler name) and PVCs
-//! (StorageClass UID). Requests are decoded as AdmissionReview v1; a body that does not decode
-//! is answered 400; a mutator's own lookup failure admits the object unchanged (fail open),
-//! logged and counted.
+//! (encryption keys, StorageClass UID). Requests are decoded as AdmissionReview v1; a body that
+//! does not decode is answered 400; a mutator's own lookup failure admits the object unchanged
+//! (fail open), logged and counted; only user errors in a PVC's encryption settings are denied.
 
+pub mod encryption;
+pub mod keys;
 pub mod mutate;
+#[cfg(test)]
+mod testing;
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use rand::rngs::OsRng;
 
 use mutate::{LookupError, Lookups};
 
@@ -49,6 +54,22 @@ impl Lookups for KubeLookups {
             .await
             .map_err(lookup_err)?
             .items)
+    }
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, LookupError> {
+        Api::<Secret>::namespaced(self.0.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(lookup_err)
+    }
+    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<bool, LookupError> {
+        match Api::<Secret>::namespaced(self.0.clone(), namespace)
+            .create(&PostParams::default(), secret)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(lookup_err(e)),
+        }
     }
 }
 
@@ -135,7 +156,12 @@ fn decode<T: serde::de::DeserializeOwned>(
     }
 }
 
-fn failed_open<L>(state: &WebhookState<L>, webhook: &str, request: &AdmissionRequest<DynamicObject>, e: &LookupError) {
+fn failed_open<L>(
+    state: &WebhookState<L>,
+    webhook: &str,
+    request: &AdmissionRequest<DynamicObject>,
+    e: &dyn std::fmt::Display,
+) {
     tracing::warn!(webhook, namespace = ?request.namespace, name = %request.name, error = %e,
         "lookup failed; admitting unchanged");
     state
@@ -167,8 +193,13 @@ async fn mutate_pvc<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(
         Ok(v) => v,
         Err(answer) => return *answer,
     };
-    match mutate::pvc_storage_class_patch(&pvc, &state.lookups).await {
+    let ns = request.namespace.clone().unwrap_or_default();
+    match mutate::pvc_patch(&pvc, &ns, request.dry_run, &state.lookups, &mut OsRng).await {
         Ok(patch) => respond(&request, patch),
+        Err(encryption::Error::Denied(message)) => {
+            tracing::info!(namespace = %ns, name = %request.name, %message, "denied a PVC");
+            Json(AdmissionResponse::from(&request).deny(message).into_review())
+        }
         Err(e) => {
             failed_open(&state, "pvc", &request, &e);
             respond(&request, None)
@@ -182,4 +213,105 @@ pub fn router<L: Lookups + Send + 'static>(state: WebhookState<L>, pods_path: &s
         .route(pods_path, post(mutate_pod::<L>))
         .route(pvcs_path, post(mutate_pvc::<L>))
         .with_state(Arc::new(state))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    use super::testing::Fake;
+    use super::*;
+
+    fn class() -> StorageClass {
+        serde_json::from_value(json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": mutate::PROVISIONER}))
+            .unwrap()
+    }
+
+    /// The response to a PVC CREATE of `labels` through the router, and the fail-open count.
+    async fn admit(lookups: Fake, labels: Value, dry_run: bool) -> (Value, u64, usize) {
+        let metrics = WebhookMetrics::default();
+        let created = lookups.created_counter();
+        let state = WebhookState {
+            lookups,
+            scheduler: None,
+            metrics: metrics.clone(),
+        };
+        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "1", "kind": {"group": "", "version": "v1", "kind": "PersistentVolumeClaim"},
+            "resource": {"group": "", "version": "v1", "resource": "persistentvolumeclaims"},
+            "name": "data", "namespace": "app", "operation": "CREATE", "userInfo": {}, "dryRun": dry_run,
+            "object": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "app", "labels": labels},
+                "spec": {"storageClassName": "fast"}}}});
+        let req = axum::http::Request::post("/pvcs")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(review.to_string()))
+            .unwrap();
+        let res = router(state, "/pods", "/pvcs").oneshot(req).await.unwrap();
+        let body = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+        let failed = metrics
+            .failed_open
+            .get_or_create(&WebhookLabels { webhook: "pvc".into() })
+            .get();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (
+            v["response"].clone(),
+            failed,
+            created.load(std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+
+    fn patch(response: &Value) -> Value {
+        let raw: Vec<u8> = serde_json::from_value(response["patch"].clone()).expect("a patch");
+        serde_json::from_slice(&raw).unwrap()
+    }
+
+    fn with_class() -> Fake {
+        Fake {
+            classes: vec![class()],
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn encrypted_pvcs_get_keys_and_one_patch() {
+        let (r, failed, created) = admit(with_class(), json!({encryption::ENCRYPTION: "true"}), false).await;
+        assert_eq!((r["allowed"].as_bool(), failed, created), (Some(true), 0, 2));
+        let p = patch(&r);
+        assert_eq!(p[0]["value"][mutate::STORAGECLASS_ANNOTATION], "u1");
+        assert_eq!(p[0]["value"][encryption::SECRET_NAMESPACE_ANNOTATION], "app");
+    }
+
+    #[tokio::test]
+    async fn dry_run_answers_the_same_patch_without_creating_secrets() {
+        let (r, failed, created) = admit(with_class(), json!({encryption::ENCRYPTION: "true"}), true).await;
+        assert_eq!((r["allowed"].as_bool(), failed, created), (Some(true), 0, 0));
+        let name = patch(&r)[0]["value"][encryption::SECRET_NAME_ANNOTATION].clone();
+        assert!(name.as_str().unwrap().starts_with(encryption::VOLUME_KEY_PREFIX));
+    }
+
+    #[tokio::test]
+    async fn user_errors_are_denied_and_own_failures_admit_unchanged() {
+        let (r, failed, _) = admit(with_class(), json!({encryption::ENCRYPTION: "maybe"}), false).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0));
+        assert!(r["status"]["message"].as_str().unwrap().contains("\"maybe\""), "{r}");
+
+        let broken = Fake {
+            broken: true,
+            ..with_class()
+        };
+        let (r, failed, _) = admit(broken, json!({encryption::ENCRYPTION: "true"}), false).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1));
+        assert!(r.get("patch").is_none());
+
+        let forbidden = Fake {
+            fail_create: true,
+            ..with_class()
+        };
+        let (r, failed, created) = admit(forbidden, json!({encryption::ENCRYPTION: "true"}), false).await;
+        assert_eq!((r["allowed"].as_bool(), failed, created), (Some(true), 1, 0));
+        assert!(r.get("patch").is_none());
+    }
 }

@@ -1,14 +1,20 @@
-//! The mutations themselves, independent of HTTP: pod scheduler name and PVC StorageClass UID.
+//! The mutations themselves, independent of HTTP: pod scheduler name; PVC encryption keys and
+//! StorageClass UID.
 //!
 //! Unlike the Go api-manager, a mutator never denies a request because one of its own lookups
 //! failed: it admits the object unchanged, logs and counts (fail open). A pod whose PVC does not
-//! exist yet is admitted unchanged too.
+//! exist yet, and a PVC whose StorageClass does not exist yet, are admitted unchanged too. Only
+//! user errors in a PVC's encryption settings are denied.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
+use rand::TryCryptoRng;
 use serde_json::{Value, json};
+
+use super::encryption;
 
 /// The StorageOS CSI provisioner.
 pub const PROVISIONER: &str = "csi.storageos.com";
@@ -18,6 +24,7 @@ pub const SCHEDULER_ANNOTATION: &str = "storageos.com/scheduler";
 pub const STORAGECLASS_ANNOTATION: &str = "storageos.com/storageclass";
 const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
+const BETA_DEFAULT_CLASS_ANNOTATION: &str = "storageclass.beta.kubernetes.io/is-default-class";
 
 /// A failed lookup (the apiserver could not answer).
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +43,12 @@ pub trait Lookups: Sync {
     fn storage_class(&self, name: &str) -> impl Future<Output = Result<Option<StorageClass>, LookupError>> + Send;
     /// Every StorageClass (to find the default).
     fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, LookupError>> + Send;
+    /// The Secret `namespace/name`, or None when it does not exist. A direct read: the webhook
+    /// must not cache every Secret of the cluster.
+    fn secret(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<Secret>, LookupError>> + Send;
+    /// Creates `secret` in `namespace`; false when one of that name already exists.
+    fn create_secret(&self, namespace: &str, secret: &Secret)
+    -> impl Future<Output = Result<bool, LookupError>> + Send;
 }
 
 /// Go's `strconv.ParseBool`.
@@ -47,28 +60,36 @@ pub fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-/// The StorageClass of `pvc`: its class name, else the legacy annotation, else the default class.
+/// The StorageClass of `pvc`, resolved as Kubernetes does: the legacy annotation if present,
+/// else `spec.storageClassName`; an empty name means "no class". Only an unset class falls back
+/// to the default class (the newest, if several are marked default).
 pub async fn storage_class_of(
     pvc: &PersistentVolumeClaim,
     lookups: &impl Lookups,
 ) -> Result<Option<StorageClass>, LookupError> {
     let named = pvc
-        .spec
+        .metadata
+        .annotations
         .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .filter(|n| !n.is_empty())
-        .or_else(|| pvc.metadata.annotations.as_ref()?.get(LEGACY_CLASS_ANNOTATION).cloned());
-    match named {
-        Some(name) => lookups.storage_class(&name).await,
-        None => Ok(lookups.storage_classes().await?.into_iter().find(|sc| {
-            sc.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
-                .map(String::as_str)
-                == Some("true")
-        })),
+        .and_then(|a| a.get(LEGACY_CLASS_ANNOTATION))
+        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_ref());
+    match named.map(String::as_str) {
+        Some("") => Ok(None),
+        Some(name) => lookups.storage_class(name).await,
+        None => Ok(lookups
+            .storage_classes()
+            .await?
+            .into_iter()
+            .filter(is_default)
+            .max_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp))),
     }
+}
+
+fn is_default(sc: &StorageClass) -> bool {
+    let a = sc.metadata.annotations.as_ref();
+    [DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION]
+        .iter()
+        .any(|k| a.and_then(|a| a.get(*k)).map(String::as_str) == Some("true"))
 }
 
 fn is_storageos(sc: &StorageClass) -> bool {
@@ -118,59 +139,58 @@ pub async fn pod_scheduler_patch(
     Ok(None)
 }
 
-/// The JSON patch that records the StorageClass UID on a StorageOS PVC, or None.
-pub async fn pvc_storage_class_patch(
+/// The JSON patch for a StorageOS PVC created in `namespace`, or None to admit it as is: first
+/// the encryption key annotations (see [`encryption`]; no side effects when `dry_run`), then the
+/// StorageClass UID, in one patch. A PVC whose class cannot be found yet is admitted unchanged.
+pub async fn pvc_patch<R: TryCryptoRng>(
     pvc: &PersistentVolumeClaim,
+    namespace: &str,
+    dry_run: bool,
     lookups: &impl Lookups,
-) -> Result<Option<Value>, LookupError> {
-    let Some(sc) = storage_class_of(pvc, lookups).await? else {
+    rng: &mut R,
+) -> Result<Option<Value>, encryption::Error> {
+    let Some(sc) = storage_class_of(pvc, lookups).await?.filter(is_storageos) else {
         return Ok(None);
     };
-    let Some(uid) = sc.metadata.uid.clone().filter(|_| is_storageos(&sc)) else {
-        return Ok(None);
-    };
-    let annotations = pvc.metadata.annotations.as_ref();
-    if annotations.and_then(|a| a.get(STORAGECLASS_ANNOTATION)) == Some(&uid) {
-        return Ok(None);
+    let mut set = encryption::ensure_keys(pvc, namespace, &sc, dry_run, lookups, rng).await?;
+    set.extend(sc.metadata.uid.map(|uid| (STORAGECLASS_ANNOTATION.to_string(), uid)));
+    Ok(annotations_patch(pvc, set))
+}
+
+/// The JSON patch that sets each of `set` in the PVC's annotations, skipping values already there.
+fn annotations_patch(pvc: &PersistentVolumeClaim, set: Vec<(String, String)>) -> Option<Value> {
+    let current = pvc.metadata.annotations.as_ref();
+    let set: Vec<_> = set
+        .into_iter()
+        .filter(|(k, v)| current.and_then(|a| a.get(k)) != Some(v))
+        .collect();
+    if set.is_empty() {
+        return None;
     }
-    Ok(Some(match annotations {
-        None => json!([{"op": "add", "path": "/metadata/annotations", "value": {STORAGECLASS_ANNOTATION: uid}}]),
-        Some(_) => json!([{"op": "add", "path": "/metadata/annotations/storageos.com~1storageclass", "value": uid}]),
-    }))
+    Some(match current {
+        None => {
+            json!([{"op": "add", "path": "/metadata/annotations", "value": set.into_iter().collect::<BTreeMap<_, _>>()}])
+        }
+        Some(_) => Value::Array(
+            set.into_iter()
+                .map(|(k, v)| {
+                    let key = k.replace('~', "~0").replace('/', "~1");
+                    json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": v})
+                })
+                .collect(),
+        ),
+    })
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::collections::BTreeMap;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
 
     use super::*;
-
-    #[derive(Default)]
-    struct Fake {
-        pvcs: BTreeMap<(String, String), PersistentVolumeClaim>,
-        classes: Vec<StorageClass>,
-        broken: bool,
-    }
-
-    impl Lookups for Fake {
-        async fn pvc(&self, ns: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
-            if self.broken {
-                return Err(LookupError("apiserver unavailable".into()));
-            }
-            Ok(self.pvcs.get(&(ns.into(), name.into())).cloned())
-        }
-        async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {
-            Ok(self
-                .classes
-                .iter()
-                .find(|c| c.metadata.name.as_deref() == Some(name))
-                .cloned())
-        }
-        async fn storage_classes(&self) -> Result<Vec<StorageClass>, LookupError> {
-            Ok(self.classes.clone())
-        }
-    }
+    use crate::apimanager::webhook::encryption::{ENCRYPTION, SECRET_NAME_ANNOTATION};
+    use crate::apimanager::webhook::testing::Fake;
 
     fn sc(name: &str, provisioner: &str, default: bool) -> StorageClass {
         serde_json::from_value(json!({
@@ -199,13 +219,19 @@ mod tests {
     }
 
     fn fake() -> Fake {
-        let mut f = Fake {
+        let f = Fake {
             classes: vec![sc("fast", PROVISIONER, false), sc("other", "ebs.csi.aws.com", true)],
             ..Default::default()
         };
-        f.pvcs.insert(("app".into(), "data".into()), pvc("data", Some("fast")));
-        f.pvcs.insert(("app".into(), "logs".into()), pvc("logs", None));
+        f.add_pvc("app", pvc("data", Some("fast")));
+        f.add_pvc("app", pvc("logs", None));
         f
+    }
+
+    async fn patch_of(p: &PersistentVolumeClaim, f: &Fake) -> Option<Value> {
+        pvc_patch(p, "app", false, f, &mut StdRng::seed_from_u64(3))
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -270,22 +296,109 @@ mod tests {
                 .await
                 .is_err()
         );
+        let r = pvc_patch(
+            &pvc("new", Some("fast")),
+            "app",
+            false,
+            &f,
+            &mut StdRng::seed_from_u64(3),
+        )
+        .await;
+        assert!(matches!(r, Err(encryption::Error::Lookup(_))));
+    }
+
+    #[tokio::test]
+    async fn storage_classes_resolve_as_kubernetes_does() {
+        let f = Fake {
+            classes: vec![
+                sc("fast", PROVISIONER, false),
+                serde_json::from_value(
+                    json!({"metadata": {"name": "old-default", "creationTimestamp": "2020-01-01T00:00:00Z",
+                    "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}}, "provisioner": "x"}),
+                )
+                .unwrap(),
+                serde_json::from_value(
+                    json!({"metadata": {"name": "new-default", "creationTimestamp": "2024-01-01T00:00:00Z",
+                    "annotations": {BETA_DEFAULT_CLASS_ANNOTATION: "true"}}, "provisioner": "x"}),
+                )
+                .unwrap(),
+            ],
+            ..Default::default()
+        };
+        let name = |sc: Option<StorageClass>| sc.and_then(|s| s.metadata.name);
+        let f = &f;
+        let of = |p: PersistentVolumeClaim| async move { name(storage_class_of(&p, f).await.unwrap()) };
+        assert_eq!(of(pvc("a", Some("fast"))).await.as_deref(), Some("fast"));
+        assert_eq!(of(pvc("a", Some(""))).await, None, "an empty class means no class");
+        assert_eq!(of(pvc("a", None)).await.as_deref(), Some("new-default"));
+        let mut legacy = pvc("a", Some("new-default"));
+        legacy.metadata.annotations = Some([(LEGACY_CLASS_ANNOTATION.to_string(), "fast".to_string())].into());
+        assert_eq!(of(legacy).await.as_deref(), Some("fast"), "the legacy annotation wins");
     }
 
     #[tokio::test]
     async fn storageos_pvcs_get_the_class_uid_annotation() {
         let f = fake();
-        let p = pvc_storage_class_patch(&pvc("data", Some("fast")), &f).await.unwrap();
         assert_eq!(
-            p,
+            patch_of(&pvc("new", Some("fast")), &f).await,
             Some(
                 json!([{"op": "add", "path": "/metadata/annotations", "value": {STORAGECLASS_ANNOTATION: "uid-fast"}}])
             )
         );
-        assert_eq!(pvc_storage_class_patch(&pvc("logs", None), &f).await.unwrap(), None);
         assert_eq!(
-            pvc_storage_class_patch(&pvc("x", Some("absent")), &f).await.unwrap(),
-            None
+            patch_of(&pvc("logs2", None), &f).await,
+            None,
+            "the default class is not StorageOS"
         );
+        assert_eq!(
+            patch_of(&pvc("x", Some("absent")), &f).await,
+            None,
+            "class not created yet"
+        );
+        let mut done = pvc("x", Some("fast"));
+        done.metadata.annotations = Some([(STORAGECLASS_ANNOTATION.to_string(), "uid-fast".to_string())].into());
+        assert_eq!(patch_of(&done, &f).await, None);
+    }
+
+    #[tokio::test]
+    async fn keygen_and_class_uid_come_in_one_patch_in_that_order() {
+        let f = fake();
+        let mut p = pvc("enc", Some("fast"));
+        p.metadata.labels = Some([(ENCRYPTION.to_string(), "true".to_string())].into());
+        let patch = patch_of(&p, &f).await.unwrap();
+        let value = &patch[0]["value"];
+        assert_eq!(patch.as_array().unwrap().len(), 1);
+        let keys: Vec<_> = value.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys.len(), 3, "{value}");
+        assert_eq!(value[STORAGECLASS_ANNOTATION], "uid-fast");
+        assert!(
+            f.secret_now("app", value[SECRET_NAME_ANNOTATION].as_str().unwrap())
+                .is_some()
+        );
+
+        // With annotations present, each key is its own operation, escaped, in order.
+        p.metadata.annotations = Some([("team".to_string(), "a".to_string())].into());
+        let patch = patch_of(&p, &f).await.unwrap();
+        let paths: Vec<_> = patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| op["path"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "/metadata/annotations/storageos.com~1encryption-secret-name",
+                "/metadata/annotations/storageos.com~1encryption-secret-namespace",
+                "/metadata/annotations/storageos.com~1storageclass"
+            ]
+        );
+        let mut applied = serde_json::to_value(&p).unwrap();
+        json_patch::patch(
+            &mut applied,
+            &serde_json::from_value::<json_patch::Patch>(patch).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(applied["metadata"]["annotations"]["team"], "a");
     }
 }
