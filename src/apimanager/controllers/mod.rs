@@ -5,6 +5,7 @@
 //! Each controller has an explicit name, used for its reconcile metrics and logs.
 
 pub mod fencing;
+pub mod labels;
 pub mod namespace_delete;
 pub mod node_delete;
 pub mod node_label;

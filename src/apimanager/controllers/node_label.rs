@@ -1,8 +1,132 @@
-//! TODO: the node_label controller (being built).
+//! Node label sync ("node-label"): Kubernetes node labels are the source of truth for the labels
+//! of the StorageOS node of the same name.
+//!
+//! `storageos.com/computeonly` goes through `PUT /nodes/{id}/compute-only` (missing = false,
+//! invalid = reported and unchanged); unreserved labels are sent as one set together with the
+//! node's current reserved labels (the Go api-manager sent only the unreserved ones, which the API
+//! rejects once a node holds a reserved label, research §11.1); other `storageos.com/` keys are
+//! reported, never sent. A node StorageOS does not know is left alone.
+//!
+//! Reconciles run on label changes of nodes whose CSI annotation names StorageOS (and when that
+//! annotation appears); the resync loop compares every node in one pass and reconciles only
+//! those that differ, so an idle cluster sees no writes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
 use super::Context;
+use super::labels::{self, Failures, LabelSync, NodePlan, plan_node, runs_storageos};
+use crate::storageos;
+
+/// The controller's name in metrics, logs and events.
+pub const NAME: &str = "node-label";
+
+/// Only metadata is watched: labels and annotations are all this needs.
+type NodeMeta = PartialObjectMeta<Node>;
+
+/// Why a node's labels could not be synced (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// StorageOS could not be read or refused a write for now.
+    #[error("cannot sync the labels of node {node} to StorageOS: {failures}; retrying with backoff")]
+    Api { node: String, failures: Failures },
+}
+
+fn api_error(node: &NodeMeta, failures: Failures) -> Error {
+    Error::Api {
+        node: node.name_any(),
+        failures,
+    }
+}
+
+/// What the watch reacts to: the labels of nodes that run StorageOS.
+fn fingerprint(node: &NodeMeta) -> Option<u64> {
+    runs_storageos(node.annotations()).then(|| labels::fingerprint(node.labels()))
+}
 
 /// Runs the controller until the future is dropped.
-pub async fn run(_ctx: Arc<Context>) {}
+pub async fn run(ctx: Arc<Context>) {
+    let (workers, schedule) = (ctx.args.node_label_sync_workers, ctx.args.node_label_resync());
+    labels::run(ctx, NAME, workers, schedule, fingerprint, sync, resync).await;
+}
+
+async fn sync(node: Arc<NodeMeta>, st: Arc<LabelSync>) -> Result<Action, Error> {
+    if !runs_storageos(node.annotations()) {
+        return Ok(Action::await_change());
+    }
+    let ctx = &st.ctx;
+    let name = node.name_any();
+    let nodes = ctx
+        .metrics
+        .track("list_nodes", ctx.api.list_nodes())
+        .await
+        .map_err(|e| api_error(&node, Failures::of("list nodes", &e)))?;
+    let Some(current) = nodes.into_iter().find(|n| n.name == name) else {
+        tracing::debug!(node = %name, "StorageOS does not know this node; nothing to sync");
+        return Ok(Action::await_change());
+    };
+    let plan = plan_node(node.labels(), &current);
+    st.report_not_applied(node.as_ref(), &plan.not_applied).await;
+    apply(&node, &st, plan, current).await
+}
+
+/// Writes what `plan` says, each step even if another failed.
+async fn apply(
+    node: &NodeMeta,
+    st: &LabelSync,
+    plan: NodePlan,
+    mut current: storageos::models::Node,
+) -> Result<Action, Error> {
+    let ctx = &st.ctx;
+    let mut failures = Failures::default();
+    let mut applied = Vec::new();
+    if let Some(compute_only) = plan.compute_only {
+        let call = ctx.api.set_compute_only(&current.id, compute_only, &current.version);
+        match ctx.metrics.track("ensure_compute_only", call).await {
+            Ok(n) => {
+                current = n;
+                applied.push(format!("compute-only {compute_only}"));
+            }
+            Err(e) => failures.add("set compute-only", &e),
+        }
+    }
+    if let Some(wanted) = &plan.labels {
+        let call = ctx.api.set_node_unreserved_labels(&current, wanted);
+        match ctx.metrics.track("ensure_unreserved_node_labels", call).await {
+            Ok(_) => applied.push(format!("{} unreserved labels", wanted.len())),
+            Err(e) => failures.add("set labels", &e),
+        }
+    }
+    st.finish(node, "node", &applied, failures)
+        .await
+        .map_err(|f| api_error(node, f))
+}
+
+/// One node list, then the Kubernetes nodes whose StorageOS node differs.
+async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<NodeMeta>>) -> Vec<ObjectRef<NodeMeta>> {
+    let ctx = &st.ctx;
+    let nodes = match ctx.metrics.track("list_nodes", ctx.api.list_nodes()).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(controller = NAME, error = %e, "node label resync cannot list StorageOS nodes; the next pass retries");
+            return Vec::new();
+        }
+    };
+    let by_name: HashMap<&str, &storageos::models::Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    cached
+        .iter()
+        .filter(|node| runs_storageos(node.annotations()))
+        .filter(|node| {
+            by_name
+                .get(node.name_any().as_str())
+                .is_some_and(|current| plan_node(node.labels(), current).has_writes())
+        })
+        .map(|node| ObjectRef::from_obj(node.as_ref()))
+        .collect()
+}

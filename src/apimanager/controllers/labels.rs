@@ -1,0 +1,734 @@
+//! What node and PVC label sync share: which Kubernetes objects are StorageOS's, what each
+//! reserved `storageos.com/` key means, the pure decision of what to write, failure sorting and
+//! the watch filter that turns label changes into reconciles.
+//!
+//! Fixes of the Go api-manager (research/api-manager.md §11): an invalid value is reported and
+//! leaves the current setting alone (Go reset replicas to 0 and compute-only to false);
+//! create-time-only keys are ignored instead of failing every sync; unknown reserved keys are
+//! reported, never retried.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use futures::channel::mpsc;
+use futures::{Stream, StreamExt, future};
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::{Context, periodic};
+use crate::apimanager::flags::Loop;
+use crate::apimanager::webhook::mutate::{PROVISIONER, parse_bool};
+use crate::runtime::controller::Kit;
+use crate::storageos;
+use crate::storageos::models::{
+    FailureMode, LABEL_COMPUTE_ONLY, LABEL_FAILURE_MODE, LABEL_REPLICAS, Labels, Node, RESERVED_PREFIX, Volume,
+    is_reserved_node_label, is_reserved_volume_label,
+};
+
+/// Node annotation the CSI node plugin writes: JSON `{driver: node ID}`.
+pub const CSI_NODE_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
+/// PVC annotations naming the provisioner (GA first, then the beta one older clusters set).
+pub const PROVISIONER_ANNOTATIONS: [&str; 2] = [
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+];
+/// Reserved keys that only matter when a volume is created; changing them later has no effect,
+/// so label sync ignores them quietly (topology placement is create-time here too: the API this
+/// operator speaks has no endpoint to change it).
+pub const CREATE_TIME_ONLY: [&str; 6] = [
+    "storageos.com/nocache",
+    "storageos.com/nocompress",
+    "storageos.com/encryption",
+    "storageos.com/topology-aware",
+    "storageos.com/topology-key",
+    "storageos.com/fixed-topology",
+];
+/// Highest replica count StorageOS accepts.
+pub const MAX_REPLICAS: u8 = 5;
+
+/// Whether the node runs the StorageOS CSI node plugin (its `nodeid` annotation names the
+/// driver). A malformed annotation counts as no.
+pub fn runs_storageos(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    annotations
+        .get(CSI_NODE_ANNOTATION)
+        .and_then(|v| serde_json::from_str::<HashMap<String, serde_json::Value>>(v).ok())
+        .is_some_and(|drivers| drivers.contains_key(PROVISIONER))
+}
+
+/// Whether the PVC is (being) provisioned by StorageOS.
+pub fn provisioned_by_storageos(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    PROVISIONER_ANNOTATIONS
+        .iter()
+        .any(|a| annotations.get(*a).map(String::as_str) == Some(PROVISIONER))
+}
+
+fn unreserved(labels: &Labels, reserved: fn(&str) -> bool) -> Labels {
+    labels
+        .iter()
+        .filter(|(k, _)| !reserved(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The unreserved labels of `wanted` when they differ from those of `current` (nil and empty
+/// count as equal).
+fn changed_unreserved(wanted: &Labels, current: &Labels, reserved: fn(&str) -> bool) -> Option<Labels> {
+    let labels = unreserved(wanted, reserved);
+    (labels != unreserved(current, reserved)).then_some(labels)
+}
+
+/// The reserved keys of `wanted` that `why` says are not applied.
+fn other_reserved<'a>(
+    wanted: &'a Labels,
+    reserved: fn(&str) -> bool,
+    why: impl Fn(&str) -> Option<Why> + 'a,
+) -> impl Iterator<Item = NotApplied> + 'a {
+    wanted
+        .iter()
+        .filter(move |(k, _)| reserved(k))
+        .filter_map(move |(k, v)| {
+            why(k).map(|why| NotApplied {
+                key: k.clone(),
+                value: v.clone(),
+                why,
+            })
+        })
+}
+
+/// A wanted label that is not applied, and why; reported to the user as an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotApplied {
+    pub key: String,
+    pub value: String,
+    pub why: Why,
+}
+
+/// Why a label is not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The value does not parse; the current setting is kept.
+    Invalid(String),
+    /// A reserved key this kind of object does not take (for example replicas on a node).
+    WrongObject(&'static str),
+    /// A reserved key StorageOS does not define.
+    Unknown,
+}
+
+impl fmt::Display for NotApplied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (k, v) = (&self.key, &self.value);
+        match &self.why {
+            Why::Invalid(reason) => write!(f, "{k}={v:?} is invalid ({reason}); the current setting is kept"),
+            Why::WrongObject(kind) => write!(f, "{k} does not apply to a {kind}; remove the label"),
+            Why::Unknown => write!(
+                f,
+                "{k} is not a StorageOS setting that can be changed; remove the label"
+            ),
+        }
+    }
+}
+
+/// The events' text for `items`.
+pub fn describe(items: &[NotApplied]) -> String {
+    items.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// What to write to a StorageOS node so it matches its Kubernetes node's labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePlan {
+    /// New compute-only setting, when it differs.
+    pub compute_only: Option<bool>,
+    /// The complete new set of unreserved labels, when it differs.
+    pub labels: Option<Labels>,
+    pub not_applied: Vec<NotApplied>,
+}
+
+impl NodePlan {
+    /// Whether anything must be written.
+    pub fn has_writes(&self) -> bool {
+        self.compute_only.is_some() || self.labels.is_some()
+    }
+}
+
+/// Compares the Kubernetes node's labels (`wanted`) with the StorageOS node. A missing
+/// compute-only label means false; an invalid one keeps the current setting.
+pub fn plan_node(wanted: &Labels, node: &Node) -> NodePlan {
+    let mut plan = NodePlan::default();
+    let compute_only = match wanted.get(LABEL_COMPUTE_ONLY) {
+        None => Some(false),
+        Some(v) => parse_bool(v).or_else(|| {
+            plan.not_applied.push(NotApplied {
+                key: LABEL_COMPUTE_ONLY.into(),
+                value: v.clone(),
+                why: Why::Invalid("use true or false".into()),
+            });
+            None
+        }),
+    };
+    plan.compute_only = compute_only.filter(|c| *c != node.compute_only());
+    plan.not_applied
+        .extend(other_reserved(wanted, is_reserved_node_label, |k| {
+            if k == LABEL_COMPUTE_ONLY {
+                None
+            } else if k == LABEL_REPLICAS || k == LABEL_FAILURE_MODE || CREATE_TIME_ONLY.contains(&k) {
+                Some(Why::WrongObject("node"))
+            } else {
+                Some(Why::Unknown)
+            }
+        }));
+    plan.labels = changed_unreserved(wanted, &node.labels, is_reserved_node_label);
+    plan
+}
+
+/// What to write to a StorageOS volume so it matches its PVC (and StorageClass).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumePlan {
+    /// New replica count, when it differs.
+    pub replicas: Option<u8>,
+    /// New failure mode, when it differs.
+    pub failure_mode: Option<FailureMode>,
+    /// The complete new set of unreserved labels, when it differs.
+    pub labels: Option<Labels>,
+    pub not_applied: Vec<NotApplied>,
+}
+
+impl VolumePlan {
+    /// Whether anything must be written.
+    pub fn has_writes(&self) -> bool {
+        self.replicas.is_some() || self.failure_mode.is_some() || self.labels.is_some()
+    }
+
+    /// Whether the failure mode must change before the replicas: when replicas go down, so a
+    /// threshold never exceeds the replica count in between.
+    pub fn failure_mode_first(&self, volume: &Volume) -> bool {
+        self.replicas.is_some_and(|r| r < current_replicas(volume))
+    }
+}
+
+fn current_replicas(volume: &Volume) -> u8 {
+    volume
+        .labels
+        .get(LABEL_REPLICAS)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn parse_replicas(v: &str) -> Result<u8, String> {
+    v.trim()
+        .parse::<u8>()
+        .ok()
+        .filter(|n| *n <= MAX_REPLICAS)
+        .ok_or_else(|| format!("use a number from 0 to {MAX_REPLICAS}"))
+}
+
+fn parse_failure_mode(v: &str) -> Result<FailureMode, String> {
+    match v.trim() {
+        "" => Ok(FailureMode::Hard),
+        v => match v.parse::<FailureMode>() {
+            Ok(FailureMode::Threshold(n)) if n > MAX_REPLICAS => {
+                Err(format!("a threshold must be from 0 to {MAX_REPLICAS}"))
+            }
+            Ok(m) => Ok(m),
+            Err(_) => Err(format!(
+                "use hard, soft, alwayson or a number of replicas from 0 to {MAX_REPLICAS}"
+            )),
+        },
+    }
+}
+
+/// Compares the desired settings (the StorageClass's `storageos.com/` parameters overlaid by the
+/// PVC's labels) with the volume. Missing replicas mean 0 and a missing failure mode means hard,
+/// as at provisioning. Unknown reserved keys are reported only when the PVC carries them: the
+/// class's parameters were checked by StorageOS when the volume was created.
+pub fn plan_volume(class_parameters: &Labels, pvc_labels: &Labels, volume: &Volume) -> VolumePlan {
+    let mut plan = VolumePlan::default();
+    let mut desired: Labels = class_parameters
+        .iter()
+        .filter(|(k, _)| k.starts_with(RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    desired.extend(pvc_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut invalid = |key: &str, value: &str, reason: String| {
+        plan.not_applied.push(NotApplied {
+            key: key.into(),
+            value: value.into(),
+            why: Why::Invalid(reason),
+        })
+    };
+
+    let replicas = match desired.get(LABEL_REPLICAS) {
+        None => Some(0),
+        Some(v) => parse_replicas(v).map_err(|r| invalid(LABEL_REPLICAS, v, r)).ok(),
+    };
+    let failure_mode = match desired.get(LABEL_FAILURE_MODE) {
+        None => Some(FailureMode::Hard),
+        Some(v) => parse_failure_mode(v)
+            .map_err(|r| invalid(LABEL_FAILURE_MODE, v, r))
+            .ok(),
+    };
+    plan.replicas = replicas.filter(|r| *r != current_replicas(volume));
+    let current_mode = volume
+        .labels
+        .get(LABEL_FAILURE_MODE)
+        .map_or(Ok(FailureMode::Hard), |v| parse_failure_mode(v));
+    plan.failure_mode = failure_mode.filter(|m| current_mode.as_ref() != Ok(m));
+
+    plan.not_applied
+        .extend(other_reserved(pvc_labels, is_reserved_volume_label, |k| {
+            if k == LABEL_REPLICAS || k == LABEL_FAILURE_MODE || CREATE_TIME_ONLY.contains(&k) {
+                None
+            } else if k == LABEL_COMPUTE_ONLY {
+                Some(Why::WrongObject("volume"))
+            } else {
+                Some(Why::Unknown)
+            }
+        }));
+    plan.labels = changed_unreserved(pvc_labels, &volume.labels, is_reserved_volume_label);
+    plan
+}
+
+/// The failed writes of one sync, sorted: a 400 means StorageOS will never accept the value
+/// (reported, not retried); anything else is retried with backoff. A 404 means the entity went
+/// away meanwhile, which leaves nothing to sync.
+#[derive(Debug, Default)]
+pub struct Failures {
+    /// Rejected for good.
+    pub rejected: Vec<String>,
+    /// Worth retrying.
+    pub retry: Vec<String>,
+}
+
+impl Failures {
+    /// The failures of one step.
+    pub fn of(step: &str, error: &storageos::Error) -> Self {
+        let mut f = Self::default();
+        f.add(step, error);
+        f
+    }
+
+    /// Files the failure of `step`.
+    pub fn add(&mut self, step: &str, error: &storageos::Error) {
+        if error.is_not_found() {
+            tracing::debug!(step, error = %error, "the StorageOS entity is gone; nothing to sync");
+            return;
+        }
+        let text = format!("{step}: {error}");
+        if error.status() == Some(400) {
+            self.rejected.push(text);
+        } else {
+            self.retry.push(text);
+        }
+    }
+}
+
+impl fmt::Display for Failures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.retry.join("; "))
+    }
+}
+
+/// A hash of what a controller reacts to, for objects it handles (None for other objects).
+pub fn fingerprint(parts: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+/// Remembers the fingerprint of every watched object, to tell which events are changes.
+///
+/// Objects of the first (initial) list are only recorded: the resync loop compares them with
+/// StorageOS in one batch. After that, an object is passed on when its fingerprint is new or
+/// differs from the one recorded: labels changed, the object became StorageOS's, or it was
+/// created. Objects of a later re-list (after a watch error) are compared too, so changes made
+/// while the watch was down are not lost.
+#[derive(Debug, Default)]
+pub struct Seen {
+    fingerprints: HashMap<(String, String), u64>,
+    initialised: bool,
+    listing: Option<HashSet<(String, String)>>,
+}
+
+impl Seen {
+    /// Takes one watch event; returns the object if it must be reconciled.
+    pub fn observe<K: ResourceExt>(
+        &mut self,
+        event: watcher::Event<K>,
+        fingerprint: impl Fn(&K) -> Option<u64>,
+    ) -> Option<K> {
+        let key = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashSet::new());
+                None
+            }
+            watcher::Event::InitApply(obj) => {
+                if let Some(listing) = &mut self.listing {
+                    listing.insert(key(&obj));
+                }
+                let changed = self.record(key(&obj), fingerprint(&obj));
+                (self.initialised && changed).then_some(obj)
+            }
+            watcher::Event::InitDone => {
+                if let Some(listing) = self.listing.take() {
+                    self.fingerprints.retain(|k, _| listing.contains(k));
+                }
+                self.initialised = true;
+                None
+            }
+            watcher::Event::Apply(obj) => self.record(key(&obj), fingerprint(&obj)).then_some(obj),
+            watcher::Event::Delete(obj) => {
+                self.fingerprints.remove(&key(&obj));
+                None
+            }
+        }
+    }
+
+    /// Records `fp` for `key`; true when it is a fingerprint (not None) that differs from before.
+    fn record(&mut self, key: (String, String), fp: Option<u64>) -> bool {
+        match fp {
+            None => {
+                self.fingerprints.remove(&key);
+                false
+            }
+            Some(fp) => self.fingerprints.insert(key, fp) != Some(fp),
+        }
+    }
+}
+
+/// The objects of `events` that must be reconciled (see [`Seen`]); watch errors pass through.
+pub fn changes<K, S, F>(events: S, fingerprint: F) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: ResourceExt + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    F: Fn(&K) -> Option<u64> + Send + 'static,
+{
+    let mut seen = Seen::default();
+    events.filter_map(move |event| {
+        future::ready(match event {
+            Ok(e) => seen.observe(e, &fingerprint).map(Ok),
+            Err(e) => Some(Err(e)),
+        })
+    })
+}
+
+/// What the reconciles of one label sync controller share.
+pub struct LabelSync {
+    pub ctx: Arc<Context>,
+    pub kit: Kit,
+}
+
+impl LabelSync {
+    /// Reports the labels of `obj` that are not applied, as one warning event.
+    pub async fn report_not_applied<K: Resource<DynamicType = ()>>(&self, obj: &K, items: &[NotApplied]) {
+        if !items.is_empty() {
+            self.kit.event(obj, true, "LabelNotSynced", describe(items)).await;
+        }
+    }
+
+    /// Reports the writes made for `obj` to the StorageOS `entity` (a normal event for what was
+    /// applied, a warning for what StorageOS rejected for good); Err with what is worth retrying.
+    pub async fn finish<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        entity: &str,
+        applied: &[String],
+        failures: Failures,
+    ) -> Result<Action, Failures> {
+        if !applied.is_empty() {
+            let note = format!("Set on the StorageOS {entity}: {}", applied.join(", "));
+            self.kit.event(obj, false, "LabelsSynced", note).await;
+        }
+        if !failures.rejected.is_empty() {
+            let note = format!("StorageOS rejected the labels: {}", failures.rejected.join("; "));
+            self.kit.event(obj, true, "LabelSyncRejected", note).await;
+        }
+        if failures.retry.is_empty() {
+            Ok(Action::await_change())
+        } else {
+            Err(failures)
+        }
+    }
+}
+
+/// Runs the label sync controller `name` over every `K` until the future is dropped: `reconcile`
+/// on the changes [`changes`] passes on (with `workers` at once, per-object backoff on errors),
+/// and, on `schedule`, a resync pass that gets every cached `K` and returns those to reconcile.
+#[allow(clippy::too_many_arguments)]
+pub async fn run<K, R, RF, E, P, PF>(
+    ctx: Arc<Context>,
+    name: &'static str,
+    workers: u16,
+    schedule: Loop,
+    fingerprint: fn(&K) -> Option<u64>,
+    reconcile: R,
+    resync: P,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    R: Fn(Arc<K>, Arc<LabelSync>) -> RF,
+    RF: Future<Output = Result<Action, E>> + Send + 'static,
+    E: std::error::Error + Send + 'static,
+    P: Fn(Arc<LabelSync>, Vec<Arc<K>>) -> PF,
+    PF: Future<Output = Vec<ObjectRef<K>>>,
+{
+    let (reader, writer) = reflector::store();
+    let events = watcher(Api::<K>::all(ctx.kube.clone()), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    let (queue, queued) = mpsc::unbounded();
+    let st = Arc::new(LabelSync {
+        kit: ctx.kit(name),
+        ctx,
+    });
+    let controller = Controller::for_stream(changes(events, fingerprint), reader.clone())
+        .with_config(controller::Config::default().concurrency(workers))
+        .reconcile_on(queued)
+        .run(
+            |obj: Arc<K>, st: Arc<LabelSync>| {
+                let work = reconcile(obj.clone(), st.clone());
+                async move { st.kit.timed(obj.as_ref(), work).await }
+            },
+            |obj: Arc<K>, error: &E, st: Arc<LabelSync>| st.kit.retry_after_error(obj.as_ref(), error),
+            st.clone(),
+        )
+        .for_each(move |result| {
+            if let Err(e) = result {
+                tracing::debug!(controller = name, error = %e, "controller event");
+            }
+            future::ready(())
+        });
+    let pass = || async {
+        if reader.wait_until_ready().await.is_err() {
+            return;
+        }
+        let due = resync(st.clone(), reader.state()).await;
+        tracing::debug!(controller = name, differing = due.len(), "resync pass");
+        for obj in due {
+            let _ = queue.unbounded_send(obj);
+        }
+    };
+    tokio::join!(controller, periodic(schedule, pass));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn node(yaml: &str) -> Node {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn volume(yaml: &str) -> Volume {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn storageos_nodes_and_pvcs_are_recognised_by_annotation() {
+        let a = |k: &str, v: &str| labels(&[(k, v)]);
+        assert!(runs_storageos(&a(CSI_NODE_ANNOTATION, r#"{"csi.storageos.com":"n1"}"#)));
+        assert!(!runs_storageos(&a(CSI_NODE_ANNOTATION, r#"{"other.csi":"n1"}"#)));
+        assert!(!runs_storageos(&a(CSI_NODE_ANNOTATION, "csi.storageos.com")));
+        assert!(!runs_storageos(&Labels::new()));
+        for ann in PROVISIONER_ANNOTATIONS {
+            assert!(provisioned_by_storageos(&a(ann, "csi.storageos.com")));
+            assert!(!provisioned_by_storageos(&a(ann, "ebs.csi.aws.com")));
+        }
+    }
+
+    #[test]
+    fn node_plan_keeps_reserved_labels_and_reports_what_it_cannot_apply() {
+        let sos = node("name: n\nversion: v1\nlabels: {storageos.com/computeonly: 'true', old: x}\n");
+        // Unchanged: nothing to write (the computeonly label matches).
+        let same = plan_node(&labels(&[("storageos.com/computeonly", "true"), ("old", "x")]), &sos);
+        assert!(!same.has_writes() && same.not_applied.is_empty(), "{same:?}");
+
+        // Removing computeonly means false; unreserved labels become exactly the wanted ones.
+        let plan = plan_node(&labels(&[("new", "y")]), &sos);
+        assert_eq!(plan.compute_only, Some(false));
+        assert_eq!(plan.labels, Some(labels(&[("new", "y")])));
+
+        // An invalid value keeps the setting (Go reset it to false) and is reported.
+        let plan = plan_node(
+            &labels(&[
+                ("storageos.com/computeonly", "maybe"),
+                ("storageos.com/replicas", "2"),
+                ("storageos.com/whatever", "1"),
+                ("old", "x"),
+            ]),
+            &sos,
+        );
+        assert_eq!(plan.compute_only, None);
+        assert_eq!(plan.labels, None);
+        let whys: Vec<_> = plan
+            .not_applied
+            .iter()
+            .map(|n| (n.key.as_str(), n.why.clone()))
+            .collect();
+        assert_eq!(
+            whys,
+            vec![
+                ("storageos.com/computeonly", Why::Invalid("use true or false".into())),
+                ("storageos.com/replicas", Why::WrongObject("node")),
+                ("storageos.com/whatever", Why::Unknown),
+            ]
+        );
+        assert!(describe(&plan.not_applied).contains("current setting is kept"));
+
+        // Nil and empty label maps are equal.
+        let bare = node("name: n\nlabels: null\n");
+        assert!(!plan_node(&Labels::new(), &bare).has_writes());
+    }
+
+    #[test]
+    fn volume_plan_overlays_pvc_labels_on_class_parameters() {
+        let vol = volume("name: pv\nlabels: {storageos.com/replicas: '1', csi.storage.k8s.io/pv/name: pv, app: a}\n");
+        let class = labels(&[
+            ("storageos.com/replicas", "1"),
+            ("storageos.com/nocache", "true"),
+            ("storageos.com/encryption", "true"),
+            ("csi.storage.k8s.io/fstype", "ext4"),
+        ]);
+        // Class defaults and create-time keys: nothing to do, nothing to report (Go errored).
+        let idle = plan_volume(&class, &labels(&[("app", "a")]), &vol);
+        assert_eq!(idle, VolumePlan::default());
+
+        // The PVC wins over the class.
+        let plan = plan_volume(
+            &class,
+            &labels(&[
+                ("app", "b"),
+                ("storageos.com/replicas", "2"),
+                ("storageos.com/failure-mode", "soft"),
+            ]),
+            &vol,
+        );
+        assert_eq!(plan.replicas, Some(2));
+        assert_eq!(plan.failure_mode, Some(FailureMode::Soft));
+        assert_eq!(plan.labels, Some(labels(&[("app", "b")])));
+        assert!(!plan.failure_mode_first(&vol));
+
+        // Removed labels fall back to the class, then to 0 replicas and hard.
+        let vol2 = volume("name: pv\nlabels: {storageos.com/replicas: '2', storageos.com/failure-mode: '2'}\n");
+        let plan = plan_volume(&Labels::new(), &Labels::new(), &vol2);
+        assert_eq!(plan.replicas, Some(0));
+        assert_eq!(plan.failure_mode, Some(FailureMode::Hard));
+        assert!(plan.failure_mode_first(&vol2));
+        let plan = plan_volume(&class, &Labels::new(), &vol2);
+        assert_eq!(plan.replicas, Some(1));
+    }
+
+    #[test]
+    fn invalid_volume_values_keep_the_current_setting() {
+        let vol = volume("name: pv\nlabels: {storageos.com/replicas: '2', storageos.com/failure-mode: soft}\n");
+        for (key, value) in [
+            ("storageos.com/replicas", "lots"),
+            ("storageos.com/replicas", "9"),
+            ("storageos.com/failure-mode", "sometimes"),
+            ("storageos.com/failure-mode", "7"),
+        ] {
+            let mut wanted = labels(&[("storageos.com/replicas", "2"), ("storageos.com/failure-mode", "soft")]);
+            wanted.insert(key.into(), value.into());
+            let plan = plan_volume(&Labels::new(), &wanted, &vol);
+            assert!(!plan.has_writes(), "{key}={value}: {plan:?}");
+            assert_eq!(plan.not_applied.len(), 1, "{key}={value}");
+            assert!(matches!(plan.not_applied[0].why, Why::Invalid(_)));
+        }
+        // A threshold and an empty mode parse; an absent current mode means hard.
+        let plan = plan_volume(
+            &Labels::new(),
+            &labels(&[("storageos.com/failure-mode", "")]),
+            &volume("name: v\n"),
+        );
+        assert!(!plan.has_writes(), "{plan:?}");
+        let plan = plan_volume(
+            &Labels::new(),
+            &labels(&[
+                ("storageos.com/failure-mode", "1"),
+                ("storageos.com/computeonly", "true"),
+                ("storageos.com/x", "1"),
+            ]),
+            &volume("name: v\n"),
+        );
+        assert_eq!(plan.failure_mode, Some(FailureMode::Threshold(1)));
+        let whys: Vec<_> = plan.not_applied.iter().map(|n| n.why.clone()).collect();
+        assert_eq!(whys, vec![Why::WrongObject("volume"), Why::Unknown]);
+        // Unknown keys from the class are not the PVC's to fix: not reported.
+        let plan = plan_volume(
+            &labels(&[("storageos.com/x", "1")]),
+            &Labels::new(),
+            &volume("name: v\n"),
+        );
+        assert!(plan.not_applied.is_empty());
+    }
+
+    #[test]
+    fn failures_are_sorted_into_rejected_and_retryable() {
+        let err = |status| storageos::Error::from_status(status, "PUT", "/v2/x", "m".into());
+        let mut f = Failures::default();
+        f.add("a", &err(400));
+        f.add("b", &err(404));
+        f.add("c", &err(409));
+        f.add("d", &err(500));
+        assert_eq!(f.rejected.len(), 1);
+        assert_eq!(f.retry.len(), 2);
+        assert!(f.to_string().starts_with("c: "), "{f}");
+    }
+
+    fn cm(name: &str, label: &str) -> ConfigMap {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "namespace": "ns", "labels": {"l": label}}}),
+        )
+        .unwrap()
+    }
+
+    fn fp(c: &ConfigMap) -> Option<u64> {
+        let l = c.labels().get("l")?;
+        (l != "ignored").then(|| fingerprint(l))
+    }
+
+    #[test]
+    fn only_changes_after_the_first_list_are_passed_on() {
+        use watcher::Event as E;
+        let mut seen = Seen::default();
+        let names =
+            |v: Vec<Option<ConfigMap>>| -> Vec<String> { v.into_iter().flatten().map(|c| c.name_any()).collect() };
+        let first = vec![
+            seen.observe(E::Init, fp),
+            seen.observe(E::InitApply(cm("a", "1")), fp),
+            seen.observe(E::InitApply(cm("b", "1")), fp),
+            seen.observe(E::InitDone, fp),
+        ];
+        assert!(names(first).is_empty(), "the first list is left to the resync");
+        let later = vec![
+            seen.observe(E::Apply(cm("a", "1")), fp),       // unchanged
+            seen.observe(E::Apply(cm("a", "2")), fp),       // changed
+            seen.observe(E::Apply(cm("c", "1")), fp),       // created
+            seen.observe(E::Apply(cm("b", "ignored")), fp), // no longer ours
+            seen.observe(E::Apply(cm("b", "1")), fp),       // ours again
+        ];
+        assert_eq!(names(later), vec!["a", "c", "b"]);
+        // A re-list after a watch error compares, and forgets objects that are gone.
+        let relist = vec![
+            seen.observe(E::Init, fp),
+            seen.observe(E::InitApply(cm("a", "2")), fp),
+            seen.observe(E::InitApply(cm("c", "9")), fp),
+            seen.observe(E::InitDone, fp),
+        ];
+        assert_eq!(names(relist), vec!["c"]);
+        assert_eq!(names(vec![seen.observe(E::Apply(cm("b", "1")), fp)]), vec!["b"]);
+        seen.observe(E::Delete(cm("b", "1")), fp);
+        assert_eq!(names(vec![seen.observe(E::Apply(cm("b", "1")), fp)]), vec!["b"]);
+    }
+}
