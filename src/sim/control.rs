@@ -25,6 +25,7 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/_sim/nodes", post(add_node).get(list_nodes))
         .route("/_sim/nodes/{name}/health", put(set_health))
         .route("/_sim/volumes", post(add_volume).get(list_volumes))
+        .route("/_sim/volumes/{namespace}/{name}/nfs", put(set_nfs_endpoint))
         .route("/_sim/faults", put(set_faults).get(get_faults))
         .route("/_sim/tokens/expire", post(expire_tokens))
         .route("/_sim/requests", get(requests).delete(clear_requests))
@@ -78,6 +79,19 @@ async fn add_volume(AxState(sh): Sh, body: Bytes) -> Answer {
     let seed: VolumeSeed = parse(&body)?;
     let v = sh.lock().seed_volume(seed)?;
     Ok((StatusCode::CREATED, axum::Json(v)).into_response())
+}
+
+/// `{"serviceEndpoint": "ip:port" | null}`.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct NfsBody {
+    service_endpoint: Option<String>,
+}
+
+async fn set_nfs_endpoint(AxState(sh): Sh, Path((namespace, name)): Path<(String, String)>, body: Bytes) -> Answer {
+    let b: NfsBody = parse(&body)?;
+    let v = sh.lock().set_nfs_endpoint(&namespace, &name, b.service_endpoint)?;
+    Ok(axum::Json(v).into_response())
 }
 
 async fn list_volumes(AxState(sh): Sh) -> Answer {

@@ -233,6 +233,15 @@ impl SimHandle {
         Ok(self.shared.lock().bump_volume_version(namespace, name)?)
     }
 
+    /// Moves a volume's NFS server to `endpoint` (`ip:port`; `None` clears it), as a master
+    /// failover or an NFS restart does.
+    pub fn set_nfs_endpoint(&self, namespace: &str, name: &str, endpoint: Option<&str>) -> Result<Volume, Error> {
+        Ok(self
+            .shared
+            .lock()
+            .set_nfs_endpoint(namespace, name, endpoint.map(str::to_string))?)
+    }
+
     /// Current cluster settings.
     pub fn cluster(&self) -> Cluster {
         self.shared.lock().cluster()

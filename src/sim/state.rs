@@ -1026,20 +1026,47 @@ impl State {
         Ok(v.clone())
     }
 
-    /// Test knob: gives a volume (found by namespace and volume name) a new version.
-    pub fn bump_volume_version(&mut self, namespace: &str, name: &str) -> Result<String, ApiError> {
+    /// The index of the volume named `name` in the namespace named `namespace`.
+    fn vol_index_by_name(&self, namespace: &str, name: &str) -> Result<usize, ApiError> {
         let ns = self
             .namespaces
             .iter()
             .find(|n| n.name == namespace)
             .map(|n| n.id.clone())
             .ok_or_else(|| ApiError::not_found("namespace"))?;
-        let vi = self
-            .volumes
+        self.volumes
             .iter()
             .position(|v| v.namespace_id == ns && v.name == name)
-            .ok_or_else(|| ApiError::not_found("volume"))?;
+            .ok_or_else(|| ApiError::not_found("volume"))
+    }
+
+    /// Test knob: gives a volume (found by namespace and volume name) a new version.
+    pub fn bump_volume_version(&mut self, namespace: &str, name: &str) -> Result<String, ApiError> {
+        let vi = self.vol_index_by_name(namespace, name)?;
         Ok(self.touch(vi).version.clone())
+    }
+
+    /// Test knob: moves a volume's NFS server to `endpoint` (`ip:port`), as a failover or an NFS
+    /// restart does, making it NFS-attached on its master; `None` clears the endpoint (the
+    /// attachment type is kept, as while the NFS server restarts).
+    pub fn set_nfs_endpoint(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        endpoint: Option<String>,
+    ) -> Result<Volume, ApiError> {
+        let vi = self.vol_index_by_name(namespace, name)?;
+        let v = self.touch(vi);
+        match endpoint.filter(|e| !e.is_empty()) {
+            Some(ep) => {
+                v.attachment_type = "nfs".into();
+                v.attached_on = v.master.node_id.clone();
+                v.nfs.service_endpoint = Some(ep);
+                v.nfs.exports.get_or_insert_with(Vec::new);
+            }
+            None => v.nfs.service_endpoint = None,
+        }
+        Ok(v.clone())
     }
 
     // ---------------------------------------------------------------- faults and log

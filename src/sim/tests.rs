@@ -276,3 +276,30 @@ fn faults_count_down_and_match_by_path_and_method() {
     assert_eq!(err.unwrap().status, 500);
     assert_eq!(s.take_fault("GET", "/v2/nodes").1, None);
 }
+
+#[test]
+fn nfs_endpoint_moves_and_clears_with_a_new_version() {
+    let mut s = state();
+    s.add_node(NodeSeed {
+        name: "m".into(),
+        ..NodeSeed::default()
+    })
+    .unwrap();
+    let v = s
+        .seed_volume(VolumeSeed {
+            namespace: "apps".into(),
+            name: "pvc-1".into(),
+            nfs_service_endpoint: Some("10.0.0.5:25000".into()),
+            ..VolumeSeed::default()
+        })
+        .unwrap();
+    let moved = s
+        .set_nfs_endpoint("apps", "pvc-1", Some("10.0.0.6:25001".into()))
+        .unwrap();
+    assert_eq!(moved.nfs_endpoint(), Some("10.0.0.6:25001"));
+    assert_eq!(moved.attachment_type, "nfs");
+    assert_ne!(moved.version, v.version);
+    let cleared = s.set_nfs_endpoint("apps", "pvc-1", None).unwrap();
+    assert_eq!(cleared.nfs_endpoint(), None);
+    assert_eq!(s.set_nfs_endpoint("apps", "nope", None).unwrap_err().status, 404);
+}

@@ -1,8 +1,0 @@
-//! TODO: the shared_volume controller (being built).
-
-use std::sync::Arc;
-
-use super::Context;
-
-/// Runs the controller until the future is dropped.
-pub async fn run(_ctx: Arc<Context>) {}
