@@ -330,7 +330,12 @@ impl Failures {
 
 impl fmt::Display for Failures {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.retry.join("; "))
+        let shown = if self.retry.is_empty() {
+            &self.rejected
+        } else {
+            &self.retry
+        };
+        f.write_str(&shown.join("; "))
     }
 }
 
@@ -498,8 +503,11 @@ pub async fn run<K, R, RF, E, P, PF>(
             st.clone(),
         )
         .for_each(move |result| {
-            if let Err(e) = result {
-                tracing::debug!(controller = name, error = %e, "controller event");
+            match result {
+                // Reconcile failures are logged where their backoff is decided; an object gone
+                // from the cache before its reconcile is expected.
+                Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) | Ok(_) => {}
+                Err(e) => tracing::warn!(controller = name, error = %e, "watch or queue error; the watch retries"),
             }
             future::ready(())
         });
