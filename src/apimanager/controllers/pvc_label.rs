@@ -38,6 +38,8 @@ pub const NAME: &str = "pvc-label";
 
 /// How often an unbound PVC is looked at again (binding itself also triggers a sync).
 const UNBOUND_RECHECK: Duration = Duration::from_secs(60);
+/// Takes precedence over `spec.storageClassName`, as in Kubernetes.
+const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
@@ -113,11 +115,15 @@ fn is_default(class: &StorageClass) -> bool {
         .any(|a| annotations.get(*a).map(String::as_str) == Some("true"))
 }
 
-/// Resolves the PVC's StorageClass among `classes` and checks it is the volume's. An empty
-/// `storageClassName` means "no class" (no defaults); none means the default class (the newest
-/// one if several claim to be).
+/// Resolves the PVC's StorageClass among `classes` as Kubernetes (and the PVC webhook) does, and
+/// checks it is the volume's: the legacy annotation, else `spec.storageClassName`; an empty name
+/// means "no class" (no defaults); none means the default class (the newest if several).
 pub fn check_class(pvc: &PersistentVolumeClaim, classes: &[StorageClass]) -> ClassCheck {
-    let class = match pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) {
+    let named = pvc
+        .annotations()
+        .get(LEGACY_CLASS_ANNOTATION)
+        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_ref());
+    let class = match named.map(String::as_str) {
         Some("") => {
             return ClassCheck::Use {
                 parameters: Labels::new(),
@@ -464,6 +470,12 @@ mod tests {
                 annotate: None
             }
         );
+
+        // The legacy annotation wins over the spec.
+        let p = pvc(&format!(
+            "{CREATED_2025}, annotations: {{volume.beta.kubernetes.io/storage-class: fast}}}}\nspec: {{storageClassName: other}}\n"
+        ));
+        assert!(matches!(check_class(&p, &cs), ClassCheck::Use { annotate: Some(u), .. } if u == "uid-fast"));
 
         // A missing class, or no default: skip.
         let p = pvc(&format!("{CREATED_2025}}}\nspec: {{storageClassName: gone}}\n"));
