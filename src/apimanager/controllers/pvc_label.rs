@@ -237,6 +237,15 @@ async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<LabelSync>) -> Result<Act
         action,
         source: Box::new(source),
     };
+    // The volume first: a PVC StorageOS knows nothing about gets no event and no annotation.
+    let namespace = pvc.namespace().unwrap_or_default();
+    let volume = find_volume(ctx, &namespace, pv)
+        .await
+        .map_err(|e| api_error(&pvc, Failures::of("look up the volume", &e)))?;
+    let Some(volume) = volume else {
+        tracing::debug!(pvc = %pvc_key(&pvc), pv, "StorageOS has no volume for this PVC; nothing to sync");
+        return Ok(Action::await_change());
+    };
     let classes = list_classes(ctx)
         .await
         .map_err(|e| kube_error("list StorageClasses", e))?;
@@ -246,14 +255,6 @@ async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<LabelSync>) -> Result<Act
             st.kit.event(pvc.as_ref(), true, skip.reason(), skip.to_string()).await;
             return Ok(Action::await_change());
         }
-    };
-    let namespace = pvc.namespace().unwrap_or_default();
-    let volume = find_volume(ctx, &namespace, pv)
-        .await
-        .map_err(|e| api_error(&pvc, Failures::of("look up the volume", &e)))?;
-    let Some(volume) = volume else {
-        tracing::debug!(pvc = %pvc_key(&pvc), pv, "StorageOS has no volume for this PVC; nothing to sync");
-        return Ok(Action::await_change());
     };
     if let Some(uid) = annotate {
         // Migrates PVCs made before the admission webhook recorded the class.
