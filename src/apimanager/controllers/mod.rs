@@ -4,6 +4,7 @@
 //!
 //! Each controller has an explicit name, used for its reconcile metrics and logs.
 
+pub mod delete_sync;
 pub mod fencing;
 pub mod labels;
 pub mod namespace_delete;
