@@ -1,0 +1,177 @@
+//! Which nodes to fence, from successive StorageOS node lists.
+//!
+//! An *episode* starts when a node is first seen `offline` (also at start-up): one fencing
+//! action runs for it, retrying until nothing is left to fence or the fencer timeout passes. It
+//! is told to stop as soon as the node is seen in any other state (`unknown` is never fenced).
+//! A node that stays offline is not fenced again until `-node-expiry-interval` after its episode
+//! started (the Go fencer's cache expiry), so a busy node list does not re-fence constantly
+//! (research §11.17: the Go cache compared whole objects, capacity included).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::storageos::models::{Health, Node};
+
+/// A fencing action to start for `node`; `stop` turns true (or closes) when it must end.
+#[derive(Debug)]
+pub struct Start {
+    pub node: String,
+    pub episode: u64,
+    pub stop: watch::Receiver<bool>,
+}
+
+#[derive(Debug, Default)]
+struct Tracked {
+    offline: bool,
+    /// The running episode: its id and stop switch.
+    running: Option<(u64, watch::Sender<bool>)>,
+    started: Option<Instant>,
+}
+
+/// The fencer's view of every StorageOS node.
+#[derive(Debug)]
+pub struct Episodes {
+    expiry: Duration,
+    nodes: HashMap<String, Tracked>,
+    next_id: u64,
+}
+
+impl Episodes {
+    /// Re-evaluates a node that stays offline every `expiry`.
+    pub fn new(expiry: Duration) -> Self {
+        Self {
+            expiry,
+            nodes: HashMap::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Takes in a complete node list; returns the episodes to start.
+    pub fn observe(&mut self, nodes: &[Node], now: Instant) -> Vec<Start> {
+        self.nodes.retain(|name, _| nodes.iter().any(|n| n.name == *name));
+        let mut starts = Vec::new();
+        for n in nodes {
+            let t = self.nodes.entry(n.name.clone()).or_default();
+            if n.health != Health::Offline {
+                t.offline = false;
+                if let Some((_, stop)) = t.running.take() {
+                    let _ = stop.send(true);
+                }
+                continue;
+            }
+            let begins = !t.offline;
+            t.offline = true;
+            let expired = t.running.is_none() && t.started.is_some_and(|s| now.duration_since(s) >= self.expiry);
+            if begins || expired {
+                if let Some((_, stop)) = t.running.take() {
+                    let _ = stop.send(true);
+                }
+                self.next_id += 1;
+                let (tx, rx) = watch::channel(false);
+                t.running = Some((self.next_id, tx));
+                t.started = Some(now);
+                starts.push(Start {
+                    node: n.name.clone(),
+                    episode: self.next_id,
+                    stop: rx,
+                });
+            }
+        }
+        starts
+    }
+
+    /// Records that episode `episode` of `node` ended.
+    pub fn ended(&mut self, node: &str, episode: u64) {
+        if let Some(t) = self.nodes.get_mut(node)
+            && t.running.as_ref().is_some_and(|(id, _)| *id == episode)
+        {
+            t.running = None;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn nodes(list: &[(&str, Health)]) -> Vec<Node> {
+        list.iter()
+            .map(|(name, health)| Node {
+                name: (*name).into(),
+                health: *health,
+                ..Node::default()
+            })
+            .collect()
+    }
+
+    fn names(starts: &[Start]) -> Vec<&str> {
+        starts.iter().map(|s| s.node.as_str()).collect()
+    }
+
+    #[test]
+    fn an_episode_starts_when_a_node_goes_offline_and_never_for_unknown() {
+        let t0 = Instant::now();
+        let mut e = Episodes::new(Duration::from_secs(3600));
+        let first = e.observe(
+            &nodes(&[("a", Health::Offline), ("b", Health::Online), ("c", Health::Unknown)]),
+            t0,
+        );
+        assert_eq!(names(&first), ["a"], "already offline at start-up counts");
+        // Still offline, still running: nothing new (however often the list is read).
+        assert!(
+            e.observe(&nodes(&[("a", Health::Offline), ("b", Health::Offline)]), t0)
+                .len()
+                == 1
+        );
+        assert!(
+            e.observe(&nodes(&[("a", Health::Offline), ("b", Health::Offline)]), t0)
+                .is_empty()
+        );
+        // unknown → offline starts one; offline → unknown stops it.
+        assert_eq!(names(&e.observe(&nodes(&[("c", Health::Offline)]), t0)), ["c"]);
+    }
+
+    #[test]
+    fn leaving_offline_stops_the_episode_and_a_new_offline_starts_another() {
+        let t0 = Instant::now();
+        let mut e = Episodes::new(Duration::from_secs(3600));
+        let mut first = e.observe(&nodes(&[("a", Health::Offline)]), t0);
+        let s = first.pop().unwrap();
+        assert!(!*s.stop.borrow());
+        assert!(e.observe(&nodes(&[("a", Health::Unknown)]), t0).is_empty());
+        assert!(*s.stop.borrow(), "the running episode is told to stop");
+        let again = e.observe(&nodes(&[("a", Health::Offline)]), t0);
+        assert_eq!(names(&again), ["a"]);
+        assert_ne!(again[0].episode, s.episode);
+        // The old episode ending does not clear the new one.
+        e.ended("a", s.episode);
+        assert!(
+            e.observe(&nodes(&[("a", Health::Offline)]), t0 + Duration::from_secs(7200))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_node_that_stays_offline_is_re_evaluated_after_the_expiry() {
+        let t0 = Instant::now();
+        let hour = Duration::from_secs(3600);
+        let mut e = Episodes::new(hour);
+        let s = e.observe(&nodes(&[("a", Health::Offline)]), t0).pop().unwrap();
+        e.ended("a", s.episode);
+        assert!(e.observe(&nodes(&[("a", Health::Offline)]), t0 + hour / 2).is_empty());
+        assert_eq!(names(&e.observe(&nodes(&[("a", Health::Offline)]), t0 + hour)), ["a"]);
+    }
+
+    #[test]
+    fn a_node_leaving_the_list_stops_its_episode() {
+        let t0 = Instant::now();
+        let mut e = Episodes::new(Duration::from_secs(3600));
+        let s = e.observe(&nodes(&[("a", Health::Offline)]), t0).pop().unwrap();
+        assert!(e.observe(&[], t0).is_empty());
+        assert!(s.stop.has_changed().is_err(), "the stop switch is closed");
+    }
+}
