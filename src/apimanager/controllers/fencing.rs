@@ -81,12 +81,14 @@ pub async fn run(ctx: Arc<Context>) {
     }
 }
 
-/// What one episode has already said, so that each warning is published once.
+/// What one episode has already done and said, so that each warning is published once.
 #[derive(Debug, Default)]
-struct Said {
+struct Memory {
     suspended: bool,
     /// UIDs of pods warned about.
     skipped: HashSet<String>,
+    /// UIDs of pods deleted (one with a finalizer stays until it is removed: not again).
+    fenced: HashSet<String>,
 }
 
 /// One episode: fence, then retry while something is left, the node stays offline and the
@@ -99,14 +101,14 @@ async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, star
     } = start;
     let deadline = Instant::now() + ctx.args.node_fencer_timeout;
     let retry = ctx.args.node_fencer_retry_interval;
-    let mut said = Said::default();
+    let mut memory = Memory::default();
     loop {
         if *stop.borrow() {
             break;
         }
         let finished = {
             let Ok(_permit) = workers.acquire().await else { break };
-            match attempt(&ctx, &kit, &node, &mut said).await {
+            match attempt(&ctx, &kit, &node, &mut memory).await {
                 Ok(finished) => finished,
                 Err(e) => {
                     tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
@@ -137,7 +139,7 @@ async fn wait_or_stop(stop: &mut watch::Receiver<bool>, retry: std::time::Durati
 }
 
 /// One pass over the node; Ok(true) when nothing is left to fence.
-async fn attempt(ctx: &Context, kit: &Kit, node: &str, said: &mut Said) -> Result<bool, Error> {
+async fn attempt(ctx: &Context, kit: &Kit, node: &str, memory: &mut Memory) -> Result<bool, Error> {
     let Some(k8s_node) = Api::<Node>::all(ctx.kube.clone()).get_opt(node).await? else {
         tracing::info!(
             controller = CONTROLLER,
@@ -148,7 +150,7 @@ async fn attempt(ctx: &Context, kit: &Kit, node: &str, said: &mut Said) -> Resul
     };
     let mut finished = false;
     kit.timed(&k8s_node, async {
-        finished = fence_node(ctx, kit, &k8s_node, said).await?;
+        finished = fence_node(ctx, kit, &k8s_node, memory).await?;
         Ok::<_, Error>(Action::await_change())
     })
     .await?;
@@ -162,7 +164,7 @@ struct StorageOSClaim {
     pv: String,
 }
 
-async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, said: &mut Said) -> Result<bool, Error> {
+async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, memory: &mut Memory) -> Result<bool, Error> {
     let name = node.name_any();
     let pods = Api::<Pod>::all(ctx.kube.clone())
         .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
@@ -170,6 +172,9 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, said: &mut Said) -> R
     let mut left = 0usize;
     let mut targets = Vec::new();
     for pod in pods.items {
+        if memory.fenced.contains(&pod.uid().unwrap_or_default()) {
+            continue;
+        }
         match select::opted_in(&pod) {
             Ok(true) => {}
             Ok(false) => continue,
@@ -194,8 +199,8 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, said: &mut Said) -> R
         Ok(Maintenance::Off) => {}
         Ok(Maintenance::On { upgrade }) => {
             tracing::info!(controller = CONTROLLER, node = %name, upgrade, "fencing suspended during the upgrade");
-            if !said.suspended {
-                said.suspended = true;
+            if !memory.suspended {
+                memory.suspended = true;
                 let note = format!(
                     "StorageOS reports node {name} offline, but upgrade {upgrade} is in progress: {} pod(s) are not fenced while it runs",
                     targets.len()
@@ -217,7 +222,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, said: &mut Said) -> R
             left += 1;
             let problems = problems.join("; ");
             tracing::info!(controller = CONTROLLER, node = %name, pod = %pod.name_any(), "not fenced: {problems}");
-            if said.skipped.insert(pod.uid().unwrap_or_default()) {
+            if memory.skipped.insert(pod.uid().unwrap_or_default()) {
                 let note = format!(
                     "StorageOS reports node {name} offline, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
                 );
@@ -225,9 +230,14 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, said: &mut Said) -> R
             }
             continue;
         }
-        if let Err(e) = fence_pod(ctx, kit, &name, &pod, &claims, &mut attachments).await {
-            tracing::warn!(controller = CONTROLLER, node = %name, pod = %pod.name_any(), error = %e, "cannot delete the pod; retrying");
-            left += 1;
+        match fence_pod(ctx, kit, &name, &pod, &claims, &mut attachments).await {
+            Ok(()) => {
+                memory.fenced.insert(pod.uid().unwrap_or_default());
+            }
+            Err(e) => {
+                tracing::warn!(controller = CONTROLLER, node = %name, pod = %pod.name_any(), error = %e, "cannot delete the pod; retrying");
+                left += 1;
+            }
         }
     }
     Ok(left == 0)
