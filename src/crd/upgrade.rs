@@ -24,8 +24,9 @@ use super::validation;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct StorageOSUpgradeSpec {
-    /// StorageOS node image to upgrade to, for example `storageos/node:v2.4.4`.
-    #[schemars(extend("x-kubernetes-validations" = validation::non_empty("newImage")))]
+    /// StorageOS node image to upgrade to, for example `storageos/node:v2.4.4`. It cannot change
+    /// once set: the image pulled on every node must be the one the nodes restart on.
+    #[schemars(extend("x-kubernetes-validations" = validation::non_empty_immutable("newImage")))]
     pub new_image: String,
 }
 
@@ -71,6 +72,19 @@ pub struct StorageOSUpgradeStatus {
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The StorageOSCluster being upgraded, chosen when the upgrade starts (the active one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<UpgradeCluster>,
+}
+
+/// The StorageOSCluster an upgrade works on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeCluster {
+    /// Namespace of the StorageOSCluster.
+    pub namespace: String,
+    /// Name of the StorageOSCluster.
+    pub name: String,
 }
 
 /// A Deployment or StatefulSet scaled to zero during the upgrade.

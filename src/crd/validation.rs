@@ -37,3 +37,12 @@ pub fn non_empty(what: &str) -> Value {
         "message": format!("{what} must not be empty")
     }])
 }
+
+/// A required string that must not be blank and cannot change once set.
+pub fn non_empty_immutable(what: &str) -> Value {
+    let mut rules = non_empty(what);
+    if let Value::Array(r) = &mut rules {
+        r.push(json!({"rule": "self == oldSelf", "message": format!("{what} cannot change; create a new resource instead")}));
+    }
+    rules
+}
