@@ -24,15 +24,26 @@ use crate::runtime::conditions;
 /// The CSI driver name of StorageOS volumes.
 pub const CSI_DRIVER: &str = "csi.storageos.com";
 
+/// Whether `pv` is a StorageOS volume (provisioned by its CSI driver).
+pub fn is_storageos_volume(pv: &PersistentVolume) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .is_some_and(|c| c.driver == CSI_DRIVER)
+}
+
+/// (namespace, name) of the claims bound to StorageOS volumes.
+pub fn storageos_claims(pvs: &[PersistentVolume]) -> BTreeSet<(String, String)> {
+    pvs.iter()
+        .filter(|pv| is_storageos_volume(pv))
+        .filter_map(|pv| pv.spec.as_ref()?.claim_ref.as_ref())
+        .filter_map(|c| Some((c.namespace.clone()?, c.name.clone()?)))
+        .collect()
+}
+
 /// `namespace/name` of running pods that mount a StorageOS-provisioned volume.
 pub fn pods_using_volumes(pvs: &[PersistentVolume], pods: &[Pod]) -> Vec<String> {
-    let claims: BTreeSet<(String, String)> = pvs
-        .iter()
-        .filter_map(|pv| pv.spec.as_ref())
-        .filter(|s| s.csi.as_ref().is_some_and(|c| c.driver == CSI_DRIVER))
-        .filter_map(|s| s.claim_ref.as_ref())
-        .filter_map(|c| Some((c.namespace.clone()?, c.name.clone()?)))
-        .collect();
+    let claims = storageos_claims(pvs);
     let mut users: Vec<String> = pods
         .iter()
         .filter(|p| {
@@ -104,12 +115,7 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
                 .list(&ListParams::default())
                 .await?
                 .items;
-            let users = if pvs.iter().any(|pv| {
-                pv.spec
-                    .as_ref()
-                    .and_then(|s| s.csi.as_ref())
-                    .is_some_and(|c| c.driver == CSI_DRIVER)
-            }) {
+            let users = if pvs.iter().any(is_storageos_volume) {
                 let pods = Api::<Pod>::all(ctx.client.clone())
                     .list(&ListParams::default())
                     .await?

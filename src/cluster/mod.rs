@@ -14,7 +14,6 @@ use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
@@ -33,6 +32,7 @@ pub use reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTAT
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY};
+use crate::runtime::controller::drain;
 
 /// The cluster a child belongs to, from its labels.
 fn owner_of<K: Resource>(child: PartialObjectMeta<K>) -> Option<ObjectRef<StorageOSCluster>> {
@@ -119,7 +119,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     .default_backoff()
     .touched_objects();
 
-    controller
+    let results = controller
         .watches_stream(nodes, move |_| all_clusters(&node_store))
         .watches_stream(node_pods, move |pod: PartialObjectMeta<Pod>| {
             let cr = pod.labels().get("storageos_cr").cloned();
@@ -128,11 +128,6 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 .filter(move |r| Some(&r.name) == cr.as_ref())
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_timed, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+        .run(reconcile_timed, error_policy, ctx);
+    drain(CONTROLLER, results).await;
 }

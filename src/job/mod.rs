@@ -16,7 +16,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -28,7 +27,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Job;
 use crate::runtime::apply::{self, Applier};
-use crate::runtime::controller::Kit;
+use crate::runtime::controller::{Kit, drain};
 use crate::runtime::metrics::ReconcileMetrics;
 use daemonset::JOB_LABEL;
 use logs::LogCursor;
@@ -200,7 +199,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())
         .default_backoff()
         .touched_objects();
-    controller
+    let results = controller
         .watches_stream(
             watcher(ctx.api::<PartialObjectMeta<DaemonSet>>(), labelled)
                 .default_backoff()
@@ -209,29 +208,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         )
         .watches_stream(pods, job_of_pod)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_timed, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "job controller event");
-            }
-        })
-        .await;
+        .run(reconcile_timed, error_policy, ctx);
+    drain(CONTROLLER, results).await;
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::runtime::controller::partial_meta as meta;
     use serde_json::json;
-
-    fn meta<K: Resource<DynamicType = ()>>(v: serde_json::Value) -> PartialObjectMeta<K> {
-        let meta: kube::core::ObjectMeta = serde_json::from_value(v).unwrap();
-        PartialObjectMeta {
-            types: None,
-            metadata: meta,
-            _phantom: std::marker::PhantomData,
-        }
-    }
 
     #[test]
     fn daemonsets_and_pods_map_back_to_their_job() {

@@ -13,6 +13,20 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::metrics::{ReconcileMetrics, ReconcileResult};
 
+/// Drives a controller's result stream until the controller stops. Reconcile failures are
+/// logged where their backoff is decided ([`Kit::retry_after_error`]); the rest (watch and
+/// queue errors, which the watch retries) is logged here at debug level.
+pub async fn drain<T, E: Display>(controller: &'static str, results: impl futures::Stream<Item = Result<T, E>>) {
+    use futures::StreamExt;
+    results
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller, error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
 /// The delay after `failures` consecutive failures: 100 ms doubling up to 5 minutes.
 pub fn backoff_delay(failures: u32) -> Duration {
     const MAX: Duration = Duration::from_secs(300);
@@ -113,6 +127,19 @@ impl Kit {
         let delay = backoff_delay(n);
         tracing::warn!(controller = self.name, object = %obj.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
+    }
+}
+
+/// A metadata-only object from JSON metadata, for tests of watch mappers.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn partial_meta<K: Resource<DynamicType = ()>>(
+    metadata: serde_json::Value,
+) -> kube::core::PartialObjectMeta<K> {
+    kube::core::PartialObjectMeta {
+        types: None,
+        metadata: serde_json::from_value(metadata).unwrap(),
+        _phantom: std::marker::PhantomData,
     }
 }
 
