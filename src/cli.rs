@@ -80,6 +80,12 @@ pub struct RunArgs {
     /// `images.apiManagerContainer`.
     #[arg(long, env = "OPERATOR_IMAGE", default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
     pub operator_image: String,
+
+    /// For demos and tests: wait this long (for example `2s`) before each step of a
+    /// StorageOSUpgrade, so its progress can be followed, or the operator stopped inside any
+    /// phase to show that it resumes. Leave unset in production.
+    #[arg(long, default_value = "0s", value_parser = crate::duration::parse_flag)]
+    pub upgrade_step_delay: std::time::Duration,
 }
 
 pub use crate::apimanager::flags::ApiManagerArgs;

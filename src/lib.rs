@@ -14,3 +14,4 @@ pub mod runtime;
 pub mod sim;
 pub mod storageos;
 pub mod telemetry;
+pub mod upgrade;

@@ -13,6 +13,7 @@ use crate::runtime::health::Health;
 use crate::runtime::leader::{self, Leadership};
 use crate::runtime::metrics::ReconcileMetrics;
 use crate::storageos::ApiMetrics;
+use crate::upgrade;
 
 /// The Lease the operator's replicas elect a leader on.
 pub const LEASE_NAME: &str = "storageos-operator-lease";
@@ -88,10 +89,16 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
     };
     let jobs = Arc::new(job::Context::new(client.clone(), metrics.clone()));
+    let upgrades =
+        Arc::new(upgrade::Context::new(client.clone(), metrics.clone()).with_step_delay(args.upgrade_step_delay));
     let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)));
     tracing::info!(identity = %identity, "starting controllers");
     let controllers = async {
-        tokio::join!(cluster::run(ctx, shutdown_signal()), job::run(jobs, shutdown_signal()));
+        tokio::join!(
+            cluster::run(ctx, shutdown_signal()),
+            job::run(jobs, shutdown_signal()),
+            upgrade::run(upgrades, shutdown_signal())
+        );
     };
     tokio::select! {
         () = controllers => {

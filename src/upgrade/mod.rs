@@ -1,0 +1,224 @@
+//! The StorageOSUpgrade controller: an offline upgrade of the StorageOS node image, run as a
+//! state machine persisted in the upgrade's status ([`plan`]), so an operator killed at any
+//! point resumes and finishes, and no application is left scaled down.
+//!
+//! Pending → PullingImage ([`pull`]) → Pausing → ScalingDown ([`apps`]) → UpgradingNodes
+//! ([`nodes`]) → ScalingUp → Completed. One upgrade runs at a time; deleting one (finalizer)
+//! restores what it scaled down and un-pauses the cluster ([`reconcile`]).
+//!
+//! Watches the upgrades, the puller DaemonSets and pods (by label), and the StorageOS node pods
+//! (by label, for upgrades under way). Waiting for applications' pods to stop is polled while
+//! an upgrade is under way rather than watching every pod in the cluster; a completed upgrade
+//! costs nothing.
+
+pub mod apps;
+pub mod nodes;
+pub mod plan;
+pub mod pull;
+pub mod reconcile;
+pub mod status;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+use crate::crd::{StorageOSUpgrade, UpgradePhase};
+use crate::runtime::apply::{self, Applier, FIELD_MANAGER};
+use crate::runtime::controller::{Kit, drain};
+use crate::runtime::metrics::ReconcileMetrics;
+
+/// The controller name used in metrics and logs.
+pub const CONTROLLER: &str = "storageosupgrade";
+/// Finalizer that holds an upgrade until it has un-paused the cluster and restored applications.
+pub const FINALIZER: &str = "finalizer.storageosupgrade.storageos.com";
+/// How often an upgrade under way looks again while it waits.
+pub const POLL: Duration = Duration::from_secs(2);
+/// Labels of the StorageOS node pods.
+const NODE_POD_LABELS: &str = "app=storageos,kind=daemonset";
+
+/// Why an upgrade reconcile failed; every variant is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing an object failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Applying the puller failed.
+    #[error(transparent)]
+    Apply(#[from] apply::Error),
+    /// Something the user must fix; shown as Degraded in the upgrade's status.
+    #[error("{0}")]
+    Problem(plan::Problem),
+}
+
+/// Shared state of the upgrade controller.
+pub struct Context {
+    pub client: Client,
+    pub applier: Applier,
+    /// Events, backoff and reconcile metrics.
+    pub kit: Kit,
+    /// Pause before each step (demos and tests; zero in production).
+    pub(crate) step_delay: Duration,
+    /// The controller's upgrade cache, to map watch events and forget deleted upgrades.
+    store: OnceLock<Store<StorageOSUpgrade>>,
+}
+
+impl Context {
+    pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
+        Self {
+            applier: Applier::new(client.clone()),
+            kit: Kit::new(client.clone(), CONTROLLER, metrics),
+            client,
+            step_delay: Duration::ZERO,
+            store: OnceLock::new(),
+        }
+    }
+
+    /// Waits `delay` before each step of an upgrade, so a demo can be followed and a test can
+    /// stop the operator inside any phase (`run --upgrade-step-delay`).
+    #[must_use]
+    pub fn with_step_delay(mut self, delay: Duration) -> Self {
+        self.step_delay = delay;
+        self
+    }
+
+    fn forget_deleted(&self) {
+        let Some(store) = self.store.get() else { return };
+        let keys: HashSet<(String, String)> = store
+            .state()
+            .iter()
+            .map(|u| (u.namespace().unwrap_or_default(), u.name_any()))
+            .collect();
+        self.kit.retain_failures(|k| keys.contains(k));
+    }
+}
+
+/// Merge and strategic patches the controller makes, under the operator's field manager.
+pub(crate) fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// The upgrade owning a puller DaemonSet.
+fn upgrade_of_puller(ds: PartialObjectMeta<DaemonSet>) -> Option<ObjectRef<StorageOSUpgrade>> {
+    let ns = ds.namespace()?;
+    let owner = ds
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "StorageOSUpgrade")?;
+    Some(ObjectRef::new(&owner.name).within(&ns))
+}
+
+/// The upgrade of a puller pod: its DaemonSet is named after the upgrade.
+fn upgrade_of_puller_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<StorageOSUpgrade>> {
+    let ns = pod.namespace()?;
+    let owner = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")?;
+    let upgrade = owner
+        .name
+        .strip_suffix(&pull::daemonset_name(""))
+        .filter(|u| !u.is_empty())?;
+    Some(ObjectRef::new(upgrade).within(&ns))
+}
+
+/// Upgrades in `store` at one of `phases`.
+fn at_phases(store: &Store<StorageOSUpgrade>, phases: &[UpgradePhase]) -> Vec<ObjectRef<StorageOSUpgrade>> {
+    store
+        .state()
+        .iter()
+        .filter(|u| phases.contains(&plan::phase_of(u)))
+        .map(|u| ObjectRef::from_obj(u.as_ref()))
+        .collect()
+}
+
+async fn reconcile_timed(upgrade: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.kit
+        .timed(upgrade.as_ref(), reconcile::reconcile(upgrade.clone(), ctx.clone()))
+        .await
+}
+
+fn error_policy(upgrade: Arc<StorageOSUpgrade>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.kit.retry_after_error(upgrade.as_ref(), error)
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    // One reconcile at a time: upgrades are rare, and "one upgrade at a time" is then decided
+    // without races between two upgrades' reconciles.
+    let controller = Controller::new(Api::<StorageOSUpgrade>::all(client.clone()), watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(1));
+    let store = controller.store();
+    let _ = ctx.store.set(store.clone());
+    let labelled = watcher::Config::default().labels(pull::UPGRADE_LABEL);
+    let pullers = watcher(
+        Api::<PartialObjectMeta<DaemonSet>>::all(client.clone()),
+        labelled.clone(),
+    )
+    .default_backoff()
+    .touched_objects();
+    let puller_pods = watcher(Api::<PartialObjectMeta<Pod>>::all(client.clone()), labelled)
+        .default_backoff()
+        .touched_objects();
+    let node_pods = watcher(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        watcher::Config::default().labels(NODE_POD_LABELS),
+    )
+    .default_backoff()
+    .touched_objects();
+    // Any change of an upgrade (completed, deleted) may give a waiting one its turn.
+    let upgrades = watcher(
+        Api::<PartialObjectMeta<StorageOSUpgrade>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (node_store, waiting_store) = (store.clone(), store);
+    let results = controller
+        .watches_stream(pullers, upgrade_of_puller)
+        .watches_stream(puller_pods, upgrade_of_puller_pod)
+        .watches_stream(node_pods, move |_| {
+            at_phases(&node_store, &[UpgradePhase::PullingImage, UpgradePhase::UpgradingNodes])
+        })
+        .watches_stream(upgrades, move |_| at_phases(&waiting_store, &[UpgradePhase::Pending]))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_timed, error_policy, ctx);
+    drain(CONTROLLER, results).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::runtime::controller::partial_meta as meta;
+    use serde_json::json;
+
+    #[test]
+    fn pullers_and_their_pods_map_back_to_their_upgrade() {
+        let ds = meta::<DaemonSet>(json!({"name": "u-image-puller", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade", "name": "u",
+                                 "uid": "x", "controller": true}]}));
+        assert_eq!(upgrade_of_puller(ds), Some(ObjectRef::new("u").within("ns")));
+        let pod = meta::<Pod>(json!({"name": "u-image-puller-abcde", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "u-image-puller",
+                                 "uid": "y", "controller": true}]}));
+        assert_eq!(upgrade_of_puller_pod(pod), Some(ObjectRef::new("u").within("ns")));
+        let stray = meta::<Pod>(json!({"name": "p", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "-image-puller",
+                                 "uid": "y", "controller": true}]}));
+        assert_eq!(upgrade_of_puller_pod(stray), None);
+    }
+}

@@ -1,0 +1,564 @@
+//! The upgrade's state machine (pure): from the recorded phase and what was observed, the one
+//! next step.
+//!
+//! Every action is decided afresh from the live objects, so repeating a step is harmless (an
+//! application already at zero is not scaled again, pods already on the new image are not
+//! deleted) and an operator killed at any point resumes from the phase recorded in status.
+//! A phase is recorded before its first action ([`Step::Advance`]), and applications are
+//! recorded with their replicas before they are scaled ([`Step::Record`]).
+
+use std::fmt;
+
+use kube::ResourceExt;
+
+use super::apps::{LiveApp, describe};
+use super::nodes::NodeView;
+use super::pull::PullerView;
+use crate::crd::{ScaledApp, StorageOSUpgrade, UpgradePhase};
+
+/// The cluster being upgraded, as observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub namespace: String,
+    pub name: String,
+    /// Value of the pause annotation.
+    pub paused_by: Option<String>,
+    /// `spec.images.nodeContainer`.
+    pub node_image: Option<String>,
+    /// Namespace the cluster's objects live in (the node DaemonSet's).
+    pub objects_namespace: String,
+    /// The cluster is being deleted.
+    pub deleting: bool,
+}
+
+/// Everything a step decision needs. Each phase observes only what it uses.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// `namespace/name` of the upgrade that goes first, when it is not this one (Pending).
+    pub blocked_by: Option<String>,
+    /// The cluster: the active one before the upgrade starts, the recorded one afterwards.
+    pub cluster: Option<ClusterView>,
+    /// `namespace/name` of the cluster recorded when the upgrade started.
+    pub recorded_cluster: Option<String>,
+    /// The node DaemonSet (PullingImage, UpgradingNodes).
+    pub nodes: Option<NodeView>,
+    /// The puller (PullingImage, Pausing).
+    pub puller: PullerView,
+    /// Running StorageOS-backed applications (ScalingDown).
+    pub candidates: Vec<ScaledApp>,
+    /// The recorded applications as they are now; None when deleted (ScalingDown, ScalingUp).
+    pub apps: Vec<(ScaledApp, Option<LiveApp>)>,
+}
+
+/// A condition the user has to resolve; the upgrade retries with backoff meanwhile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// No StorageOSCluster to upgrade.
+    NoCluster,
+    /// The active cluster is being deleted.
+    ClusterDeleting(String),
+    /// The cluster recorded at the start no longer exists.
+    ClusterGone(String),
+    /// The cluster has no node DaemonSet (yet).
+    NoNodeDaemonSet(String),
+}
+
+impl Problem {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NoCluster => "NoCluster",
+            Self::ClusterDeleting(_) => "ClusterDeleting",
+            Self::ClusterGone(_) => "ClusterGone",
+            Self::NoNodeDaemonSet(_) => "NoNodeDaemonSet",
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoCluster => write!(
+                f,
+                "no StorageOSCluster to upgrade: create one, or wait for it to be created; the upgrade retries by itself"
+            ),
+            Self::ClusterDeleting(c) => write!(
+                f,
+                "StorageOSCluster {c} is being deleted; delete this upgrade, or let the deletion finish and create a new cluster"
+            ),
+            Self::ClusterGone(c) => write!(
+                f,
+                "StorageOSCluster {c}, which this upgrade started on, no longer exists; delete this upgrade to restore the applications it scaled down"
+            ),
+            Self::NoNodeDaemonSet(d) => write!(
+                f,
+                "node DaemonSet {d} does not exist; wait for the StorageOSCluster to deploy it (check the cluster's status), the upgrade retries by itself"
+            ),
+        }
+    }
+}
+
+/// One action on the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Create or update the puller DaemonSet.
+    ApplyPuller,
+    /// Delete the puller DaemonSet (the image is on every node).
+    DeletePuller,
+    /// Annotate the cluster: pauses its reconciler and signals maintenance.
+    Pause,
+    /// Scale an application to zero.
+    ScaleDown(ScaledApp),
+    /// Record the new image in the cluster's `spec.images.nodeContainer`.
+    SetClusterImage,
+    /// Set the node container's image on the node DaemonSet.
+    SetNodeImage,
+    /// Delete these node pods (all at once) so they come back on the new image.
+    RestartNodePods(Vec<String>),
+    /// Give an application its replicas back.
+    ScaleUp(ScaledApp),
+}
+
+impl fmt::Display for Act {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ApplyPuller => write!(f, "apply the image puller"),
+            Self::DeletePuller => write!(f, "delete the image puller"),
+            Self::Pause => write!(f, "pause the cluster"),
+            Self::ScaleDown(a) => write!(f, "scale {} to 0", describe(a)),
+            Self::SetClusterImage => write!(f, "set the cluster's node image"),
+            Self::SetNodeImage => write!(f, "set the node DaemonSet's image"),
+            Self::RestartNodePods(p) => write!(f, "delete node pods {}", p.join(", ")),
+            Self::ScaleUp(a) => write!(f, "scale {} back to {}", describe(a), a.replicas),
+        }
+    }
+}
+
+/// What to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Another upgrade goes first (`namespace/name`).
+    Blocked(String),
+    /// Waiting for something to happen; the message says what.
+    Wait(String),
+    /// Something the user must fix.
+    Problem(Problem),
+    /// Record the move to this phase, before any of its actions.
+    Advance(UpgradePhase),
+    /// Record these applications with their replicas, before scaling them.
+    Record(Vec<ScaledApp>),
+    /// Take this action.
+    Act(Act),
+    /// Completed: nothing to do.
+    Idle,
+}
+
+fn same_app(a: &ScaledApp, b: &ScaledApp) -> bool {
+    a.kind == b.kind && a.namespace == b.namespace && a.name == b.name
+}
+
+/// The next step of upgrade `name` to `image`, at `phase`, with `recorded` applications.
+pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp], o: &Observed) -> Step {
+    use UpgradePhase::*;
+    match phase {
+        Pending => {
+            if let Some(first) = &o.blocked_by {
+                return Step::Blocked(first.clone());
+            }
+            match target(o) {
+                Ok(_) => Step::Advance(PullingImage),
+                Err(p) => Step::Problem(p),
+            }
+        }
+        PullingImage => {
+            // The puller is placed like the node pods: both must exist.
+            if let Err(p) = cluster_and_nodes(o) {
+                return Step::Problem(p);
+            }
+            if !o.puller.exists {
+                Step::Act(Act::ApplyPuller)
+            } else if o.puller.complete() {
+                Step::Advance(Pausing)
+            } else {
+                Step::Wait(format!("pulling {image}: {} have it", o.puller.progress()))
+            }
+        }
+        Pausing => match target(o) {
+            Err(p) => Step::Problem(p),
+            Ok(_) if o.puller.exists => Step::Act(Act::DeletePuller),
+            Ok(c) if c.paused_by.as_deref() != Some(name) => Step::Act(Act::Pause),
+            Ok(_) => Step::Advance(ScalingDown),
+        },
+        ScalingDown => {
+            let new: Vec<ScaledApp> = o
+                .candidates
+                .iter()
+                .filter(|c| !recorded.iter().any(|r| same_app(r, c)))
+                .cloned()
+                .collect();
+            if !new.is_empty() {
+                return Step::Record(new);
+            }
+            // Scale down anything recorded that runs (again); the user may have scaled it up.
+            if let Some((app, _)) = o
+                .apps
+                .iter()
+                .find(|(_, live)| live.as_ref().is_some_and(|l| l.replicas != 0))
+            {
+                return Step::Act(Act::ScaleDown(app.clone()));
+            }
+            let running: Vec<String> = o
+                .apps
+                .iter()
+                .filter(|(_, live)| live.as_ref().is_some_and(|l| l.pods > 0))
+                .map(|(a, _)| describe(a))
+                .collect();
+            if running.is_empty() {
+                Step::Advance(UpgradingNodes)
+            } else {
+                Step::Wait(format!("waiting for the pods of {} to stop", running.join(", ")))
+            }
+        }
+        UpgradingNodes => {
+            let (cluster, nodes) = match cluster_and_nodes(o) {
+                Ok(n) => n,
+                Err(p) => return Step::Problem(p),
+            };
+            if cluster.node_image.as_deref() != Some(image) {
+                return Step::Act(Act::SetClusterImage);
+            }
+            if nodes.template_image.as_deref() != Some(image) {
+                return Step::Act(Act::SetNodeImage);
+            }
+            if !nodes.current {
+                return Step::Wait("waiting for the DaemonSet controller to see the new image".into());
+            }
+            let outdated = nodes.outdated(image);
+            if !outdated.is_empty() {
+                return Step::Act(Act::RestartNodePods(outdated));
+            }
+            if nodes.upgraded(image) {
+                Step::Advance(ScalingUp)
+            } else {
+                Step::Wait(format!(
+                    "{} of {} StorageOS nodes run {image} and are ready",
+                    nodes.ready_on(image),
+                    nodes.desired
+                ))
+            }
+        }
+        ScalingUp => match o.apps.iter().find(|(_, live)| needs_restore(live.as_ref())) {
+            Some((app, _)) => Step::Act(Act::ScaleUp(app.clone())),
+            None => Step::Advance(Completed),
+        },
+        Completed | Failed => Step::Idle,
+    }
+}
+
+/// Whether an application still carries the scale-down annotation, i.e. was scaled down by an
+/// upgrade and not yet restored. Also the rule the finalizer uses.
+pub fn needs_restore(live: Option<&LiveApp>) -> bool {
+    live.is_some_and(|l| l.scaled_down_from.is_some())
+}
+
+/// The cluster to work on, if it can be worked on.
+fn target(o: &Observed) -> Result<&ClusterView, Problem> {
+    match (&o.cluster, &o.recorded_cluster) {
+        (Some(c), _) if c.deleting => Err(Problem::ClusterDeleting(format!("{}/{}", c.namespace, c.name))),
+        (Some(c), _) => Ok(c),
+        (None, Some(recorded)) => Err(Problem::ClusterGone(recorded.clone())),
+        (None, None) => Err(Problem::NoCluster),
+    }
+}
+
+fn cluster_and_nodes(o: &Observed) -> Result<(&ClusterView, &NodeView), Problem> {
+    let cluster = target(o)?;
+    let nodes = o.nodes.as_ref().ok_or_else(|| {
+        Problem::NoNodeDaemonSet(format!(
+            "{}/{}",
+            cluster.objects_namespace,
+            super::nodes::NODE_DAEMONSET
+        ))
+    })?;
+    Ok((cluster, nodes))
+}
+
+/// The phase an upgrade is at (Pending when it has no status yet).
+pub fn phase_of(u: &StorageOSUpgrade) -> UpgradePhase {
+    u.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+}
+
+/// The upgrade whose turn it is: one already under way, else the oldest waiting one (by
+/// creation time, then namespace and name). Completed upgrades and deleted ones that never
+/// started do not compete.
+pub fn first_in_line(upgrades: &[StorageOSUpgrade]) -> Option<&StorageOSUpgrade> {
+    upgrades
+        .iter()
+        .filter(|u| {
+            let phase = phase_of(u);
+            let deleting = u.metadata.deletion_timestamp.is_some();
+            phase != UpgradePhase::Completed && !(deleting && phase == UpgradePhase::Pending)
+        })
+        .min_by_key(|u| {
+            (
+                phase_of(u) == UpgradePhase::Pending,
+                u.metadata.creation_timestamp.clone().map(|t| t.0),
+                u.namespace().unwrap_or_default(),
+                u.name_any(),
+            )
+        })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::job::status::PodView;
+    use UpgradePhase::*;
+    use serde_json::json;
+
+    const IMAGE: &str = "storageos/node:v2.10.0";
+
+    fn app(name: &str, replicas: i32) -> ScaledApp {
+        ScaledApp {
+            kind: "Deployment".into(),
+            namespace: "apps".into(),
+            name: name.into(),
+            replicas,
+        }
+    }
+
+    fn live(replicas: i32, annotated: bool, pods: usize) -> Option<LiveApp> {
+        Some(LiveApp {
+            replicas,
+            scaled_down_from: annotated.then(|| "3".to_string()),
+            pods,
+        })
+    }
+
+    fn cluster() -> ClusterView {
+        ClusterView {
+            namespace: "storageos".into(),
+            name: "storageos".into(),
+            objects_namespace: "kube-system".into(),
+            node_image: Some("storageos/node:v2.9.0".into()),
+            ..Default::default()
+        }
+    }
+
+    fn nodes(template: &str, current: bool, pods: &[(&str, &str, bool)]) -> NodeView {
+        NodeView {
+            namespace: "kube-system".into(),
+            template_image: Some(template.into()),
+            current,
+            desired: 2,
+            pods: pods
+                .iter()
+                .map(|(n, i, ready)| super::super::nodes::NodePod {
+                    name: n.to_string(),
+                    image: Some(i.to_string()),
+                    ready: *ready,
+                    terminating: false,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn step(phase: UpgradePhase, recorded: &[ScaledApp], o: &Observed) -> Step {
+        next("up", IMAGE, phase, recorded, o)
+    }
+
+    #[test]
+    fn pending_waits_its_turn_then_needs_a_cluster() {
+        let mut o = Observed {
+            blocked_by: Some("ns/first".into()),
+            cluster: Some(cluster()),
+            ..Default::default()
+        };
+        assert_eq!(step(Pending, &[], &o), Step::Blocked("ns/first".into()));
+        o.blocked_by = None;
+        assert_eq!(step(Pending, &[], &o), Step::Advance(PullingImage));
+        o.cluster.as_mut().unwrap().deleting = true;
+        assert_eq!(
+            step(Pending, &[], &o),
+            Step::Problem(Problem::ClusterDeleting("storageos/storageos".into()))
+        );
+        o.cluster = None;
+        assert_eq!(step(Pending, &[], &o), Step::Problem(Problem::NoCluster));
+        assert!(Problem::NoCluster.to_string().contains("create one"));
+    }
+
+    #[test]
+    fn pulling_applies_the_puller_and_advances_when_every_node_has_the_image() {
+        let mut o = Observed {
+            cluster: Some(cluster()),
+            ..Default::default()
+        };
+        assert_eq!(
+            step(PullingImage, &[], &o),
+            Step::Problem(Problem::NoNodeDaemonSet("kube-system/storageos-daemonset".into()))
+        );
+        o.nodes = Some(nodes("storageos/node:v2.9.0", true, &[]));
+        assert_eq!(step(PullingImage, &[], &o), Step::Act(Act::ApplyPuller));
+        let pod = |finished| PodView {
+            scheduled: true,
+            finished,
+        };
+        o.puller = PullerView {
+            exists: true,
+            desired: Some(2),
+            pods: vec![pod(true), pod(false)],
+        };
+        assert_eq!(
+            step(PullingImage, &[], &o),
+            Step::Wait(format!("pulling {IMAGE}: 1 of 2 nodes have it"))
+        );
+        o.puller.pods[1] = pod(true);
+        assert_eq!(step(PullingImage, &[], &o), Step::Advance(Pausing));
+    }
+
+    #[test]
+    fn pausing_removes_the_puller_then_annotates_the_cluster() {
+        let mut o = Observed {
+            cluster: Some(cluster()),
+            puller: PullerView {
+                exists: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(step(Pausing, &[], &o), Step::Act(Act::DeletePuller));
+        o.puller.exists = false;
+        assert_eq!(step(Pausing, &[], &o), Step::Act(Act::Pause));
+        // Paused by another (stale) upgrade: this one takes it over.
+        o.cluster.as_mut().unwrap().paused_by = Some("old".into());
+        assert_eq!(step(Pausing, &[], &o), Step::Act(Act::Pause));
+        o.cluster.as_mut().unwrap().paused_by = Some("up".into());
+        assert_eq!(step(Pausing, &[], &o), Step::Advance(ScalingDown));
+    }
+
+    #[test]
+    fn scaling_down_records_before_scaling_and_waits_for_pods() {
+        let (web, db) = (app("web", 3), app("db", 2));
+        let mut o = Observed {
+            candidates: vec![web.clone(), db.clone()],
+            ..Default::default()
+        };
+        // Nothing recorded: record both first.
+        assert_eq!(step(ScalingDown, &[], &o), Step::Record(vec![web.clone(), db.clone()]));
+        // Only what is new is recorded.
+        assert_eq!(
+            step(ScalingDown, std::slice::from_ref(&web), &o),
+            Step::Record(vec![db.clone()])
+        );
+        let recorded = [web.clone(), db.clone()];
+        o.apps = vec![(web.clone(), live(3, false, 3)), (db.clone(), live(2, false, 2))];
+        assert_eq!(step(ScalingDown, &recorded, &o), Step::Act(Act::ScaleDown(web.clone())));
+        // After a restart web is at zero, no longer a candidate, and stays recorded.
+        o.candidates = vec![db.clone()];
+        o.apps[0].1 = live(0, true, 1);
+        assert_eq!(step(ScalingDown, &recorded, &o), Step::Act(Act::ScaleDown(db.clone())));
+        o.candidates.clear();
+        o.apps[1].1 = live(0, true, 0);
+        assert_eq!(
+            step(ScalingDown, &recorded, &o),
+            Step::Wait("waiting for the pods of Deployment apps/web to stop".into())
+        );
+        o.apps[0].1 = live(0, true, 0);
+        assert_eq!(step(ScalingDown, &recorded, &o), Step::Advance(UpgradingNodes));
+        // A deleted application does not hold the upgrade.
+        o.apps[0].1 = None;
+        assert_eq!(step(ScalingDown, &recorded, &o), Step::Advance(UpgradingNodes));
+    }
+
+    #[test]
+    fn upgrading_nodes_sets_images_restarts_old_pods_and_waits_for_ready() {
+        let old = "storageos/node:v2.9.0";
+        let mut o = Observed {
+            cluster: Some(cluster()),
+            nodes: Some(nodes(old, true, &[("a", old, true), ("b", old, true)])),
+            ..Default::default()
+        };
+        assert_eq!(step(UpgradingNodes, &[], &o), Step::Act(Act::SetClusterImage));
+        o.cluster.as_mut().unwrap().node_image = Some(IMAGE.into());
+        assert_eq!(step(UpgradingNodes, &[], &o), Step::Act(Act::SetNodeImage));
+        o.nodes = Some(nodes(IMAGE, false, &[("a", old, true), ("b", old, true)]));
+        assert!(matches!(step(UpgradingNodes, &[], &o), Step::Wait(_)));
+        o.nodes = Some(nodes(IMAGE, true, &[("a", old, true), ("b", old, true)]));
+        assert_eq!(
+            step(UpgradingNodes, &[], &o),
+            Step::Act(Act::RestartNodePods(vec!["a".into(), "b".into()]))
+        );
+        o.nodes = Some(nodes(IMAGE, true, &[("c", IMAGE, true), ("d", IMAGE, false)]));
+        assert_eq!(
+            step(UpgradingNodes, &[], &o),
+            Step::Wait(format!("1 of 2 StorageOS nodes run {IMAGE} and are ready"))
+        );
+        o.nodes = Some(nodes(IMAGE, true, &[("c", IMAGE, true), ("d", IMAGE, true)]));
+        assert_eq!(step(UpgradingNodes, &[], &o), Step::Advance(ScalingUp));
+        o.cluster.as_mut().unwrap().deleting = true;
+        assert_eq!(
+            step(UpgradingNodes, &[], &o),
+            Step::Problem(Problem::ClusterDeleting("storageos/storageos".into()))
+        );
+        o.cluster = None;
+        o.recorded_cluster = Some("storageos/storageos".into());
+        let gone = step(UpgradingNodes, &[], &o);
+        assert_eq!(gone, Step::Problem(Problem::ClusterGone("storageos/storageos".into())));
+        assert!(matches!(gone, Step::Problem(p) if p.to_string().contains("delete this upgrade")));
+    }
+
+    #[test]
+    fn scaling_up_restores_annotated_apps_then_completes() {
+        let (web, db) = (app("web", 3), app("db", 2));
+        let recorded = [web.clone(), db.clone()];
+        let mut o = Observed {
+            apps: vec![(web.clone(), live(3, false, 0)), (db.clone(), live(0, true, 0))],
+            ..Default::default()
+        };
+        assert_eq!(step(ScalingUp, &recorded, &o), Step::Act(Act::ScaleUp(db.clone())));
+        o.apps[1].1 = live(2, false, 0);
+        assert_eq!(step(ScalingUp, &recorded, &o), Step::Advance(Completed));
+        assert_eq!(step(Completed, &recorded, &o), Step::Idle);
+    }
+
+    fn upgrade(ns: &str, name: &str, created: i64, phase: Option<&str>, deleting: bool) -> StorageOSUpgrade {
+        let ts = |s: i64| k8s_openapi::jiff::Timestamp::from_second(s).unwrap().to_string();
+        let mut v = json!({"apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": ts(created)},
+            "spec": {"newImage": IMAGE}});
+        if let Some(p) = phase {
+            v["status"] = json!({"phase": p});
+        }
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!(ts(created + 100));
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn first(us: &[StorageOSUpgrade]) -> Option<String> {
+        first_in_line(us).map(|u| format!("{}/{}", u.namespace().unwrap(), u.name_any()))
+    }
+
+    #[test]
+    fn one_upgrade_at_a_time_the_started_or_oldest_one() {
+        let a = upgrade("ns", "a", 10, None, false);
+        let b = upgrade("ns", "b", 20, None, false);
+        assert_eq!(first(&[b.clone(), a.clone()]), Some("ns/a".into()));
+        // One under way goes first even if a waiting one sorts before it.
+        let b_running = upgrade("ns", "b", 20, Some("ScalingDown"), false);
+        assert_eq!(first(&[a.clone(), b_running]), Some("ns/b".into()));
+        // Same second: namespace then name break the tie.
+        let c = upgrade("aa", "z", 10, None, false);
+        assert_eq!(first(&[a.clone(), c]), Some("aa/z".into()));
+        // Completed ones and deleted ones that never started do not compete.
+        let done = upgrade("ns", "old", 1, Some("Completed"), false);
+        let gone = upgrade("ns", "gone", 2, None, true);
+        assert_eq!(first(&[done, gone, b.clone()]), Some("ns/b".into()));
+        // A deleted one that started holds the line until its finalizer is done.
+        let leaving = upgrade("ns", "leaving", 30, Some("UpgradingNodes"), true);
+        assert_eq!(first(&[a, leaving]), Some("ns/leaving".into()));
+        assert_eq!(first(&[]), None);
+    }
+}

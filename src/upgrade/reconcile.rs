@@ -1,0 +1,435 @@
+//! One reconcile of a StorageOSUpgrade: read it fresh, observe → decide ([`plan::next`]) → take
+//! that one step (record or act) and requeue at once, or wait. Deletion runs [`finalize`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::Selector;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::apps::{self, LiveApp, Volumes};
+use super::nodes::{self, NODE_CONTAINER, NODE_DAEMONSET, NodeView};
+use super::plan::{self, Act, ClusterView, Observed, Step};
+use super::pull::{self, PullerView};
+use super::status::{self, WAITING_REASON};
+use super::{Context, Error, FINALIZER, POLL, patch_params};
+use crate::cluster::PAUSED_BY_ANNOTATION;
+use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
+use crate::render;
+use crate::runtime::apply::ObjectKey;
+
+/// How often an upgrade that waits for another one checks again (watch events come first).
+const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn key(u: &StorageOSUpgrade) -> String {
+    format!("{}/{}", u.namespace().unwrap_or_default(), u.name_any())
+}
+
+/// Reconciles one upgrade.
+pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.forget_deleted();
+    // Completed is final: nothing to read, nothing to write.
+    if cached.meta().deletion_timestamp.is_none() && plan::phase_of(&cached) == UpgradePhase::Completed {
+        return Ok(Action::await_change());
+    }
+    let api: Api<StorageOSUpgrade> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+    let name = cached.name_any();
+    // The cache can lag behind this controller's own status writes, and a stale phase would
+    // repeat a finished one (scale an application down again): act on the upgrade as it is now.
+    let Some(mut up) = api.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    if up.meta().deletion_timestamp.is_some() {
+        return finalize(&up, &api, &ctx).await;
+    }
+    if !up.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = up.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": up.resource_version()}});
+        up = api.patch(&name, &patch_params(), &Patch::Merge(&patch)).await?;
+    }
+    let image = up.spec.new_image.clone();
+    let phase = plan::phase_of(&up);
+    let previous = up.status.clone().unwrap_or_default();
+    let recorded = previous.scaled_apps.clone().unwrap_or_default();
+    let observed = observe(&up, phase, &recorded, &ctx).await?;
+    let generation = up.meta().generation;
+    let now = now();
+    let step = plan::next(&name, &image, phase, &recorded, &observed);
+    let what = match &step {
+        Step::Idle => return Ok(Action::await_change()),
+        Step::Wait(message) => {
+            tracing::debug!(upgrade = %key(&up), "{message}");
+            let next = status::waiting(&previous, message, generation, &now);
+            write_status(&api, &up, &previous, next).await?;
+            return Ok(Action::requeue(POLL));
+        }
+        Step::Blocked(first) => {
+            let (next, message, news) = status::blocked(&previous, first, generation, &now);
+            write_status(&api, &up, &previous, next).await?;
+            if news {
+                ctx.kit.event(&up, true, WAITING_REASON, message).await;
+            }
+            return Ok(Action::requeue(BLOCKED_RECHECK));
+        }
+        Step::Problem(problem) => {
+            let message = problem.to_string();
+            let (next, news) = status::degraded(&previous, problem.reason(), &message, generation, &now);
+            write_status(&api, &up, &previous, next).await?;
+            if news {
+                ctx.kit.event(&up, true, problem.reason(), message).await;
+            }
+            return Err(Error::Problem(problem.clone()));
+        }
+        Step::Advance(to) => format!("entering phase {to:?}"),
+        Step::Record(apps) => {
+            let names: Vec<String> = apps.iter().map(apps::describe).collect();
+            format!("recording {}", names.join(", "))
+        }
+        Step::Act(act) => act.to_string(),
+    };
+    if before_step(&ctx, &api, &up, &what).await? {
+        match step {
+            Step::Advance(to) => {
+                let started = (phase == UpgradePhase::Pending)
+                    .then(|| {
+                        observed.cluster.as_ref().map(|c| UpgradeCluster {
+                            namespace: c.namespace.clone(),
+                            name: c.name.clone(),
+                        })
+                    })
+                    .flatten();
+                let next = status::advanced(&previous, to, started, &image, generation, &now);
+                let cluster_name = next.cluster.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+                write_status(&api, &up, &previous, next).await?;
+                for (reason, note) in status::events_on_entering(to, &cluster_name, &image) {
+                    ctx.kit.event(&up, false, reason, note).await;
+                }
+            }
+            Step::Record(apps) => {
+                write_status(&api, &up, &previous, status::recorded(&previous, &apps)).await?;
+            }
+            Step::Act(act) => execute(&up, &observed, &act, &ctx).await?,
+            Step::Idle | Step::Wait(_) | Step::Blocked(_) | Step::Problem(_) => {}
+        }
+    }
+    // One step per reconcile, then back into the queue at once: another upgrade's reconcile
+    // (one saying it must wait) is not held up for a whole upgrade.
+    Ok(Action::requeue(Duration::ZERO))
+}
+
+/// Logs the step about to be taken, after the configured step delay (demos and tests). Returns
+/// false when the upgrade changed (or was deleted) during the delay: the step, decided on what
+/// is now stale, is not taken, and the next one is decided afresh.
+async fn before_step(
+    ctx: &Context,
+    api: &Api<StorageOSUpgrade>,
+    up: &StorageOSUpgrade,
+    step: &str,
+) -> Result<bool, Error> {
+    if !ctx.step_delay.is_zero() {
+        tokio::time::sleep(ctx.step_delay).await;
+        let now = api.get_metadata_opt(&up.name_any()).await?;
+        if now.is_none_or(|m| m.metadata.resource_version != up.metadata.resource_version) {
+            return Ok(false);
+        }
+    }
+    tracing::info!(upgrade = %key(up), "{step}");
+    Ok(true)
+}
+
+/// Writes `next` when it differs from `previous`; returns it.
+async fn write_status(
+    api: &Api<StorageOSUpgrade>,
+    up: &StorageOSUpgrade,
+    previous: &StorageOSUpgradeStatus,
+    next: StorageOSUpgradeStatus,
+) -> Result<StorageOSUpgradeStatus, Error> {
+    if &next != previous {
+        // Only over the status this step was decided on: a writer acting on a stale view (an
+        // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
+        let patch = json!({"metadata": {"resourceVersion": up.resource_version()}, "status": next});
+        api.patch_status(&up.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(next)
+}
+
+fn cluster_view(c: &StorageOSCluster) -> ClusterView {
+    ClusterView {
+        namespace: c.namespace().unwrap_or_default(),
+        name: c.name_any(),
+        paused_by: c.annotations().get(PAUSED_BY_ANNOTATION).cloned(),
+        node_image: c.spec.images.as_ref().and_then(|i| i.node_container.clone()),
+        objects_namespace: render::resolve(&c.spec).namespace,
+        deleting: c.meta().deletion_timestamp.is_some(),
+    }
+}
+
+/// The cluster recorded in the upgrade's status, as it is now.
+async fn recorded_cluster(up: &StorageOSUpgrade, ctx: &Context) -> Result<Option<StorageOSCluster>, Error> {
+    let Some(c) = up.status.as_ref().and_then(|s| s.cluster.as_ref()) else {
+        return Ok(None);
+    };
+    Ok(Api::<StorageOSCluster>::namespaced(ctx.client.clone(), &c.namespace)
+        .get_opt(&c.name)
+        .await?)
+}
+
+/// Reads what the decision at `phase` needs, and nothing more.
+async fn observe(
+    up: &StorageOSUpgrade,
+    phase: UpgradePhase,
+    recorded: &[ScaledApp],
+    ctx: &Context,
+) -> Result<Observed, Error> {
+    use UpgradePhase::*;
+    let client = &ctx.client;
+    let mut o = Observed {
+        recorded_cluster: up
+            .status
+            .as_ref()
+            .and_then(|s| s.cluster.as_ref())
+            .map(|c| format!("{}/{}", c.namespace, c.name)),
+        ..Default::default()
+    };
+    match phase {
+        Pending => {
+            let all = Api::<StorageOSUpgrade>::all(client.clone())
+                .list(&ListParams::default())
+                .await?
+                .items;
+            o.blocked_by = plan::first_in_line(&all)
+                .filter(|first| first.uid() != up.uid())
+                .map(key);
+            if o.blocked_by.is_none() {
+                let clusters = Api::<StorageOSCluster>::all(client.clone())
+                    .list(&ListParams::default())
+                    .await?
+                    .items;
+                o.cluster = crate::cluster::reconcile::active(&clusters).map(cluster_view);
+            }
+        }
+        PullingImage | Pausing | UpgradingNodes => {
+            o.cluster = recorded_cluster(up, ctx).await?.as_ref().map(cluster_view);
+        }
+        _ => {}
+    }
+    if matches!(phase, PullingImage | Pausing) {
+        o.puller = observe_puller(up, ctx).await?;
+    }
+    if matches!(phase, PullingImage | UpgradingNodes)
+        && let Some(c) = &o.cluster
+    {
+        o.nodes = observe_nodes(&c.objects_namespace, ctx).await?;
+    }
+    if phase == ScalingDown {
+        o.candidates = candidates(ctx).await?;
+    }
+    if matches!(phase, ScalingDown | ScalingUp) {
+        o.apps = observe_apps(recorded, phase == ScalingDown, ctx).await?;
+    }
+    Ok(o)
+}
+
+async fn observe_puller(up: &StorageOSUpgrade, ctx: &Context) -> Result<PullerView, Error> {
+    let ns = up.namespace().unwrap_or_default();
+    let ds = Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&pull::daemonset_name(&up.name_any()))
+        .await?;
+    let pods = match &ds {
+        Some(_) => {
+            let selector: Selector = pull::selector(&up.name_any()).into_iter().collect();
+            Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                .list(&ListParams::default().labels_from(&selector))
+                .await?
+                .items
+        }
+        None => Vec::new(),
+    };
+    Ok(pull::view(ds.as_ref(), &pods))
+}
+
+async fn observe_nodes(namespace: &str, ctx: &Context) -> Result<Option<NodeView>, Error> {
+    let Some(ds) = Api::<DaemonSet>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(NODE_DAEMONSET)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let selector = ds
+        .spec
+        .as_ref()
+        .and_then(|s| Selector::try_from(s.selector.clone()).ok())
+        .filter(|s| !s.selects_all());
+    let pods = match selector {
+        Some(selector) => {
+            Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+                .list(&ListParams::default().labels_from(&selector))
+                .await?
+                .items
+        }
+        None => Vec::new(),
+    };
+    Ok(Some(nodes::view(&ds, &pods)))
+}
+
+/// Every running Deployment and StatefulSet that uses StorageOS volumes, in all namespaces.
+async fn candidates(ctx: &Context) -> Result<Vec<ScaledApp>, Error> {
+    let lp = ListParams::default();
+    let c = &ctx.client;
+    let deployments = Api::all(c.clone()).list(&lp).await?.items;
+    let statefulsets = Api::all(c.clone()).list(&lp).await?.items;
+    let pvcs: Vec<PersistentVolumeClaim> = Api::all(c.clone()).list(&lp).await?.items;
+    let pvs: Vec<PersistentVolume> = Api::all(c.clone()).list(&lp).await?.items;
+    let classes: Vec<StorageClass> = Api::all(c.clone()).list(&lp).await?.items;
+    Ok(apps::qualifying(
+        &deployments,
+        &statefulsets,
+        &Volumes::new(&pvcs, &pvs, &classes),
+    ))
+}
+
+async fn observe_apps(
+    recorded: &[ScaledApp],
+    count_pods: bool,
+    ctx: &Context,
+) -> Result<Vec<(ScaledApp, Option<LiveApp>)>, Error> {
+    let mut out = Vec::with_capacity(recorded.len());
+    for app in recorded {
+        out.push((app.clone(), apps::observe(&ctx.client, app, count_pods).await?));
+    }
+    Ok(out)
+}
+
+fn puller_key(up: &StorageOSUpgrade) -> ObjectKey {
+    ObjectKey {
+        api_version: "apps/v1".into(),
+        kind: "DaemonSet".into(),
+        namespace: up.namespace(),
+        name: pull::daemonset_name(&up.name_any()),
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) the pause annotation on the cluster. This annotation is
+/// the maintenance signal: the cluster reconciler skips a cluster that carries it, and the
+/// api-manager suspends fencing and node delete while any cluster carries it. The StorageOS v2
+/// API has no maintenance endpoint (only the legacy v1 API had one), so none is called.
+/// Only metadata is patched; the user's `spec.pause` is never written.
+async fn set_paused_by(
+    ctx: &Context,
+    cluster: &UpgradeCluster,
+    upgrade: Option<&str>,
+    resource_version: Option<String>,
+) -> Result<(), Error> {
+    let mut patch = json!({"metadata": {"annotations": {PAUSED_BY_ANNOTATION: upgrade}}});
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    Api::<StorageOSCluster>::namespaced(ctx.client.clone(), &cluster.namespace)
+        .patch(&cluster.name, &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Takes one action.
+async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) -> Result<(), Error> {
+    let client = &ctx.client;
+    let image = &up.spec.new_image;
+    let cluster = up.status.as_ref().and_then(|s| s.cluster.clone()).unwrap_or_default();
+    match act {
+        Act::ApplyPuller => {
+            let template = o.nodes.as_ref().map(|n| n.template.clone()).unwrap_or_default();
+            let desired = pull::build(up, &template);
+            let value =
+                serde_json::to_value(&desired).map_err(|_| crate::runtime::apply::Error::Malformed("a DaemonSet"))?;
+            let owner = up.controller_owner_ref(&());
+            let ns = up.namespace().unwrap_or_default();
+            ctx.applier
+                .apply(&value, owner.as_ref().map(|o| (o, ns.as_str())))
+                .await?;
+        }
+        Act::DeletePuller => ctx.applier.delete(&puller_key(up)).await?,
+        Act::Pause => set_paused_by(ctx, &cluster, Some(&up.name_any()), None).await?,
+        Act::ScaleDown(app) => apps::scale_down(client, app).await?,
+        Act::ScaleUp(app) => apps::restore(client, app).await?,
+        Act::SetClusterImage => {
+            // The one write to a user's spec: the image the user asked for, so the cluster
+            // reconciler keeps the nodes on it once un-paused.
+            let patch = json!({"spec": {"images": {"nodeContainer": image}}});
+            Api::<StorageOSCluster>::namespaced(client.clone(), &cluster.namespace)
+                .patch(&cluster.name, &patch_params(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Act::SetNodeImage => {
+            let ns = o.nodes.as_ref().map(|n| n.namespace.clone()).unwrap_or_default();
+            let patch =
+                json!({"spec": {"template": {"spec": {"containers": [{"name": NODE_CONTAINER, "image": image}]}}}});
+            Api::<DaemonSet>::namespaced(client.clone(), &ns)
+                .patch(NODE_DAEMONSET, &patch_params(), &Patch::Strategic(&patch))
+                .await?;
+        }
+        Act::RestartNodePods(pods) => {
+            let ns = o.nodes.as_ref().map(|n| n.namespace.clone()).unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            for pod in pods {
+                match api.delete(pod, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deleting an upgrade: restore every application it still has scaled down (unless it
+/// completed, when they are restored already and may have been changed since), un-pause the
+/// cluster if this upgrade paused it, remove the puller, then release the finalizer. All of it
+/// is read from the API, so it works after an operator restart.
+async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Context) -> Result<Action, Error> {
+    if !up.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let phase = plan::phase_of(up);
+    let status = up.status.clone().unwrap_or_default();
+    if phase != UpgradePhase::Completed {
+        for app in status.scaled_apps.iter().flatten() {
+            let live = apps::observe(&ctx.client, app, false).await?;
+            if plan::needs_restore(live.as_ref()) {
+                tracing::info!(upgrade = %key(up), app = %apps::describe(app), replicas = app.replicas, "restoring");
+                apps::restore(&ctx.client, app).await?;
+            }
+        }
+    }
+    // Only an upgrade that got as far as pausing can have set the annotation.
+    if phase >= UpgradePhase::Pausing
+        && let Some(cluster) = recorded_cluster(up, ctx).await?
+        && cluster.annotations().get(PAUSED_BY_ANNOTATION) == Some(&up.name_any())
+    {
+        let target = UpgradeCluster {
+            namespace: cluster.namespace().unwrap_or_default(),
+            name: cluster.name_any(),
+        };
+        tracing::info!(upgrade = %key(up), cluster = %cluster.name_any(), "un-pausing the cluster");
+        set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
+    }
+    ctx.applier.delete(&puller_key(up)).await?;
+    let finalizers: Vec<String> = up.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": up.resource_version()}});
+    api.patch(&up.name_any(), &patch_params(), &Patch::Merge(&patch))
+        .await?;
+    Ok(Action::await_change())
+}

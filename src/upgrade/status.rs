@@ -1,0 +1,307 @@
+//! Status of an upgrade (pure): the phase, the legacy `completed`, the applications scaled
+//! down, and the conditions Ready (only once Completed), Progressing (while under way) and
+//! Degraded (a problem the user must fix, with what to do).
+//!
+//! Every function returns the next status from the previous one; the caller writes it only when
+//! it differs, so an upgrade that is not moving costs no write.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::crd::{ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
+use crate::runtime::conditions;
+
+/// Reason of the Warning event of an upgrade that waits for another (the Go operator's).
+pub const WAITING_REASON: &str = "FailedCreation";
+
+/// The message while at `phase`, before any progress is known.
+fn entered_message(phase: UpgradePhase, image: &str) -> String {
+    match phase {
+        UpgradePhase::Pending => "waiting to start".into(),
+        UpgradePhase::PullingImage => format!("pulling {image} on every StorageOS node"),
+        UpgradePhase::Pausing => "pausing the cluster reconciler and entering maintenance".into(),
+        UpgradePhase::ScalingDown => "scaling down the applications that use StorageOS volumes".into(),
+        UpgradePhase::UpgradingNodes => format!("restarting every StorageOS node on {image}"),
+        UpgradePhase::ScalingUp => "restoring the applications' replicas".into(),
+        UpgradePhase::Completed => {
+            format!("StorageOS upgraded to {image}; delete this upgrade to un-pause the cluster and leave maintenance")
+        }
+        UpgradePhase::Failed => "the upgrade failed; see the Degraded condition".into(),
+    }
+}
+
+/// Sets Ready, Progressing and Degraded for `phase` with `message`; `problem` is the reason and
+/// message of Degraded=True, None for Degraded=False.
+fn set_conditions(
+    status: &mut StorageOSUpgradeStatus,
+    phase: UpgradePhase,
+    message: &str,
+    problem: Option<(&str, &str)>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let reason = format!("{phase:?}");
+    let under_way = !matches!(
+        phase,
+        UpgradePhase::Pending | UpgradePhase::Completed | UpgradePhase::Failed
+    );
+    let mut conds = status.conditions.take().unwrap_or_default();
+    let done = phase == UpgradePhase::Completed;
+    conditions::set(&mut conds, "Ready", done, &reason, message, generation, now);
+    conditions::set(&mut conds, "Progressing", under_way, &reason, message, generation, now);
+    match problem {
+        Some((r, m)) => conditions::set(&mut conds, "Degraded", true, r, m, generation, now),
+        None => conditions::set(&mut conds, "Degraded", false, "AsExpected", "", generation, now),
+    }
+    status.conditions = Some(conds);
+}
+
+fn base(previous: &StorageOSUpgradeStatus, generation: Option<i64>) -> (StorageOSUpgradeStatus, UpgradePhase) {
+    let mut s = previous.clone();
+    let phase = s.phase.unwrap_or_default();
+    s.phase = Some(phase);
+    s.completed = Some(phase == UpgradePhase::Completed);
+    s.observed_generation = generation;
+    (s, phase)
+}
+
+/// The status on entering `to`; `cluster` is recorded when the upgrade starts.
+pub fn advanced(
+    previous: &StorageOSUpgradeStatus,
+    to: UpgradePhase,
+    cluster: Option<UpgradeCluster>,
+    image: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> StorageOSUpgradeStatus {
+    let mut s = previous.clone();
+    s.phase = Some(to);
+    let (mut s, _) = base(&s, generation);
+    if cluster.is_some() {
+        s.cluster = cluster;
+    }
+    set_conditions(&mut s, to, &entered_message(to, image), None, generation, now);
+    s
+}
+
+/// The status while waiting at the current phase for what `message` says.
+pub fn waiting(
+    previous: &StorageOSUpgradeStatus,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> StorageOSUpgradeStatus {
+    let (mut s, phase) = base(previous, generation);
+    set_conditions(&mut s, phase, message, None, generation, now);
+    s
+}
+
+/// The status of an upgrade waiting for `first` (`namespace/name`) and the message of its
+/// Warning event; the bool says whether that is news (the event is sent once, not per retry).
+pub fn blocked(
+    previous: &StorageOSUpgradeStatus,
+    first: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> (StorageOSUpgradeStatus, String, bool) {
+    let message =
+        format!("can't create more than one storageos upgrade: waiting for StorageOSUpgrade {first} to finish");
+    let (mut s, phase) = base(previous, generation);
+    let news = !conditions_say(previous, "Ready", &message);
+    set_conditions(&mut s, phase, &message, None, generation, now);
+    (s, message, news)
+}
+
+/// The status with a problem the user must fix; the bool says whether it is news.
+pub fn degraded(
+    previous: &StorageOSUpgradeStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> (StorageOSUpgradeStatus, bool) {
+    let (mut s, phase) = base(previous, generation);
+    let news = !conditions_say(previous, "Degraded", message);
+    let progress = previous
+        .conditions
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Progressing")
+        .map_or_else(|| message.to_string(), |c| c.message.clone());
+    set_conditions(&mut s, phase, &progress, Some((reason, message)), generation, now);
+    (s, news)
+}
+
+fn conditions_say(status: &StorageOSUpgradeStatus, type_: &str, message: &str) -> bool {
+    status
+        .conditions
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == type_ && c.message == message)
+}
+
+/// The status with `apps` added to the applications scaled down (each recorded once, with the
+/// replicas it had when first recorded).
+pub fn recorded(previous: &StorageOSUpgradeStatus, apps: &[ScaledApp]) -> StorageOSUpgradeStatus {
+    let mut s = previous.clone();
+    let mut all = s.scaled_apps.take().unwrap_or_default();
+    for app in apps {
+        if !all
+            .iter()
+            .any(|a| a.kind == app.kind && a.namespace == app.namespace && a.name == app.name)
+        {
+            all.push(app.clone());
+        }
+    }
+    s.scaled_apps = Some(all);
+    s
+}
+
+/// Normal events sent on entering `to`, with the Go operator's reasons and messages.
+pub fn events_on_entering(to: UpgradePhase, cluster: &str, image: &str) -> Vec<(&'static str, String)> {
+    match to {
+        UpgradePhase::PullingImage => vec![("PullImage", "Pulling the new container image".into())],
+        UpgradePhase::ScalingDown => vec![
+            (
+                "PauseClusterCtrl",
+                "Pausing the cluster controller and enabling cluster maintenance mode".into(),
+            ),
+            ("UpgradeInit", format!("StorageOS upgrade of cluster {cluster} started")),
+        ],
+        UpgradePhase::Completed => vec![(
+            "UpgradeComplete",
+            format!("StorageOS upgraded to {image}. Delete upgrade object to disable cluster maintenance mode"),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
+    }
+
+    fn cond(s: &StorageOSUpgradeStatus, type_: &str) -> (String, String, String) {
+        let c = s
+            .conditions
+            .as_deref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn phases_set_progressing_while_under_way_and_ready_once_completed() {
+        let image = "storageos/node:v2.10.0";
+        let cluster = UpgradeCluster {
+            namespace: "storageos".into(),
+            name: "c".into(),
+        };
+        let s = advanced(
+            &Default::default(),
+            UpgradePhase::PullingImage,
+            Some(cluster.clone()),
+            image,
+            Some(1),
+            &t(1),
+        );
+        assert_eq!(s.phase, Some(UpgradePhase::PullingImage));
+        assert_eq!(s.completed, Some(false));
+        assert_eq!(s.cluster, Some(cluster.clone()));
+        assert_eq!(cond(&s, "Ready").0, "False");
+        assert_eq!(cond(&s, "Progressing").0, "True");
+        assert_eq!(cond(&s, "Progressing").1, "PullingImage");
+        assert_eq!(cond(&s, "Degraded").0, "False");
+
+        // The cluster stays recorded through later phases.
+        let s = advanced(&s, UpgradePhase::ScalingDown, None, image, Some(1), &t(2));
+        assert_eq!(s.cluster, Some(cluster));
+        let done = advanced(&s, UpgradePhase::Completed, None, image, Some(1), &t(3));
+        assert_eq!(done.completed, Some(true));
+        assert_eq!(cond(&done, "Ready").0, "True");
+        assert!(cond(&done, "Ready").2.contains("delete this upgrade"));
+        assert_eq!(cond(&done, "Progressing").0, "False");
+    }
+
+    #[test]
+    fn waiting_with_the_same_message_changes_nothing() {
+        let s = advanced(
+            &Default::default(),
+            UpgradePhase::UpgradingNodes,
+            None,
+            "i",
+            Some(1),
+            &t(1),
+        );
+        let a = waiting(&s, "1 of 3 nodes ready", Some(1), &t(2));
+        let b = waiting(&a, "1 of 3 nodes ready", Some(1), &t(3));
+        assert_eq!(a, b, "no write when nothing moved");
+        assert_eq!(cond(&a, "Progressing").2, "1 of 3 nodes ready");
+    }
+
+    #[test]
+    fn blocked_and_degraded_are_news_once() {
+        let (s, message, news) = blocked(&Default::default(), "ns/first", Some(1), &t(1));
+        assert!(news);
+        assert_eq!(s.phase, Some(UpgradePhase::Pending));
+        assert!(message.starts_with("can't create more than one storageos upgrade"));
+        assert!(message.contains("ns/first"));
+        let (again, _, news) = blocked(&s, "ns/first", Some(1), &t(2));
+        assert!(!news);
+        assert_eq!(again, s);
+
+        let (d, news) = degraded(&s, "NoCluster", "create one", Some(1), &t(3));
+        assert!(news);
+        assert_eq!(
+            cond(&d, "Degraded"),
+            ("True".into(), "NoCluster".into(), "create one".into())
+        );
+        let (d2, news) = degraded(&d, "NoCluster", "create one", Some(1), &t(4));
+        assert!(!news);
+        assert_eq!(d, d2);
+        // Progress clears it.
+        let w = waiting(&d2, "moving", Some(1), &t(5));
+        assert_eq!(cond(&w, "Degraded").0, "False");
+    }
+
+    #[test]
+    fn apps_are_recorded_once_with_their_first_replicas() {
+        let app = |name: &str, replicas| ScaledApp {
+            kind: "Deployment".into(),
+            namespace: "a".into(),
+            name: name.into(),
+            replicas,
+        };
+        let s = recorded(&Default::default(), &[app("web", 3)]);
+        let s = recorded(&s, &[app("web", 0), app("db", 2)]);
+        assert_eq!(s.scaled_apps.unwrap(), [app("web", 3), app("db", 2)]);
+    }
+
+    #[test]
+    fn events_keep_the_go_operators_reasons_in_order() {
+        let all: Vec<&str> = [
+            UpgradePhase::PullingImage,
+            UpgradePhase::Pausing,
+            UpgradePhase::ScalingDown,
+            UpgradePhase::UpgradingNodes,
+            UpgradePhase::ScalingUp,
+            UpgradePhase::Completed,
+        ]
+        .into_iter()
+        .flat_map(|p| events_on_entering(p, "c", "i"))
+        .map(|(r, _)| r)
+        .collect();
+        assert_eq!(all, ["PullImage", "PauseClusterCtrl", "UpgradeInit", "UpgradeComplete"]);
+        assert_eq!(
+            events_on_entering(UpgradePhase::Completed, "c", "node:v2")[0].1,
+            "StorageOS upgraded to node:v2. Delete upgrade object to disable cluster maintenance mode"
+        );
+    }
+}
