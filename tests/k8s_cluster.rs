@@ -112,6 +112,7 @@ async fn versions(client: &kube::Client, c: &StorageOSCluster) -> BTreeMap<Strin
 
 #[tokio::test]
 async fn cluster_lifecycle_on_the_real_control_plane() {
+    let _lock = support::cluster_lock();
     let ns = TestNamespace::new("cluster").await;
     let client = ns.client.clone();
     support::install_crds(&client).await;

@@ -230,3 +230,24 @@ pub async fn api_manager_context(
         metrics: ApiManagerMetrics::register(&mut registry),
     })
 }
+
+/// Held by a test that needs the cluster-wide "one active StorageOSCluster" to be its own
+/// cluster; released when dropped. Serialises such tests across test binaries and processes.
+pub struct ClusterLock(std::fs::File);
+
+/// Waits until no other test holds the [`ClusterLock`], then takes it.
+pub fn cluster_lock() -> ClusterLock {
+    let dir = kubeconfig_path()
+        .parent()
+        .expect("the kubeconfig lives in a directory")
+        .to_path_buf();
+    let path = dir.join("storageoscluster-tests.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    file.lock().unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    ClusterLock(file)
+}

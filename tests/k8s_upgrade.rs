@@ -1,0 +1,714 @@
+//! Integration tier: the StorageOSUpgrade controller on the real control plane, with the
+//! operator as a child process (`storageos-operator run`) and the StorageOS simulator in the
+//! test, synced to the kwok node pods so the cluster becomes Running.
+//!
+//! Only one StorageOSCluster can be active per Kubernetes cluster, so each test holds the
+//! cross-process [`support::cluster_lock`] (as tests/k8s_cluster.rs does) and clears clusters
+//! and upgrades left behind by killed test runs before it creates its own.
+//!
+//! Killing the operator inside a phase is made deterministic with `run --upgrade-step-delay`:
+//! the operator waits that long before each step, so a test that sees a phase in the status
+//! and kills the process 1.5 (or 2.5) delays later knows how many of the phase's steps were
+//! taken.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use storageos_operator::cluster::PAUSED_BY_ANNOTATION;
+use storageos_operator::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, UpgradePhase};
+use storageos_operator::sim::{self, SimHandle, Simulator};
+use storageos_operator::upgrade::apps::REPLICAS_ANNOTATION;
+use storageos_operator::upgrade::nodes::{NODE_DAEMONSET, node_image};
+use storageos_operator::upgrade::pull;
+use support::{ClusterLock, TestNamespace, from_json, wait_for};
+
+const SETTLE: Duration = Duration::from_secs(90);
+const OLD_IMAGE: &str = "storageos/node:v2.9.0";
+const CLUSTER: &str = "storageos";
+const TEST_NS_LABEL: &str = "storageos-operator-test";
+
+/// The operator as a child process; SIGKILLed when dropped.
+struct Operator {
+    child: Child,
+}
+
+impl Operator {
+    fn start(ns: &str, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
+            .args([
+                "run",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--storageos-endpoint",
+                &sim.url(),
+            ])
+            .args(["--leader-election-namespace", ns, "--identity", "upgrade-test"])
+            .args(["--upgrade-step-delay", step_delay])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("start the operator");
+        Self { child }
+    }
+
+    /// SIGKILL: no clean-up of any kind runs in the operator.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Running cluster with two StorageOS-backed applications and an unrelated one.
+struct Scene {
+    ns: TestNamespace,
+    sim: SimHandle,
+    _sync: tokio::task::JoinHandle<()>,
+    log: PathBuf,
+    _print_log: PrintLogOnPanic,
+    _dir: tempfile::TempDir,
+    _lock: ClusterLock,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> (Self, Operator) {
+        let lock = support::cluster_lock();
+        let ns = TestNamespace::new(prefix).await;
+        let client = ns.client.clone();
+        support::install_crds(&client).await;
+        clear_leftovers(&client).await;
+
+        let sim = Simulator::start(sim::Config::default()).await.unwrap();
+        let sync = sim.sync_with_kubernetes(client.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("operator.log");
+        let scene = Self {
+            ns,
+            sim,
+            _sync: sync,
+            _print_log: PrintLogOnPanic(log.clone()),
+            log,
+            _dir: dir,
+            _lock: lock,
+        };
+        let operator = scene.operator("0s");
+
+        let secret: Secret = from_json(json!({
+            "metadata": {"name": "storageos-api"},
+            "stringData": {"username": "storageos", "password": "storageos"}
+        }));
+        scene
+            .ns
+            .api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let cluster: StorageOSCluster = from_json(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": CLUSTER},
+            "spec": {"secretRefName": "storageos-api", "secretRefNamespace": scene.ns.name,
+                     "namespace": scene.ns.name, "images": {"nodeContainer": OLD_IMAGE},
+                     // Only the plane's own nodes: other tests add Nodes of their own.
+                     "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
+                         "operator": "In", "values": ["kwok-node-0", "kwok-node-1", "kwok-node-2"]}]}]}
+        }));
+        let clusters = scene.clusters();
+        clusters.create(&PostParams::default(), &cluster).await.unwrap();
+        scene
+            .wait("the cluster to be 3/3 Running", || async {
+                let s = clusters.get(CLUSTER).await.ok()?.status?;
+                (s.phase.as_deref() == Some("Running") && s.ready.as_deref() == Some("3/3")).then_some(())
+            })
+            .await;
+        scene.create_apps().await;
+        (scene, operator)
+    }
+
+    fn operator(&self, step_delay: &str) -> Operator {
+        Operator::start(&self.ns.name, &self.sim, step_delay, &self.log)
+    }
+
+    fn clusters(&self) -> Api<StorageOSCluster> {
+        self.ns.api()
+    }
+
+    fn upgrades(&self) -> Api<StorageOSUpgrade> {
+        self.ns.api()
+    }
+
+    /// Waits for `check` (the operator's log is printed if the test fails).
+    async fn wait<T, F, Fut>(&self, what: &str, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        wait_for(what, SETTLE, check).await
+    }
+
+    /// A Deployment `web` (3) on a claim bound to a StorageOS volume, a StatefulSet `db` (2)
+    /// whose claim template uses the cluster's StorageClass, and an unrelated Deployment
+    /// `other` (2) on another driver's volume; waits until all their pods are ready.
+    async fn create_apps(&self) {
+        let ns = &self.ns.name;
+        let pvs: Api<PersistentVolume> = Api::all(self.ns.client.clone());
+        let pv = |name: String, driver: &str, class: &str, claim: &str| -> PersistentVolume {
+            from_json(json!({
+                "metadata": {"name": name, "labels": {TEST_NS_LABEL: ns}},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                         "storageClassName": class, "persistentVolumeReclaimPolicy": "Retain",
+                         "csi": {"driver": driver, "volumeHandle": name},
+                         "claimRef": {"namespace": ns, "name": claim}}
+            }))
+        };
+        for p in [
+            pv(format!("{ns}-web"), "csi.storageos.com", "", "web-data"),
+            pv(format!("{ns}-db-0"), "csi.storageos.com", "fast", "data-db-0"),
+            pv(format!("{ns}-db-1"), "csi.storageos.com", "fast", "data-db-1"),
+            pv(format!("{ns}-other"), "other.csi.example.com", "", "other-data"),
+        ] {
+            pvs.create(&PostParams::default(), &p).await.unwrap();
+        }
+        for (claim, pv) in [("web-data", "web"), ("other-data", "other")] {
+            let pvc: PersistentVolumeClaim = from_json(json!({
+                "metadata": {"name": claim},
+                "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": format!("{ns}-{pv}"),
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            }));
+            self.ns
+                .api::<PersistentVolumeClaim>()
+                .create(&PostParams::default(), &pvc)
+                .await
+                .unwrap();
+        }
+        let pod = |app: &str, claim: &str| {
+            json!({"metadata": {"labels": {"app": app}},
+                   "spec": {"containers": [{"name": "c", "image": "registry.invalid/app:1"}],
+                            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]}})
+        };
+        for (name, replicas, claim) in [("web", 3, "web-data"), ("other", 2, "other-data")] {
+            let d: Deployment = from_json(json!({
+                "metadata": {"name": name},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": pod(name, claim)}
+            }));
+            self.ns
+                .api::<Deployment>()
+                .create(&PostParams::default(), &d)
+                .await
+                .unwrap();
+        }
+        let sts: StatefulSet = from_json(json!({
+            "metadata": {"name": "db"},
+            "spec": {"replicas": 2, "serviceName": "db", "podManagementPolicy": "Parallel",
+                     "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "c", "image": "registry.invalid/db:1",
+                                                           "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+                     "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "fast",
+                                  "resources": {"requests": {"storage": "1Gi"}}}}]}
+        }));
+        self.ns
+            .api::<StatefulSet>()
+            .create(&PostParams::default(), &sts)
+            .await
+            .unwrap();
+        self.wait("every application pod to be ready", || async {
+            for (kind, name, want) in [(DEPLOY, "web", 3), (DEPLOY, "other", 2), (STS, "db", 2)] {
+                let (replicas, ready, _) = self.app(kind, name).await?;
+                if replicas != want || ready != want {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await;
+    }
+
+    /// (spec.replicas, readyReplicas, scale-down annotation) of an application.
+    async fn app(&self, kind: &str, name: &str) -> Option<(i32, i32, Option<String>)> {
+        let (meta, replicas, ready) = if kind == DEPLOY {
+            let d = self.ns.api::<Deployment>().get(name).await.ok()?;
+            let s = d.status.clone().unwrap_or_default();
+            let current = s.observed_generation == d.metadata.generation;
+            (
+                d.metadata,
+                d.spec?.replicas?,
+                if current { s.ready_replicas.unwrap_or(0) } else { -1 },
+            )
+        } else {
+            let d = self.ns.api::<StatefulSet>().get(name).await.ok()?;
+            let s = d.status.clone().unwrap_or_default();
+            let current = s.observed_generation == d.metadata.generation;
+            (
+                d.metadata,
+                d.spec?.replicas?,
+                if current { s.ready_replicas.unwrap_or(0) } else { -1 },
+            )
+        };
+        let annotation = meta.annotations.unwrap_or_default().get(REPLICAS_ANNOTATION).cloned();
+        Some((replicas, ready, annotation))
+    }
+
+    /// Asserts both StorageOS-backed applications run their original replicas again.
+    async fn assert_apps_restored(&self) {
+        for (kind, name, want) in [(DEPLOY, "web", 3), (STS, "db", 2)] {
+            let (replicas, _, annotation) = self.app(kind, name).await.unwrap();
+            assert_eq!((replicas, annotation), (want, None), "{kind} {name} is not restored");
+        }
+    }
+
+    async fn create_upgrade(&self, name: &str, image: &str) {
+        let u: StorageOSUpgrade = from_json(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+            "metadata": {"name": name}, "spec": {"newImage": image}
+        }));
+        self.upgrades().create(&PostParams::default(), &u).await.unwrap();
+    }
+
+    async fn phase(&self, name: &str) -> Option<UpgradePhase> {
+        self.upgrades().get(name).await.ok()?.status?.phase
+    }
+
+    /// Waits for upgrade `name` to reach `phase`; fails showing its status otherwise.
+    async fn wait_phase(&self, name: &str, phase: UpgradePhase) {
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        while self.phase(name).await != Some(phase) {
+            if tokio::time::Instant::now() >= deadline {
+                let status = self.upgrades().get(name).await.ok().and_then(|u| u.status);
+                panic!("upgrade {name} did not reach {phase:?} in {SETTLE:?}; its status: {status:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn paused_by(&self) -> Option<String> {
+        self.clusters()
+            .get(CLUSTER)
+            .await
+            .unwrap()
+            .annotations()
+            .get(PAUSED_BY_ANNOTATION)
+            .cloned()
+    }
+
+    /// The node DaemonSet's template image and its pods' images (ready or not).
+    async fn node_images(&self) -> (Option<String>, Vec<(String, bool)>) {
+        let ds = self.ns.api::<DaemonSet>().get(NODE_DAEMONSET).await.unwrap();
+        let template = node_image(ds.spec.as_ref().and_then(|s| s.template.spec.as_ref())).map(str::to_string);
+        let pods = self
+            .ns
+            .api::<Pod>()
+            .list(&ListParams::default().labels("app=storageos,kind=daemonset"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| {
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                (node_image(p.spec.as_ref()).unwrap_or_default().to_string(), ready)
+            })
+            .collect();
+        (template, pods)
+    }
+
+    /// Asserts the upgrade to `image` is complete: status, nodes, applications.
+    async fn assert_completed(&self, name: &str, image: &str) {
+        let up = self.upgrades().get(name).await.unwrap();
+        let status = up.status.unwrap();
+        assert_eq!(status.completed, Some(true));
+        let ready = status
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True", "{ready:?}");
+        let mine: Vec<ScaledApp> = status
+            .scaled_apps
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a.namespace == self.ns.name)
+            .collect();
+        let app = |kind: &str, name: &str, replicas| ScaledApp {
+            kind: kind.into(),
+            namespace: self.ns.name.clone(),
+            name: name.into(),
+            replicas,
+        };
+        assert_eq!(
+            mine,
+            [app(DEPLOY, "web", 3), app(STS, "db", 2)],
+            "recorded with their original replicas"
+        );
+        let cluster = self.clusters().get(CLUSTER).await.unwrap();
+        assert_eq!(
+            cluster.spec.images.unwrap().node_container.as_deref(),
+            Some(image),
+            "the cluster records the new image"
+        );
+        let (template, pods) = self.node_images().await;
+        assert_eq!(template.as_deref(), Some(image));
+        assert_eq!(pods.len(), 3);
+        assert!(pods.iter().all(|(i, ready)| i == image && *ready), "{pods:?}");
+        self.assert_apps_restored().await;
+    }
+
+    /// Deletes upgrade `name` and waits until it is gone.
+    async fn delete_upgrade(&self, name: &str) {
+        self.upgrades().delete(name, &DeleteParams::default()).await.unwrap();
+        self.wait(&format!("upgrade {name} to be deleted"), || async {
+            self.upgrades().get_opt(name).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+
+    /// Deletes the cluster (forced: the apps still use its volumes) while the operator runs,
+    /// so the namespace is not left with a finalizer nobody removes, and the test's volumes.
+    async fn teardown(self, operator: Operator) {
+        let clusters = self.clusters();
+        let force = json!({"metadata": {"annotations": {"storageos.com/force-delete": "true"}}});
+        let _ = clusters
+            .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(&force))
+            .await;
+        let _ = clusters.delete(CLUSTER, &DeleteParams::default()).await;
+        self.wait("the cluster to be deleted", || async {
+            clusters.get_opt(CLUSTER).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        drop(operator);
+        let pvs: Api<PersistentVolume> = Api::all(self.ns.client.clone());
+        let _ = pvs
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&format!("{TEST_NS_LABEL}={}", self.ns.name)),
+            )
+            .await;
+    }
+}
+
+const DEPLOY: &str = "Deployment";
+const STS: &str = "StatefulSet";
+
+/// Prints the end of the operator's log when the test fails.
+struct PrintLogOnPanic(PathBuf);
+
+impl Drop for PrintLogOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.0).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            eprintln!("--- operator log (last lines) ---");
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Makes room for this test's cluster to be the active one: removes the clusters and upgrades
+/// of earlier test runs that were killed before cleaning up (their namespaces are terminating,
+/// stuck on finalizers nobody runs), then waits for other tests' short-lived clusters to go.
+/// A cluster outside a test namespace (the demo's) is not ours to touch: that fails the test.
+async fn clear_leftovers(client: &kube::Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    let dead = |ns: &Namespace| {
+        ns.metadata.deletion_timestamp.is_some() && ns.labels().get(TEST_NS_LABEL).is_some_and(|v| v == "true")
+    };
+    for u in Api::<StorageOSUpgrade>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let ns = u.namespace().unwrap();
+        if namespaces.get_opt(&ns).await.unwrap().is_some_and(|n| dead(&n)) {
+            let api: Api<StorageOSUpgrade> = Api::namespaced(client.clone(), &ns);
+            let _ = api
+                .patch(&u.name_any(), &PatchParams::default(), &Patch::Merge(&unfinalize))
+                .await;
+        }
+    }
+    wait_for("other StorageOSClusters to be gone", SETTLE, || async {
+        let clusters = Api::<StorageOSCluster>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        for c in &clusters {
+            let ns = namespaces.get_opt(&c.namespace()?).await.ok()??;
+            assert!(
+                ns.labels().contains_key(TEST_NS_LABEL),
+                "StorageOSCluster {}/{} exists outside a test namespace; the upgrade tests need their own cluster to be the active one (stop the demo: hack/demo.sh down)",
+                ns.name_any(),
+                c.name_any()
+            );
+            if dead(&ns) {
+                let api: Api<StorageOSCluster> = Api::namespaced(client.clone(), &ns.name_any());
+                let _ = api.patch(&c.name_any(), &PatchParams::default(), &Patch::Merge(&unfinalize)).await;
+            }
+        }
+        clusters.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// The events of the upgrade `name`, oldest first, as (reason, message).
+async fn upgrade_events(scene: &Scene, name: &str) -> Vec<(String, String)> {
+    let mut events: Vec<Event> = scene
+        .ns
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("StorageOSUpgrade")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .collect();
+    events.sort_by_key(|e| {
+        e.event_time
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    });
+    events
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn upgrade_scales_apps_down_restarts_nodes_on_the_new_image_and_restores_apps() {
+    let (scene, operator) = Scene::new("upgrade").await;
+    drop(operator);
+    // A short delay per step, so the test sees the applications at zero.
+    let operator = scene.operator("300ms");
+    let new = "storageos/node:v2.10.0";
+    let other_before = scene.ns.api::<Deployment>().get("other").await.unwrap().metadata;
+
+    scene.create_upgrade("upgrade", new).await;
+    scene
+        .wait("both applications scaled to 0 with their replicas on them", || async {
+            let web = scene.app(DEPLOY, "web").await?;
+            let db = scene.app(STS, "db").await?;
+            ((web.0, web.2.as_deref(), db.0, db.2.as_deref()) == (0, Some("3"), 0, Some("2"))).then_some(())
+        })
+        .await;
+    assert_eq!(
+        scene.paused_by().await.as_deref(),
+        Some("upgrade"),
+        "paused while scaled down"
+    );
+    scene
+        .wait("the node DaemonSet to use the new image", || async {
+            (scene.node_images().await.0.as_deref() == Some(new)).then_some(())
+        })
+        .await;
+    scene.wait_phase("upgrade", UpgradePhase::Completed).await;
+    scene.assert_completed("upgrade", new).await;
+
+    // The unrelated application was never written to.
+    let other_after = scene.ns.api::<Deployment>().get("other").await.unwrap().metadata;
+    assert_eq!(
+        (other_after.resource_version, other_after.generation),
+        (other_before.resource_version, other_before.generation),
+        "the unrelated Deployment was touched"
+    );
+    // The puller is gone, and the cluster stays paused until the upgrade is deleted.
+    let puller = pull::daemonset_name("upgrade");
+    assert!(scene.ns.api::<DaemonSet>().get_opt(&puller).await.unwrap().is_none());
+    assert_eq!(scene.paused_by().await.as_deref(), Some("upgrade"));
+
+    let reasons = upgrade_events(&scene, "upgrade").await;
+    assert_eq!(
+        reasons,
+        [
+            ("PullImage".to_string(), "Pulling the new container image".to_string()),
+            (
+                "PauseClusterCtrl".into(),
+                "Pausing the cluster controller and enabling cluster maintenance mode".into()
+            ),
+            (
+                "UpgradeInit".into(),
+                format!("StorageOS upgrade of cluster {CLUSTER} started")
+            ),
+            (
+                "UpgradeComplete".into(),
+                format!("StorageOS upgraded to {new}. Delete upgrade object to disable cluster maintenance mode")
+            ),
+        ]
+    );
+
+    // Completed costs nothing: no write to the upgrade while idle.
+    let before = scene.upgrades().get("upgrade").await.unwrap().resource_version();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        scene.upgrades().get("upgrade").await.unwrap().resource_version(),
+        before
+    );
+
+    // Deleting the completed upgrade un-pauses the cluster and leaves the apps alone.
+    scene.delete_upgrade("upgrade").await;
+    assert_eq!(scene.paused_by().await, None);
+    scene.assert_apps_restored().await;
+    scene.teardown(operator).await;
+}
+
+#[tokio::test]
+async fn operator_killed_in_every_phase_resumes_and_completes() {
+    use UpgradePhase::*;
+    let started = std::time::Instant::now();
+    let (scene, operator) = Scene::new("upgrade-kill").await;
+    eprintln!(
+        "[{:>5.1}s] cluster Running, apps ready",
+        started.elapsed().as_secs_f64()
+    );
+    drop(operator);
+    const DELAY: f64 = 2.0;
+    // Kill after this many step delays inside the phase; each lands between two steps.
+    let plan = [
+        (PullingImage, 1.5),   // puller applied, not yet seen complete
+        (Pausing, 1.5),        // puller deleted, cluster not yet annotated
+        (ScalingDown, 2.5),    // apps recorded and web scaled down, db not yet
+        (UpgradingNodes, 2.5), // cluster and DaemonSet images set, node pods not yet restarted
+        (ScalingUp, 1.5),      // web restored, db not yet
+    ];
+    let mut restarted: Option<Operator> = None;
+    for (i, (phase, after)) in plan.into_iter().enumerate() {
+        let name = format!("kill-{i}");
+        let image = format!("storageos/node:v2.10.{i}");
+        // One operator at a time: the previous one stops before the next starts.
+        drop(restarted.take());
+        let mut op = scene.operator(&format!("{}ms", (DELAY * 1000.0) as u64));
+        scene.create_upgrade(&name, &image).await;
+        scene.wait_phase(&name, phase).await;
+        tokio::time::sleep(Duration::from_secs_f64(DELAY * after)).await;
+        op.kill();
+        eprintln!("[{:>5.1}s] killed in {phase:?}", started.elapsed().as_secs_f64());
+        assert_eq!(scene.phase(&name).await, Some(phase), "the kill landed in {phase:?}");
+
+        // Where the kill landed inside the phase.
+        let puller = scene
+            .ns
+            .api::<DaemonSet>()
+            .get_opt(&pull::daemonset_name(&name))
+            .await
+            .unwrap();
+        let web = scene.app(DEPLOY, "web").await.unwrap();
+        let db = scene.app(STS, "db").await.unwrap();
+        match phase {
+            PullingImage => assert!(puller.is_some(), "the puller was applied"),
+            Pausing => {
+                assert!(puller.is_none(), "the puller was deleted");
+                assert_eq!(scene.paused_by().await, None, "not yet paused");
+            }
+            ScalingDown => assert_eq!((web.0, db.0), (0, 2), "killed between the two scale-downs"),
+            UpgradingNodes => {
+                let (template, pods) = scene.node_images().await;
+                assert_eq!(template.as_deref(), Some(image.as_str()));
+                assert!(
+                    pods.iter().any(|(i, _)| *i != image),
+                    "pods not yet restarted: {pods:?}"
+                );
+            }
+            ScalingUp => assert_eq!((web.0, db.0), (3, 0), "killed between the two scale-ups"),
+            _ => {}
+        }
+
+        // Restarted, it finishes, and every application is back.
+        let op = scene.operator("0s");
+        scene.wait_phase(&name, Completed).await;
+        scene.assert_completed(&name, &image).await;
+        eprintln!("[{:>5.1}s] resumed and completed", started.elapsed().as_secs_f64());
+        scene.delete_upgrade(&name).await;
+        assert_eq!(scene.paused_by().await, None);
+        restarted = Some(op);
+    }
+    scene.teardown(restarted.unwrap()).await;
+    eprintln!("[{:>5.1}s] torn down", started.elapsed().as_secs_f64());
+}
+
+#[tokio::test]
+async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpauses() {
+    let (scene, operator) = Scene::new("upgrade-queue").await;
+    drop(operator);
+    let operator = scene.operator("1s");
+    scene.create_upgrade("first", "storageos/node:v2.11.0").await;
+    scene.wait_phase("first", UpgradePhase::PullingImage).await;
+    scene.create_upgrade("second", "storageos/node:v2.12.0").await;
+
+    // The second one waits, saying for which, with one Warning event.
+    let waiting = format!(
+        "can't create more than one storageos upgrade: waiting for StorageOSUpgrade {}/first to finish",
+        scene.ns.name
+    );
+    scene
+        .wait("the second upgrade's Warning event", || async {
+            let events = upgrade_events(&scene, "second").await;
+            events
+                .contains(&("FailedCreation".to_string(), waiting.clone()))
+                .then_some(())
+        })
+        .await;
+    let second = scene.upgrades().get("second").await.unwrap().status.unwrap();
+    assert_eq!(second.phase, Some(UpgradePhase::Pending));
+    let ready = second
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.message, waiting);
+
+    // Delete the first one while web is down and db not yet.
+    scene
+        .wait("the first upgrade to scale web down", || async {
+            (scene.app(DEPLOY, "web").await?.0 == 0).then_some(())
+        })
+        .await;
+    assert_eq!(scene.paused_by().await.as_deref(), Some("first"));
+    scene.delete_upgrade("first").await;
+    assert_eq!(
+        scene.paused_by().await,
+        None,
+        "deleting the upgrade un-pauses the cluster"
+    );
+    scene.assert_apps_restored().await;
+    let events = upgrade_events(&scene, "second").await;
+    assert_eq!(
+        events.iter().filter(|(r, _)| r == "FailedCreation").count(),
+        1,
+        "the waiting upgrade warned once: {events:?}"
+    );
+
+    // Now it is the second one's turn.
+    scene.wait_phase("second", UpgradePhase::Completed).await;
+    scene.assert_completed("second", "storageos/node:v2.12.0").await;
+    scene.delete_upgrade("second").await;
+    scene.teardown(operator).await;
+}
