@@ -20,7 +20,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SecurityContext,
+    Capabilities, Container, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -122,9 +123,14 @@ pub fn build(upgrade: &StorageOSUpgrade, node_pod: &PodSpec) -> DaemonSet {
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
                     termination_grace_period_seconds: Some(0),
+                    // Passes the "restricted" Pod Security Standard of the upgrade's namespace.
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(NOBODY),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     }),
                     ..Default::default()
