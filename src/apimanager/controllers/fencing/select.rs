@@ -66,10 +66,7 @@ pub fn classify(pvc: &PersistentVolumeClaim) -> Claim {
 
 /// Whether the PV is a StorageOS CSI volume.
 pub fn is_storageos_pv(pv: &PersistentVolume) -> bool {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .is_some_and(|c| c.driver == DRIVER)
+    crate::cluster::finalize::is_storageos_volume(pv)
 }
 
 /// Why the volume makes fencing unsafe, if it does: its master is not online, so the offline
