@@ -1,0 +1,368 @@
+//! Integration tier: the fencer on the real control plane with an in-process StorageOS
+//! simulator. Each test has its own Nodes (not managed by kwok), StorageClass, PVs, PVCs, pods
+//! and VolumeAttachments, and its own simulator that knows only its nodes and volumes, so the
+//! fencer of one test never touches another test's pods.
+//!
+//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s_upgrade.rs switches it on,
+//! so every test here holds the cross-process [`support::cluster_lock`] the upgrade and cluster
+//! tests hold: the tests run one at a time, and never during an upgrade test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod apimanager_gc;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use apimanager_gc::{ClusterObjects, end_maintenance, events, message, start_maintenance, suffix};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use storageos_operator::apimanager::controllers::fencing;
+use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::storageos::Health;
+use support::{TestNamespace, from_json, wait_for};
+
+const POLL: Duration = Duration::from_secs(5);
+const FLAGS: &[&str] = &[
+    "-node-poll-interval",
+    "5s",
+    "-node-fencer-retry-interval",
+    "1s",
+    "-node-fencer-timeout",
+    "30s",
+];
+
+/// One test's world: the plane, its simulator and its cluster-scoped objects.
+struct World {
+    ns: TestNamespace,
+    client: Client,
+    sim: SimHandle,
+    objects: ClusterObjects,
+    class: String,
+    id: String,
+}
+
+impl World {
+    async fn new(prefix: &str) -> Self {
+        let ns = TestNamespace::new(prefix).await;
+        let client = ns.client.clone();
+        let sim = Simulator::start(sim::Config::default()).await.unwrap();
+        let id = suffix();
+        let objects = ClusterObjects::default();
+        let class = format!("t-fence-{id}");
+        objects.storage_class(&client, &class).await;
+        Self {
+            ns,
+            client,
+            sim,
+            objects,
+            class,
+            id,
+        }
+    }
+
+    /// A unique node name, registered in Kubernetes (if `k8s`) and in StorageOS (online).
+    async fn node(&self, short: &str, k8s: bool) -> String {
+        let name = format!("fence-{}-{short}", self.id);
+        if k8s {
+            self.objects.node(&self.client, &name, json!({})).await;
+        }
+        self.sim.add_node(&name, Health::Online).unwrap();
+        name
+    }
+
+    /// PVC `claim` bound to a pre-provisioned PV `pv-<claim>` (StorageOS CSI unless
+    /// `storageos` is false), optionally with the StorageOS provisioner annotation (dynamic
+    /// provisioning), and the StorageOS volume with its master on `master`.
+    async fn claim(&self, claim: &str, storageos: bool, annotated: bool, master: &str) -> String {
+        let pv = format!("pv-{}-{claim}", self.id);
+        self.objects
+            .pv(&self.client, &pv, &self.class, &self.ns.name, claim, storageos)
+            .await;
+        let annotations = if annotated {
+            json!({"volume.beta.kubernetes.io/storage-provisioner": "csi.storageos.com"})
+        } else {
+            json!({})
+        };
+        let pvc: PersistentVolumeClaim = from_json(json!({
+            "metadata": {"name": claim, "annotations": annotations},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": self.class,
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}}
+            }
+        }));
+        self.ns
+            .api::<PersistentVolumeClaim>()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap();
+        if storageos {
+            self.sim
+                .add_volume(VolumeSeed {
+                    namespace: self.ns.name.clone(),
+                    name: pv.clone(),
+                    pvc_name: claim.into(),
+                    master_node: master.into(),
+                    ..VolumeSeed::default()
+                })
+                .unwrap();
+        }
+        pv
+    }
+
+    /// A pod on `node` mounting `claims`, opted into fencing with `fenced` (label omitted if None).
+    async fn pod(&self, name: &str, node: &str, fenced: Option<&str>, claims: &[&str]) {
+        let labels = match fenced {
+            Some(v) => json!({"storageos.com/fenced": v}),
+            None => json!({}),
+        };
+        let volumes: Vec<_> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| json!({"name": format!("v{i}"), "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        let pod: Pod = from_json(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                "volumes": volumes
+            }
+        }));
+        self.ns.api::<Pod>().create(&PostParams::default(), &pod).await.unwrap();
+    }
+
+    async fn attachment(&self, short: &str, node: &str, pv: Option<&str>) -> String {
+        let name = format!("csi-{}-{short}", self.id);
+        self.objects.attachment(&self.client, &name, node, pv).await;
+        name
+    }
+
+    async fn pod_exists(&self, name: &str) -> bool {
+        self.ns.api::<Pod>().get_opt(name).await.unwrap().is_some()
+    }
+
+    async fn attachment_exists(&self, name: &str) -> bool {
+        Api::<VolumeAttachment>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    /// Waits until the fencer has listed the StorageOS nodes once (it saw them online).
+    async fn polled(&self) {
+        wait_for("the fencer's first poll", Duration::from_secs(10), || async {
+            self.sim
+                .requests()
+                .iter()
+                .any(|r| r.method == "GET" && r.path == "/v2/nodes" && r.status == 200)
+                .then_some(())
+        })
+        .await;
+    }
+
+    async fn pod_events(&self, pod: &str, reason: &str) -> Vec<k8s_openapi::api::core::v1::Event> {
+        events(&self.client, &self.ns.name, "Pod", pod, reason).await
+    }
+}
+
+#[tokio::test]
+async fn fences_opted_in_pods_whose_volumes_are_healthy_and_nothing_else() {
+    let _lock = apimanager_gc::exclusive().await;
+    let w = World::new("fence").await;
+    let lost = w.node("lost", true).await;
+    let healthy = w.node("healthy", true).await;
+    // Pre-provisioned PV (the PV's driver decides) and dynamic (the annotation decides).
+    let pv_static = w.claim("static", true, false, &healthy).await;
+    let pv_dynamic = w.claim("dynamic", true, true, &healthy).await;
+    // Its master is on the lost node and has no replica: unhealthy once the node is offline.
+    let pv_only_copy = w.claim("only-copy", true, false, &lost).await;
+    let pv_optout = w.claim("optout", true, false, &healthy).await;
+    w.claim("hostpath", false, false, &healthy).await;
+    w.pod("fenced-static", &lost, Some("true"), &["static"]).await;
+    w.pod("fenced-dynamic", &lost, Some("1"), &["dynamic", "hostpath"])
+        .await;
+    w.pod("only-copy", &lost, Some("true"), &["only-copy", "static"]).await;
+    w.pod("opted-out", &lost, Some("false"), &["optout"]).await;
+    w.pod("not-labelled", &lost, None, &["optout"]).await;
+    w.pod("bad-label", &lost, Some("yes"), &["optout"]).await;
+    w.pod("foreign-only", &lost, Some("true"), &["hostpath"]).await;
+    w.pod("other-node", &healthy, Some("true"), &["optout"]).await;
+    let va_static = w.attachment("static", &lost, Some(&pv_static)).await;
+    let va_dynamic = w.attachment("dynamic", &lost, Some(&pv_dynamic)).await;
+    let va_only_copy = w.attachment("only-copy", &lost, Some(&pv_only_copy)).await;
+    let va_optout = w.attachment("optout", &lost, Some(&pv_optout)).await;
+    let va_inline = w.attachment("inline", &lost, None).await;
+    let va_elsewhere = w.attachment("elsewhere", &healthy, Some(&pv_static)).await;
+
+    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+
+    let offline_at = Instant::now();
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    wait_for(
+        "the fenced pods and their VolumeAttachments to be deleted",
+        POLL + Duration::from_secs(1),
+        || async {
+            let gone = !w.pod_exists("fenced-static").await
+                && !w.pod_exists("fenced-dynamic").await
+                && !w.attachment_exists(&va_static).await
+                && !w.attachment_exists(&va_dynamic).await;
+            gone.then_some(())
+        },
+    )
+    .await;
+    let took = offline_at.elapsed();
+    eprintln!("fenced {took:?} after the node went offline (poll interval {POLL:?})");
+    assert!(took <= POLL + Duration::from_secs(1), "{took:?}");
+
+    // Let the episode retry a few times: nothing else goes, and each warning is said once.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for pod in [
+        "only-copy",
+        "opted-out",
+        "not-labelled",
+        "bad-label",
+        "foreign-only",
+        "other-node",
+    ] {
+        assert!(w.pod_exists(pod).await, "pod {pod} must be left alone");
+    }
+    for va in [&va_only_copy, &va_optout, &va_inline, &va_elsewhere] {
+        assert!(w.attachment_exists(va).await, "VolumeAttachment {va} must stay");
+    }
+    let fenced = w.pod_events("fenced-static", "Fenced").await;
+    assert_eq!(fenced.len(), 1, "{fenced:?}");
+    let note = message(&fenced[0]);
+    assert!(note.contains(&lost) && note.contains(&va_static), "{note}");
+    assert_eq!(w.pod_events("fenced-dynamic", "Fenced").await.len(), 1);
+    let skipped = w.pod_events("only-copy", "FencingSkipped").await;
+    assert_eq!(skipped.len(), 1, "one warning per episode: {skipped:?}");
+    assert!(skipped[0].count.unwrap_or(1) == 1, "{skipped:?}");
+    let note = message(&skipped[0]);
+    assert!(
+        note.contains(&pv_only_copy) && note.contains("master offline"),
+        "{note}"
+    );
+    assert!(w.pod_events("opted-out", "FencingSkipped").await.is_empty());
+    assert!(!fencer.is_finished());
+    fencer.abort();
+}
+
+#[tokio::test]
+async fn unknown_nodes_and_nodes_unknown_to_kubernetes_are_never_fenced() {
+    let _lock = apimanager_gc::exclusive().await;
+    let w = World::new("fence-unknown").await;
+    let unknown = w.node("unknown", true).await;
+    let ghost = w.node("ghost", false).await;
+    let healthy = w.node("healthy", true).await;
+    w.claim("data", true, false, &healthy).await;
+    w.pod("on-unknown", &unknown, Some("true"), &["data"]).await;
+    w.pod("on-ghost", &ghost, Some("true"), &["data"]).await;
+    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+    w.sim.set_health(&unknown, Health::Unknown).unwrap();
+    w.sim.set_health(&ghost, Health::Offline).unwrap();
+    tokio::time::sleep(POLL * 2 + Duration::from_secs(1)).await;
+    assert!(w.pod_exists("on-unknown").await);
+    assert!(w.pod_exists("on-ghost").await);
+    assert!(w.pod_events("on-unknown", "Fenced").await.is_empty());
+    assert!(!fencer.is_finished());
+    fencer.abort();
+}
+
+#[tokio::test]
+async fn api_faults_delay_fencing_but_do_not_prevent_it() {
+    let _lock = apimanager_gc::exclusive().await;
+    let w = World::new("fence-faults").await;
+    let lost = w.node("lost", true).await;
+    let healthy = w.node("healthy", true).await;
+    w.claim("data", true, false, &healthy).await;
+    w.pod("app", &lost, Some("true"), &["data"]).await;
+    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+
+    // The next node list fails: that poll is skipped.
+    w.sim.set_faults(Faults {
+        fail_next: 1,
+        status: 503,
+        method: Some("GET".into()),
+        path: Some("/v2/nodes".into()),
+        ..Faults::default()
+    });
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    wait_for("the failed node list", POLL * 2, || async {
+        (w.sim.faults().fail_next == 0).then_some(())
+    })
+    .await;
+    // The first volume lookup fails: the pod is left alone, with a warning, then retried.
+    w.sim.set_faults(Faults {
+        fail_next: 1,
+        status: 500,
+        method: Some("GET".into()),
+        path: Some("/volumes".into()),
+        ..Faults::default()
+    });
+    wait_for("the pod to be fenced after the faults", POLL * 3, || async {
+        (!w.pod_exists("app").await).then_some(())
+    })
+    .await;
+    assert_eq!(w.sim.faults().fail_next, 0, "the volume lookup fault was hit");
+    let skipped = w.pod_events("app", "FencingSkipped").await;
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(message(&skipped[0]).contains("cannot look up"), "{skipped:?}");
+    assert_eq!(w.pod_events("app", "Fenced").await.len(), 1);
+    fencer.abort();
+}
+
+#[tokio::test]
+async fn nothing_is_fenced_during_an_upgrade() {
+    let _lock = apimanager_gc::exclusive().await;
+    let w = World::new("fence-maint").await;
+    let lost = w.node("lost", true).await;
+    let healthy = w.node("healthy", true).await;
+    let pv = w.claim("data", true, false, &healthy).await;
+    w.pod("app", &lost, Some("true"), &["data"]).await;
+    let va = w.attachment("data", &lost, Some(&pv)).await;
+    start_maintenance(&w.ns, "to-v2").await;
+
+    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    let suspended = wait_for("the FencingSuspended event on the node", POLL * 2, || async {
+        let e = events(&w.client, "default", "Node", &lost, "FencingSuspended").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    let note = message(&suspended[0]);
+    assert!(note.contains(&format!("{}/to-v2", w.ns.name)), "{note}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(w.pod_exists("app").await, "not fenced during the upgrade");
+    assert!(w.attachment_exists(&va).await);
+    assert_eq!(
+        events(&w.client, "default", "Node", &lost, "FencingSuspended")
+            .await
+            .len(),
+        1,
+        "said once per episode"
+    );
+
+    // The upgrade ends while the node is still offline: the retry loop fences.
+    end_maintenance(&w.ns).await;
+    wait_for(
+        "the pod to be fenced after the upgrade",
+        Duration::from_secs(10),
+        || async { (!w.pod_exists("app").await && !w.attachment_exists(&va).await).then_some(()) },
+    )
+    .await;
+    fencer.abort();
+}
