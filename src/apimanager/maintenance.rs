@@ -17,7 +17,7 @@ use crate::crd::StorageOSCluster;
 pub enum Maintenance {
     /// No cluster is paused by an upgrade.
     Off,
-    /// `<namespace>/<upgrade>` holds the cluster in maintenance.
+    /// An upgrade holds a cluster in maintenance: `<upgrade> (StorageOSCluster <ns>/<name>)`.
     On { upgrade: String },
 }
 
@@ -30,19 +30,28 @@ pub fn from_clusters(clusters: &[StorageOSCluster]) -> Maintenance {
                 .get(PAUSED_BY_ANNOTATION)
                 .filter(|v| !v.is_empty())
                 .map(|upgrade| Maintenance::On {
-                    upgrade: format!("{}/{}", c.namespace().unwrap_or_default(), upgrade),
+                    upgrade: format!(
+                        "{upgrade} (StorageOSCluster {}/{})",
+                        c.namespace().unwrap_or_default(),
+                        c.name_any()
+                    ),
                 })
         })
         .unwrap_or(Maintenance::Off)
 }
 
 /// Reads the maintenance state from the API. An error means the state is unknown: callers about
-/// to do something destructive must skip it and retry later.
+/// to do something destructive must skip it and retry later. A missing StorageOSCluster CRD
+/// (404) means no cluster, so no upgrade.
 pub async fn current(client: &Client) -> Result<Maintenance, kube::Error> {
-    let clusters = Api::<StorageOSCluster>::all(client.clone())
+    match Api::<StorageOSCluster>::all(client.clone())
         .list(&ListParams::default())
-        .await?;
-    Ok(from_clusters(&clusters.items))
+        .await
+    {
+        Ok(clusters) => Ok(from_clusters(&clusters.items)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Maintenance::Off),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -69,7 +78,7 @@ mod tests {
         assert_eq!(
             from_clusters(&[plain, upgrading]),
             Maintenance::On {
-                upgrade: "storageos/up1".into()
+                upgrade: "up1 (StorageOSCluster storageos/c)".into()
             }
         );
     }
