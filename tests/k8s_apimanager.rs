@@ -1,6 +1,7 @@
 //! Integration tier: `storageos-operator api-manager` as a process — it waits (no crash loop)
 //! while the StorageOS API is down, then connects, issues its certificate, injects the CA and
-//! becomes ready; SIGTERM stops it cleanly.
+//! becomes ready; SIGTERM stops it cleanly. With leader election, every replica serves webhooks
+//! and only the Lease holder runs the controllers; another replica takes over when it stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -9,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -28,9 +30,75 @@ async fn readyz(port: u16) -> Option<u16> {
     Some(r.status().as_u16())
 }
 
-#[tokio::test]
-async fn waits_for_the_storageos_api_then_serves_webhooks() {
-    let ns = TestNamespace::new("apimgr").await;
+/// A running api-manager process and its ports.
+struct Replica {
+    child: std::process::Child,
+    metrics_port: u16,
+    webhook_port: u16,
+}
+
+impl Replica {
+    fn spawn(ns: &str, api_port: u16, creds: &std::path::Path, extra: &[&str], pod_name: &str) -> Self {
+        let (metrics_port, webhook_port) = (free_port(), free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
+            .arg("api-manager")
+            .arg(format!("-api-endpoint=http://127.0.0.1:{api_port}"))
+            .arg(format!("-api-secret-path={}", creds.display()))
+            .arg("-api-retry-interval=200ms")
+            .arg(format!("-namespace={ns}"))
+            .arg(format!("-webhook-config-mutating={ns}"))
+            .arg(format!("-metrics-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
+            .args(extra)
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .env("POD_NAME", pod_name)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            metrics_port,
+            webhook_port,
+        }
+    }
+
+    /// SIGTERM, then the exit status.
+    async fn stop(&mut self) -> std::process::ExitStatus {
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        let child = &mut self.child;
+        let mut status = None;
+        for _ in 0..100 {
+            status = child.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        status.expect("the api-manager did not exit within 10 s of SIGTERM")
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn credentials() -> tempfile::TempDir {
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("username"), "storageos\n").unwrap();
+    std::fs::write(creds.path().join("password"), "storageos\n").unwrap();
+    creds
+}
+
+/// A MutatingWebhookConfiguration named after the test namespace, for the CA injection.
+async fn webhook_config(ns: &TestNamespace) -> Api<MutatingWebhookConfiguration> {
     let mwcs: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
     let mwc: MutatingWebhookConfiguration = from_json(json!({
         "metadata": {"name": ns.name},
@@ -43,31 +111,23 @@ async fn waits_for_the_storageos_api_then_serves_webhooks() {
         }]
     }));
     mwcs.create(&PostParams::default(), &mwc).await.unwrap();
+    mwcs
+}
 
-    let creds = tempfile::tempdir().unwrap();
-    std::fs::write(creds.path().join("username"), "storageos\n").unwrap();
-    std::fs::write(creds.path().join("password"), "storageos\n").unwrap();
-    let (api_port, metrics_port, webhook_port) = (free_port(), free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
-        .arg("api-manager")
-        .arg(format!("-api-endpoint=http://127.0.0.1:{api_port}"))
-        .arg(format!("-api-secret-path={}", creds.path().display()))
-        .arg("-api-retry-interval=200ms")
-        .arg(format!("-namespace={}", ns.name))
-        .arg(format!("-webhook-config-mutating={}", ns.name))
-        .arg(format!("-metrics-addr=127.0.0.1:{metrics_port}"))
-        .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+#[tokio::test]
+async fn waits_for_the_storageos_api_then_serves_webhooks() {
+    let ns = TestNamespace::new("apimgr").await;
+    let mwcs = webhook_config(&ns).await;
+    let creds = credentials();
+    let api_port = free_port();
+    let mut replica = Replica::spawn(&ns.name, api_port, creds.path(), &[], "apimgr-solo");
+    let (metrics_port, webhook_port) = (replica.metrics_port, replica.webhook_port);
 
     // The API is down: the process keeps running and is not ready.
     wait_for("the metrics server", Duration::from_secs(20), || readyz(metrics_port)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        child.try_wait().unwrap().is_none(),
+        replica.child.try_wait().unwrap().is_none(),
         "the api-manager exited while the StorageOS API was down"
     );
     assert_eq!(readyz(metrics_port).await, Some(503));
@@ -99,16 +159,68 @@ async fn waits_for_the_storageos_api_then_serves_webhooks() {
     assert!(tls.is_ok(), "the webhook server is not listening");
 
     // SIGTERM stops it cleanly.
-    Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    let status = wait_for("the api-manager to exit", Duration::from_secs(10), || {
-        let exited = child.try_wait().unwrap();
-        async move { exited }
+    let status = replica.stop().await;
+    assert!(status.success(), "exit status {status}");
+    let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
+}
+
+/// How many times the fencer's node poll (`GET /v2/nodes`) reached `sim`.
+fn node_polls(sim: &sim::SimHandle) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/nodes"))
+        .count()
+}
+
+#[tokio::test]
+async fn only_the_lease_holder_runs_controllers_and_another_replica_takes_over() {
+    let ns = TestNamespace::new("apimgr-le").await;
+    let mwcs = webhook_config(&ns).await;
+    let creds = credentials();
+    // One simulator per replica, so each one's StorageOS traffic can be told apart.
+    let (sim_a, sim_b) = (
+        Simulator::start(sim::Config::default()).await.unwrap(),
+        Simulator::start(sim::Config::default()).await.unwrap(),
+    );
+    let port = |s: &sim::SimHandle| s.addr().port();
+    let flags = ["-enable-leader-election", "-node-poll-interval=5s"];
+    let mut a = Replica::spawn(&ns.name, port(&sim_a), creds.path(), &flags, "replica-a");
+    wait_for("replica a to hold the lease", Duration::from_secs(30), || async {
+        let lease = ns.api::<Lease>().get_opt("storageos-api-manager-lease").await.ok()??;
+        (lease.spec?.holder_identity? == "replica-a").then_some(())
     })
     .await;
-    assert!(status.success(), "exit status {status}");
+    let mut b = Replica::spawn(&ns.name, port(&sim_b), creds.path(), &flags, "replica-b");
+
+    // Both replicas serve webhooks; only the leader polls StorageOS for the fencer.
+    for (name, r) in [("a", &a), ("b", &b)] {
+        wait_for(
+            &format!("replica {name} to become ready"),
+            Duration::from_secs(30),
+            || async { (readyz(r.metrics_port).await == Some(200)).then_some(()) },
+        )
+        .await;
+        assert!(
+            tokio::net::TcpStream::connect(("127.0.0.1", r.webhook_port))
+                .await
+                .is_ok()
+        );
+    }
+    wait_for("the leader's fencer to poll", Duration::from_secs(20), || async {
+        (node_polls(&sim_a) > 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(node_polls(&sim_b), 0, "the follower ran a controller");
+
+    // The leader stops: it releases the lease and the follower takes over the controllers.
+    assert!(a.stop().await.success());
+    wait_for("replica b to take over", Duration::from_secs(40), || async {
+        (node_polls(&sim_b) > 0).then_some(())
+    })
+    .await;
+    let lease = ns.api::<Lease>().get("storageos-api-manager-lease").await.unwrap();
+    assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("replica-b"));
+    assert!(b.stop().await.success());
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
 }
