@@ -7,6 +7,7 @@ pub mod flags;
 pub mod maintenance;
 pub mod metrics;
 pub mod run;
+pub mod storageclass;
 pub mod webhook;
 
 pub use run::run;

@@ -29,6 +29,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 use super::labels::{self, Failures, LabelSync, VolumePlan, plan_volume, provisioned_by_storageos};
+use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
 use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
 use crate::storageos;
 use crate::storageos::models::{Labels, Volume};
@@ -38,12 +39,6 @@ pub const NAME: &str = "pvc-label";
 
 /// How often an unbound PVC is looked at again (binding itself also triggers a sync).
 const UNBOUND_RECHECK: Duration = Duration::from_secs(60);
-/// Takes precedence over `spec.storageClassName`, as in Kubernetes.
-const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
-const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
-    "storageclass.kubernetes.io/is-default-class",
-    "storageclass.beta.kubernetes.io/is-default-class",
-];
 
 /// Why a PVC's labels could not be synced (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -108,37 +103,22 @@ impl Skip {
     }
 }
 
-fn is_default(class: &StorageClass) -> bool {
-    let annotations = class.annotations();
-    DEFAULT_CLASS_ANNOTATIONS
-        .iter()
-        .any(|a| annotations.get(*a).map(String::as_str) == Some("true"))
-}
-
 /// Resolves the PVC's StorageClass among `classes` as Kubernetes (and the PVC webhook) does, and
 /// checks it is the volume's: the legacy annotation, else `spec.storageClassName`; an empty name
 /// means "no class" (no defaults); none means the default class (the newest if several).
 pub fn check_class(pvc: &PersistentVolumeClaim, classes: &[StorageClass]) -> ClassCheck {
-    let named = pvc
-        .annotations()
-        .get(LEGACY_CLASS_ANNOTATION)
-        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_ref());
-    let class = match named.map(String::as_str) {
-        Some("") => {
+    let class = match class_ref(pvc) {
+        ClassRef::NoClass => {
             return ClassCheck::Use {
                 parameters: Labels::new(),
                 annotate: None,
             };
         }
-        Some(name) => match classes.iter().find(|c| c.name_any() == name) {
+        ClassRef::Named(name) => match classes.iter().find(|c| c.name_any() == name) {
             Some(c) => c,
             None => return ClassCheck::Skip(Skip::Missing { class: name.into() }),
         },
-        None => match classes
-            .iter()
-            .filter(|c| is_default(c))
-            .max_by_key(|c| c.creation_timestamp())
-        {
+        ClassRef::Default => match pick_default(classes) {
             Some(c) => c,
             None => return ClassCheck::Skip(Skip::NoDefault),
         },

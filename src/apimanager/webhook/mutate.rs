@@ -15,16 +15,14 @@ use rand::TryCryptoRng;
 use serde_json::{Value, json};
 
 use super::encryption;
+use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
 
-/// The StorageOS CSI provisioner.
-pub const PROVISIONER: &str = "csi.storageos.com";
+/// The StorageOS CSI provisioner (its CSI driver name).
+pub const PROVISIONER: &str = crate::cluster::finalize::CSI_DRIVER;
 /// Pod annotation that opts a pod out of the scheduler-name mutation when it is `false`.
 pub const SCHEDULER_ANNOTATION: &str = "storageos.com/scheduler";
 /// PVC annotation naming the UID of the StorageClass the volume was made from.
 pub const STORAGECLASS_ANNOTATION: &str = "storageos.com/storageclass";
-const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
-const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
-const BETA_DEFAULT_CLASS_ANNOTATION: &str = "storageclass.beta.kubernetes.io/is-default-class";
 
 /// A failed lookup (the apiserver could not answer).
 #[derive(Debug, thiserror::Error)]
@@ -67,29 +65,11 @@ pub async fn storage_class_of(
     pvc: &PersistentVolumeClaim,
     lookups: &impl Lookups,
 ) -> Result<Option<StorageClass>, LookupError> {
-    let named = pvc
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(LEGACY_CLASS_ANNOTATION))
-        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_ref());
-    match named.map(String::as_str) {
-        Some("") => Ok(None),
-        Some(name) => lookups.storage_class(name).await,
-        None => Ok(lookups
-            .storage_classes()
-            .await?
-            .into_iter()
-            .filter(is_default)
-            .max_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp))),
+    match class_ref(pvc) {
+        ClassRef::NoClass => Ok(None),
+        ClassRef::Named(name) => lookups.storage_class(name).await,
+        ClassRef::Default => Ok(pick_default(&lookups.storage_classes().await?).cloned()),
     }
-}
-
-fn is_default(sc: &StorageClass) -> bool {
-    let a = sc.metadata.annotations.as_ref();
-    [DEFAULT_CLASS_ANNOTATION, BETA_DEFAULT_CLASS_ANNOTATION]
-        .iter()
-        .any(|k| a.and_then(|a| a.get(*k)).map(String::as_str) == Some("true"))
 }
 
 fn is_storageos(sc: &StorageClass) -> bool {
@@ -189,6 +169,9 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+    use crate::apimanager::storageclass::{
+        BETA_DEFAULT_CLASS_ANNOTATION, DEFAULT_CLASS_ANNOTATION, LEGACY_CLASS_ANNOTATION,
+    };
     use crate::apimanager::webhook::encryption::{ENCRYPTION, SECRET_NAME_ANNOTATION};
     use crate::apimanager::webhook::testing::Fake;
 
