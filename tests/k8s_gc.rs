@@ -11,19 +11,17 @@
 //! tests hold: the tests run one at a time, and never during an upgrade test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod apimanager_gc;
 mod support;
 
 use std::time::Duration;
 
-use apimanager_gc::{ClusterObjects, end_maintenance, events, message, start_maintenance, suffix};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::{namespace_delete, node_delete};
 use storageos_operator::sim::{self, Faults, RequestRecord, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::Health;
-use support::{TestNamespace, wait_for};
+use support::{ClusterObjects, TestNamespace, end_maintenance, events, message, start_maintenance, suffix, wait_for};
 
 const NO_GC: &[&str] = &["-node-delete-gc-interval", "0s", "-namespace-delete-gc-interval", "0s"];
 const FAST_GC: &[&str] = &[
@@ -79,7 +77,7 @@ async fn watches_synced() {
 
 #[tokio::test]
 async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() {
-    let _lock = apimanager_gc::exclusive().await;
+    let _lock = support::exclusive().await;
     let client = support::client().await;
     let objects = ClusterObjects::default();
     let id = suffix();
@@ -126,12 +124,12 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
     assert!(tries.iter().all(|r| r.query.contains("version=")), "{tries:?}");
 
     let deleted = wait_for("the Deleted event", SETTLE, || async {
-        let e = events(&client, "default", "Node", &gone, "Deleted").await;
+        let e = events(&client, "default", Some("Node"), &gone, "Deleted").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
     assert!(message(&deleted[0]).contains(&gone), "{deleted:?}");
-    let retrying = events(&client, "default", "Node", &gone, "DeleteRetrying").await;
+    let retrying = events(&client, "default", Some("Node"), &gone, "DeleteRetrying").await;
     assert_eq!(retrying.len(), 1, "said once: {retrying:?}");
 
     // Nodes without the StorageOS annotation (or with a malformed one) are not touched.
@@ -145,7 +143,7 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
 
 #[tokio::test]
 async fn garbage_collection_deletes_storageos_nodes_and_namespaces_kubernetes_lacks() {
-    let _lock = apimanager_gc::exclusive().await;
+    let _lock = support::exclusive().await;
     let ns = TestNamespace::new("gc").await;
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
@@ -224,7 +222,7 @@ async fn garbage_collection_deletes_storageos_nodes_and_namespaces_kubernetes_la
 
 #[tokio::test]
 async fn node_delete_waits_for_the_upgrade_to_end() {
-    let _lock = apimanager_gc::exclusive().await;
+    let _lock = support::exclusive().await;
     let ns = TestNamespace::new("nd-maint").await;
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
@@ -239,7 +237,7 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
     watches_synced().await;
     delete_node(&client, &node).await;
     let suspended = wait_for("the DeleteSuspended event", SETTLE, || async {
-        let e = events(&client, "default", "Node", &node, "DeleteSuspended").await;
+        let e = events(&client, "default", Some("Node"), &node, "DeleteSuspended").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
@@ -247,7 +245,9 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(deletes(&sim, &node_id).is_empty(), "nothing deleted during the upgrade");
     assert_eq!(
-        events(&client, "default", "Node", &node, "DeleteSuspended").await.len(),
+        events(&client, "default", Some("Node"), &node, "DeleteSuspended")
+            .await
+            .len(),
         1
     );
 
@@ -283,7 +283,7 @@ async fn delete_volume(sim: &SimHandle, namespace_id: &str, volume_id: &str, ver
 
 #[tokio::test]
 async fn a_deleted_namespace_is_deleted_in_storageos_once_its_volumes_are_gone() {
-    let _lock = apimanager_gc::exclusive().await;
+    let _lock = support::exclusive().await;
     let ns = TestNamespace::new("nsdel").await;
     let client = ns.client.clone();
     let sim = simulator(Duration::ZERO).await;
@@ -330,7 +330,7 @@ async fn a_deleted_namespace_is_deleted_in_storageos_once_its_volumes_are_gone()
 
 #[tokio::test]
 async fn an_unreachable_api_never_stops_the_controllers() {
-    let _lock = apimanager_gc::exclusive().await;
+    let _lock = support::exclusive().await;
     let ns = TestNamespace::new("nd-down").await;
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
@@ -351,7 +351,7 @@ async fn an_unreachable_api_never_stops_the_controllers() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!nodes.is_finished() && !namespaces.is_finished());
     let retrying = wait_for("the DeleteRetrying event", SETTLE, || async {
-        let e = events(&client, "default", "Node", &node, "DeleteRetrying").await;
+        let e = events(&client, "default", Some("Node"), &node, "DeleteRetrying").await;
         (!e.is_empty()).then_some(e)
     })
     .await;

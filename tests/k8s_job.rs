@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -24,7 +24,7 @@ use serde_json::json;
 use storageos_operator::crd::{Job, JobStatus};
 use storageos_operator::job;
 use storageos_operator::runtime::metrics::ReconcileMetrics;
-use support::{TestNamespace, from_json, wait_for};
+use support::{TestNamespace, events, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -135,17 +135,6 @@ async fn serve_log(ns: &TestNamespace, dir: &Path, pod: &Pod, lines: &[&str]) ->
     path
 }
 
-async fn job_events(ns: &TestNamespace, job_name: &str, reason: &str) -> Vec<Event> {
-    ns.api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(job_name) && e.reason.as_deref() == Some(reason))
-        .collect()
-}
-
 /// Adds or removes (`None`) a label on a node.
 async fn label_node(client: &kube::Client, node: &str, key: &str, value: Option<&str>) {
     Api::<Node>::all(client.clone())
@@ -227,7 +216,11 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     tokio::time::sleep(job::POLL * 2).await;
     let s = status(&jobs.get("cleanup-job").await.unwrap());
     assert_eq!((s.completed, s.progress.as_deref()), (Some(false), Some("1/2")));
-    assert!(job_events(&ns, "cleanup-job", "JobCompleted").await.is_empty());
+    assert!(
+        events(&ns.client, &ns.name, None, "cleanup-job", "JobCompleted")
+            .await
+            .is_empty()
+    );
 
     // The second pod finishes: the Job completes, once.
     append_log(&slow, &["done"]);
@@ -240,13 +233,13 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     assert_eq!(s.progress.as_deref(), Some("2/2"));
     assert_eq!(condition(&s, "Ready").as_deref(), Some("True"));
     assert_eq!(condition(&s, "Progressing").as_deref(), Some("False"));
-    let events = wait_for("the JobCompleted event", Duration::from_secs(10), || async {
-        let e = job_events(&ns, "cleanup-job", "JobCompleted").await;
+    let completed = wait_for("the JobCompleted event", Duration::from_secs(10), || async {
+        let e = events(&ns.client, &ns.name, None, "cleanup-job", "JobCompleted").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
-    assert_eq!(events[0].message.as_deref(), Some("Job Completed. Safe to delete."));
-    assert_eq!(events[0].type_.as_deref(), Some("Normal"));
+    assert_eq!(completed[0].message.as_deref(), Some("Job Completed. Safe to delete."));
+    assert_eq!(completed[0].type_.as_deref(), Some("Normal"));
 
     // Idle: no more writes to the Job, no second event, the spec never written.
     let before = jobs.get("cleanup-job").await.unwrap();
@@ -259,9 +252,9 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     );
     assert_eq!(after.spec, created.spec, "the spec was written");
     assert_eq!(after.metadata.generation, Some(1));
-    let events = job_events(&ns, "cleanup-job", "JobCompleted").await;
-    assert_eq!(events.len(), 1);
-    assert!(events[0].count.unwrap_or(1) == 1 && events[0].series.is_none());
+    let completed = events(&ns.client, &ns.name, None, "cleanup-job", "JobCompleted").await;
+    assert_eq!(completed.len(), 1);
+    assert!(completed[0].count.unwrap_or(1) == 1 && completed[0].series.is_none());
 
     for n in selected {
         label_node(&client, n, &key, None).await;
@@ -307,7 +300,11 @@ async fn two_jobs_in_one_namespace_never_see_each_others_pods() {
     let s = status(&jobs.get("second").await.unwrap());
     assert_eq!(s.completed, Some(false));
     assert_eq!(s.progress, Some(format!("0/{nodes}")));
-    assert!(job_events(&ns, "second", "JobCompleted").await.is_empty());
+    assert!(
+        events(&ns.client, &ns.name, None, "second", "JobCompleted")
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::{Context, node_label, pvc_label};
 use storageos_operator::sim::{self, Faults, NodeSeed, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::models::{Health, Labels};
-use support::{TestNamespace, from_json, wait_for};
+use support::{TestNamespace, events, from_json, wait_for};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -89,24 +89,12 @@ async fn assert_no_writes_at_idle(sim: &SimHandle, quiet: Duration) {
     assert!(w.is_empty(), "writes at idle: {w:?}");
 }
 
-/// Warning events with `reason` on the object `name` in `namespace`.
-async fn events(client: &Client, namespace: &str, name: &str, reason: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
-}
-
 async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str, mentions: &str) -> Event {
     wait_for(
         &format!("a {reason} event on {name} mentioning {mentions}"),
         WAIT,
         || async {
-            events(client, namespace, name, reason)
+            events(client, namespace, None, name, reason)
                 .await
                 .into_iter()
                 .find(|e| e.message.as_deref().unwrap_or_default().contains(mentions))

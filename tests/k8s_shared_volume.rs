@@ -17,7 +17,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::shared_volume;
 use storageos_operator::sim::{self, Faults, NodeSeed, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::{LABEL_NFS_MOUNT_ENDPOINT, Volume};
-use support::{TestNamespace, from_json, wait_for};
+use support::{TestNamespace, events, from_json, logs, wait_for};
 
 const FLAGS: &[&str] = &[
     "-volume-poll-interval",
@@ -30,16 +30,6 @@ const FLAGS: &[&str] = &[
 const SETTLE: Duration = Duration::from_secs(30);
 /// The garbage collector and the PVC protection controller take their time.
 const GC: Duration = Duration::from_secs(90);
-
-/// Controller logs in the test output (shown for failed tests; `RUST_LOG` overrides).
-fn logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("storageos_operator=info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
-}
 
 /// A simulator with one node, a test namespace and a PV name unique to it.
 async fn setup(prefix: &str) -> (SimHandle, TestNamespace, String) {
@@ -128,20 +118,12 @@ async fn published(sim: &SimHandle, ns: &TestNamespace, pv: &str) -> Service {
     .await
 }
 
-async fn events(ns: &TestNamespace, object: &str, reason: &str) -> Vec<Event> {
-    ns.api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(object) && e.reason.as_deref() == Some(reason))
-        .collect()
-}
-
 async fn wait_event(ns: &TestNamespace, object: &str, reason: &str) -> Event {
     wait_for(&format!("event {reason} on {object}"), SETTLE, || async {
-        events(ns, object, reason).await.into_iter().next()
+        events(&ns.client, &ns.name, None, object, reason)
+            .await
+            .into_iter()
+            .next()
     })
     .await
 }
