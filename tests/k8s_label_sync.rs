@@ -139,7 +139,10 @@ fn k8s_node(name: &str, annotated: bool, labels: serde_json::Value) -> Node {
     } else {
         json!({})
     };
-    from_json(json!({"metadata": {"name": name, "labels": labels, "annotations": annotations}}))
+    from_json(
+        json!({"metadata": {"name": name, "labels": labels, "annotations": annotations},
+                     "spec": {"taints": [support::no_kubelet_taint()]}}),
+    )
 }
 
 #[tokio::test]

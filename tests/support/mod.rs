@@ -285,9 +285,12 @@ impl ClusterObjects {
     }
 
     /// Creates a Node with these annotations (not managed by kwok: no kubelet, no heartbeat).
+    /// It carries [`NO_KUBELET_TAINT`], so DaemonSets of tests running meanwhile (Jobs, pre-pull)
+    /// never wait for pods there.
     pub async fn node(&self, client: &Client, name: &str, annotations: serde_json::Value) -> Node {
         let node: Node = from_json(json!({
-            "metadata": {"name": name, "annotations": annotations, "labels": {"storageos-operator-test": "true"}}
+            "metadata": {"name": name, "annotations": annotations, "labels": {"storageos-operator-test": "true"}},
+            "spec": {"taints": [no_kubelet_taint()]}
         }));
         self.remember("Node", name);
         Api::<Node>::all(client.clone())
@@ -469,4 +472,15 @@ pub fn message(e: &Event) -> String {
 /// Names of the objects in a list.
 pub fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
     items.iter().map(ResourceExt::name_any).collect()
+}
+
+/// The taint key of Nodes that tests create without a kubelet.
+#[allow(dead_code)]
+pub const NO_KUBELET_TAINT: &str = "storageos-operator-test/no-kubelet";
+
+/// `NoSchedule` taint for test-created Nodes: pods bound with `nodeName` still land there, but
+/// no DaemonSet (a Job's, an upgrade's pre-pull) counts them.
+#[allow(dead_code)]
+pub fn no_kubelet_taint() -> serde_json::Value {
+    serde_json::json!({"key": NO_KUBELET_TAINT, "effect": "NoSchedule"})
 }
