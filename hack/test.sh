@@ -13,7 +13,9 @@ if ! hack/k8s.sh status >/dev/null 2>&1; then
   hack/k8s.sh up
   started_plane=1
 fi
-cleanup() { [[ $started_plane == 1 ]] && hack/k8s.sh down; }
+# (An `if`, not `[[ ]] && ...`: a false test as the trap's last command would make the whole run
+# exit 1 when the plane was already up.)
+cleanup() { if [[ $started_plane == 1 ]]; then hack/k8s.sh down; fi; }
 trap cleanup EXIT
 eval "$(hack/k8s.sh env)"
 export KUBECONFIG
