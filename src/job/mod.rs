@@ -27,7 +27,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Job;
 use crate::runtime::apply::{self, Applier};
-use crate::runtime::controller::{Kit, drain};
+use crate::runtime::controller::{Kit, controlling_owner, drain};
 use crate::runtime::metrics::ReconcileMetrics;
 use daemonset::JOB_LABEL;
 use logs::LogCursor;
@@ -159,23 +159,14 @@ impl Context {
 
 /// The Job owning a DaemonSet, from its controller owner reference.
 fn job_of_daemonset(ds: PartialObjectMeta<DaemonSet>) -> Option<ObjectRef<Job>> {
-    let ns = ds.namespace()?;
-    let owner = ds
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "Job" && o.api_version == "storageos.com/v1")?;
-    Some(ObjectRef::new(&owner.name).within(&ns))
+    controlling_owner(&ds)
 }
 
 /// The Job of a task pod: its DaemonSet is named after the Job.
 fn job_of_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<Job>> {
-    let ns = pod.namespace()?;
-    let owner = pod
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")?;
-    let job = daemonset::job_of_daemonset(&owner.name)?;
-    Some(ObjectRef::new(job).within(&ns))
+    let ds = controlling_owner::<DaemonSet, _>(&pod)?;
+    let job = daemonset::job_of_daemonset(&ds.name)?;
+    Some(ObjectRef::new(job).within(&pod.namespace()?))
 }
 
 async fn reconcile_timed(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {

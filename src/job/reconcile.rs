@@ -20,6 +20,7 @@ use super::status::{self, PodView};
 use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
 use crate::runtime::conditions;
+use crate::runtime::controller::is_controlled_by;
 
 /// Reason and note of the event sent once when a Job completes (the Go operator's).
 pub const COMPLETED_REASON: &str = "JobCompleted";
@@ -57,11 +58,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
     let ds_name = daemonset::daemonset_name(&name);
     let live = daemonsets.get_opt(&ds_name).await?;
     if let Some(live) = &live {
-        let ours = live
-            .owner_references()
-            .iter()
-            .any(|o| o.controller == Some(true) && Some(&o.uid) == job.meta().uid.as_ref());
-        if !ours {
+        if !is_controlled_by(live, job.meta().uid.as_ref()) {
             let msg = format!(
                 "DaemonSet {ns}/{ds_name} exists and is not controlled by this Job; delete it or give the Job another name"
             );

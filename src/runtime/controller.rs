@@ -9,9 +9,29 @@ use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
 use super::metrics::{ReconcileMetrics, ReconcileResult};
+
+/// The `P` that controls `child` (its owner reference with `controller: true`, when that names a
+/// `P`), in the child's namespace: how a watched child maps back to the object to reconcile.
+pub fn controlling_owner<P, C>(child: &C) -> Option<ObjectRef<P>>
+where
+    P: Resource<DynamicType = ()>,
+    C: ResourceExt,
+{
+    let owner = child.owner_references().iter().find(|o| o.controller == Some(true))?;
+    ObjectRef::from_owner_ref(child.namespace().as_deref(), owner, ())
+}
+
+/// Whether `child` is controlled by the object with this `uid`.
+pub fn is_controlled_by<C: ResourceExt>(child: &C, uid: Option<&String>) -> bool {
+    child
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid)
+}
 
 /// Drives a controller's result stream until the controller stops. Reconcile failures are
 /// logged where their backoff is decided ([`Kit::retry_after_error`]); the rest (watch and

@@ -34,7 +34,7 @@ use kube::{Client, ResourceExt};
 
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::runtime::apply::{self, Applier, FIELD_MANAGER};
-use crate::runtime::controller::{Kit, drain};
+use crate::runtime::controller::{Kit, controlling_owner, drain};
 use crate::runtime::metrics::ReconcileMetrics;
 
 /// The controller name used in metrics and logs.
@@ -112,26 +112,17 @@ pub(crate) fn patch_params() -> PatchParams {
 
 /// The upgrade owning a puller DaemonSet.
 fn upgrade_of_puller(ds: PartialObjectMeta<DaemonSet>) -> Option<ObjectRef<StorageOSUpgrade>> {
-    let ns = ds.namespace()?;
-    let owner = ds
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "StorageOSUpgrade")?;
-    Some(ObjectRef::new(&owner.name).within(&ns))
+    controlling_owner(&ds)
 }
 
 /// The upgrade of a puller pod: its DaemonSet is named after the upgrade.
 fn upgrade_of_puller_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<StorageOSUpgrade>> {
-    let ns = pod.namespace()?;
-    let owner = pod
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")?;
-    let upgrade = owner
+    let ds = controlling_owner::<DaemonSet, _>(&pod)?;
+    let upgrade = ds
         .name
         .strip_suffix(&pull::daemonset_name(""))
         .filter(|u| !u.is_empty())?;
-    Some(ObjectRef::new(upgrade).within(&ns))
+    Some(ObjectRef::new(upgrade).within(&pod.namespace()?))
 }
 
 /// Upgrades in `store` at one of `phases`.

@@ -10,6 +10,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::{Resource, ResourceExt};
 
+use crate::runtime::controller::is_controlled_by;
+
 /// Name of the node DaemonSet (templates/node-daemonset.yaml.hbs).
 pub const NODE_DAEMONSET: &str = "storageos-daemonset";
 /// Name of the StorageOS container in it.
@@ -102,11 +104,7 @@ pub fn view(ds: &DaemonSet, pods: &[Pod]) -> NodeView {
         desired: status.map_or(0, |s| s.desired_number_scheduled),
         pods: pods
             .iter()
-            .filter(|p| {
-                p.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-            })
+            .filter(|p| is_controlled_by(*p, uid.as_ref()))
             .map(|p| NodePod {
                 name: p.name_any(),
                 image: node_image(p.spec.as_ref()).map(str::to_string),
