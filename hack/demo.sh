@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The demo: a local Kubernetes control plane with three fake nodes, the StorageOS API simulator
-# and the operator, then the example StorageOSCluster until `kubectl get stos` shows 3/3 Running,
-# then the api-manager (controllers and webhooks) as a local process.
+# The demo: a local Kubernetes control plane with three fake nodes, the StorageOS API simulator,
+# the operator installed as a user installs it (`kubectl apply --server-side -f
+# deploy/operator.yaml`), then the example StorageOSCluster until `kubectl get stos` shows 3/3
+# Running, then the api-manager (controllers and webhooks).
+#
+# kwok's pods run nothing, so the operator and the api-manager run as local processes, each with a
+# kubeconfig holding a token of its own ServiceAccount: they work under exactly the RBAC a real
+# install grants.
 #
 #   hack/demo.sh        build what is needed, start everything, apply the example, wait
 #   hack/demo.sh down   stop everything the demo started (the control plane too)
@@ -54,9 +59,27 @@ export KUBECONFIG
 mkdir -p "$DEMO"
 kc() { "$KUBECTL" "$@"; }
 
-say "installing the CRDs"
-kc apply --server-side -f crds/ >/dev/null
+say "installing the operator: kubectl apply --server-side -f deploy/operator.yaml"
+kc apply --server-side -f deploy/operator.yaml >/dev/null
 kc wait --for condition=Established crd --all --timeout=60s >/dev/null
+# Its pods would be kwok fakes here; the same binary runs locally instead, as its ServiceAccount.
+kc -n storageos-operator scale deployment storageos-operator --replicas=0 >/dev/null
+
+kubeconfig_for() { # namespace, ServiceAccount, output file: a kubeconfig acting as that ServiceAccount
+  local token server ca
+  token=$(kc -n "$1" create token "$2" --duration 24h)
+  server=$(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  cat >"$3" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: "$2", user: {token: "$token"}}]
+contexts: [{name: "$2", context: {cluster: local, user: "$2", namespace: "$1"}}]
+current-context: "$2"
+EOF
+}
+kubeconfig_for storageos-operator storageos-operator "$DEMO/operator.kubeconfig"
 
 start() { # name, command...
   local name=$1
@@ -70,8 +93,8 @@ start() { # name, command...
 
 say "starting the StorageOS API simulator on $SIM_ADDR"
 start simulator "$BIN" simulate --listen "$SIM_ADDR" --kubeconfig "$KUBECONFIG"
-start operator "$BIN" run --storageos-endpoint "http://$SIM_ADDR" --metrics-addr "$METRICS_ADDR" \
-  --leader-election-namespace default --identity demo
+KUBECONFIG=$DEMO/operator.kubeconfig POD_NAMESPACE=storageos-operator POD_NAME=demo \
+  start operator "$BIN" run --storageos-endpoint "http://$SIM_ADDR" --metrics-addr "$METRICS_ADDR"
 sleep 1
 for p in simulator operator; do
   kill -0 "$(cat "$DEMO/$p.pid")" 2>/dev/null || { tail -20 "$DEMO/$p.log"; echo "$p did not start" >&2; exit 1; }
@@ -109,7 +132,9 @@ mkdir -p "$DEMO/api-secret"
 printf storageos >"$DEMO/api-secret/username"
 printf storageos >"$DEMO/api-secret/password"
 cluster_ns=$(kc get stos storageos -n default -o jsonpath='{.spec.namespace}')
-start api-manager "$BIN" api-manager -kubeconfig "$KUBECONFIG" -api-endpoint "http://$SIM_ADDR" \
+# The ServiceAccount and ClusterRole the operator rendered for the api-manager.
+kubeconfig_for "${cluster_ns:-kube-system}" storageos-api-manager-sa "$DEMO/api-manager.kubeconfig"
+start api-manager "$BIN" api-manager -kubeconfig "$DEMO/api-manager.kubeconfig" -api-endpoint "http://$SIM_ADDR" \
   -api-secret-path "$DEMO/api-secret" -namespace "${cluster_ns:-kube-system}" -enable-leader-election \
   -metrics-addr "$API_MANAGER_METRICS_ADDR" --webhook-addr "$WEBHOOK_ADDR"
 for _ in $(seq 100); do

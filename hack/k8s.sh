@@ -294,7 +294,7 @@ cmd_up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
     --authorization-mode Node,RBAC \
-    --enable-admission-plugins NamespaceLifecycle,ServiceAccount,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota \
+    --enable-admission-plugins NamespaceLifecycle,ServiceAccount,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,OwnerReferencesPermissionEnforcement \
     --allow-privileged=true \
     --enable-aggregator-routing=true \
     --kubelet-preferred-address-types InternalIP \

@@ -2,8 +2,10 @@
 
 use std::io::Write;
 
-use crate::cli::{Cli, Command, CrdsArgs};
-use crate::{apimanager, crd, operator, render, sim};
+use std::path::PathBuf;
+
+use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
+use crate::{apimanager, crd, install, operator, render, sim};
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +29,9 @@ pub enum Error {
     /// `run` failed.
     #[error(transparent)]
     Operator(#[from] operator::Error),
+    /// `manifests` failed.
+    #[error(transparent)]
+    Manifests(#[from] install::Error),
     /// `simulate` failed.
     #[error(transparent)]
     Simulate(#[from] sim::Error),
@@ -40,30 +45,39 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::ApiManager(args) => Ok(apimanager::run(*args).await?),
         Command::Render(args) => Ok(render::run(&args)?),
         Command::Simulate(args) => Ok(sim::run(args).await?),
+        Command::Manifests(args) => manifests(&args),
+    }
+}
+
+/// Writes `text` to `path`, or to stdout when there is none.
+fn emit(path: Option<PathBuf>, text: &str) -> Result<(), Error> {
+    match path {
+        None => std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(|source| Error::Write {
+                path: "stdout".into(),
+                source,
+            }),
+        Some(path) => std::fs::write(&path, text).map_err(|source| Error::Write {
+            path: path.display().to_string(),
+            source,
+        }),
     }
 }
 
 fn crds(args: &CrdsArgs) -> Result<(), Error> {
     match &args.out_dir {
-        None => {
-            let yaml = crd::to_yaml()?;
-            std::io::stdout()
-                .write_all(yaml.as_bytes())
-                .map_err(|source| Error::Write {
-                    path: "stdout".into(),
-                    source,
-                })
-        }
+        None => emit(None, &crd::to_yaml()?),
         Some(dir) => {
             for (file, crd) in crd::all() {
-                let path = dir.join(file);
-                let yaml = format!("---\n{}", serde_yaml::to_string(&crd)?);
-                std::fs::write(&path, yaml).map_err(|source| Error::Write {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                emit(Some(dir.join(file)), &format!("---\n{}", serde_yaml::to_string(&crd)?))?;
             }
             Ok(())
         }
     }
+}
+
+fn manifests(args: &ManifestsArgs) -> Result<(), Error> {
+    let yaml = install::operator_yaml(&args.image)?;
+    emit(args.out_dir.as_ref().map(|d| d.join(install::OPERATOR_YAML)), &yaml)
 }

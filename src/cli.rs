@@ -52,6 +52,10 @@ pub enum Command {
     /// Print the CustomResourceDefinitions of StorageOSCluster, StorageOSUpgrade and Job.
     Crds(CrdsArgs),
 
+    /// Write the install manifests: `operator.yaml` (CRDs, namespace, RBAC, Deployment and
+    /// metrics Service), as committed under `deploy/`.
+    Manifests(ManifestsArgs),
+
     /// Run the StorageOS control-plane API simulator, for demos and tests.
     Simulate(SimulateArgs),
 }
@@ -127,6 +131,19 @@ pub struct CrdsArgs {
     /// Write one file per CRD into this directory instead of printing them.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+}
+
+/// Arguments of `manifests`.
+#[derive(Args, Debug)]
+pub struct ManifestsArgs {
+    /// Write the files into this directory (for example `deploy`) instead of printing
+    /// `operator.yaml`.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+
+    /// Image of the operator the Deployment runs.
+    #[arg(long, default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
+    pub image: String,
 }
 
 /// Arguments of `simulate`.

@@ -38,6 +38,7 @@ struct Replica {
 }
 
 impl Replica {
+    /// Runs `api-manager` as its ServiceAccount (`creds` holds its kubeconfig, see [`credentials`]).
     fn spawn(ns: &str, api_port: u16, creds: &std::path::Path, extra: &[&str], pod_name: &str) -> Self {
         let (metrics_port, webhook_port) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
@@ -50,7 +51,10 @@ impl Replica {
             .arg(format!("-metrics-addr=127.0.0.1:{metrics_port}"))
             .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
             .args(extra)
-            .env("KUBECONFIG", support::kubeconfig_path())
+            .env(
+                "KUBECONFIG",
+                creds.join(format!("{}.kubeconfig", support::identity::API_MANAGER_SA)),
+            )
             .env("POD_NAME", pod_name)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -90,10 +94,13 @@ impl Drop for Replica {
     }
 }
 
-fn credentials() -> tempfile::TempDir {
+/// The StorageOS credentials files, and a kubeconfig acting as the api-manager's ServiceAccount
+/// (with its rules for the webhook configuration of `ns`).
+async fn credentials(ns: &TestNamespace) -> tempfile::TempDir {
     let creds = tempfile::tempdir().unwrap();
     std::fs::write(creds.path().join("username"), "storageos\n").unwrap();
     std::fs::write(creds.path().join("password"), "storageos\n").unwrap();
+    support::api_manager_kubeconfig(creds.path(), &ns.name).await;
     creds
 }
 
@@ -118,7 +125,7 @@ async fn webhook_config(ns: &TestNamespace) -> Api<MutatingWebhookConfiguration>
 async fn waits_for_the_storageos_api_then_serves_webhooks() {
     let ns = TestNamespace::new("apimgr").await;
     let mwcs = webhook_config(&ns).await;
-    let creds = credentials();
+    let creds = credentials(&ns).await;
     let api_port = free_port();
     let mut replica = Replica::spawn(&ns.name, api_port, creds.path(), &[], "apimgr-solo");
     let (metrics_port, webhook_port) = (replica.metrics_port, replica.webhook_port);
@@ -176,7 +183,7 @@ fn node_polls(sim: &sim::SimHandle) -> usize {
 async fn only_the_lease_holder_runs_controllers_and_another_replica_takes_over() {
     let ns = TestNamespace::new("apimgr-le").await;
     let mwcs = webhook_config(&ns).await;
-    let creds = credentials();
+    let creds = credentials(&ns).await;
     // One simulator per replica, so each one's StorageOS traffic can be told apart.
     let (sim_a, sim_b) = (
         Simulator::start(sim::Config::default()).await.unwrap(),

@@ -126,8 +126,9 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
         storageos_endpoint: Some(sim.url()),
         storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
     };
+    // The operator acts as its ServiceAccount, with the RBAC of deploy/operator.yaml.
     let ctx = Arc::new(Context::new(
-        client.clone(),
+        support::operator_client().await,
         config,
         ReconcileMetrics::register(&mut Registry::default()),
         None,

@@ -32,7 +32,7 @@ const SETTLE: Duration = Duration::from_secs(60);
 async fn controller(ns: &TestNamespace) {
     support::install_crds(&ns.client).await;
     let metrics = ReconcileMetrics::register(&mut Registry::default());
-    let ctx = Arc::new(job::Context::new(ns.client.clone(), metrics).in_namespace(&ns.name));
+    let ctx = Arc::new(job::Context::new(support::operator_client().await, metrics).in_namespace(&ns.name));
     tokio::spawn(job::run(ctx, std::future::pending()));
 }
 

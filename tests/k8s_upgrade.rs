@@ -14,7 +14,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -42,7 +42,9 @@ struct Operator {
 }
 
 impl Operator {
-    fn start(ns: &str, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
+    /// Runs as the operator's ServiceAccount (`kubeconfig`), electing a leader on the install's
+    /// Lease, as the Deployment does.
+    fn start(kubeconfig: &Path, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
             .args([
@@ -52,9 +54,14 @@ impl Operator {
                 "--storageos-endpoint",
                 &sim.url(),
             ])
-            .args(["--leader-election-namespace", ns, "--identity", "upgrade-test"])
+            .args([
+                "--leader-election-namespace",
+                storageos_operator::install::NAMESPACE,
+                "--identity",
+                "upgrade-test",
+            ])
             .args(["--upgrade-step-delay", step_delay])
-            .env("KUBECONFIG", support::kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
@@ -82,6 +89,7 @@ struct Scene {
     sim: SimHandle,
     _sync: tokio::task::JoinHandle<()>,
     log: PathBuf,
+    kubeconfig: PathBuf,
     _print_log: PrintLogOnPanic,
     _dir: tempfile::TempDir,
     _lock: ClusterLock,
@@ -99,7 +107,9 @@ impl Scene {
         let sync = sim.sync_with_kubernetes(client.clone());
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
+        let kubeconfig = support::operator_kubeconfig(dir.path()).await;
         let scene = Self {
+            kubeconfig,
             ns,
             sim,
             _sync: sync,
@@ -142,7 +152,7 @@ impl Scene {
     }
 
     fn operator(&self, step_delay: &str) -> Operator {
-        Operator::start(&self.ns.name, &self.sim, step_delay, &self.log)
+        Operator::start(&self.kubeconfig, &self.sim, step_delay, &self.log)
     }
 
     fn clusters(&self) -> Api<StorageOSCluster> {

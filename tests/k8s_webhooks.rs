@@ -49,8 +49,10 @@ struct Served {
 impl Served {
     async fn start(ns: &TestNamespace, lookups: KubeLookups, metrics: WebhookMetrics) -> Self {
         let client = ns.client.clone();
+        // The certificates are managed as the api-manager's ServiceAccount, with its rules for
+        // a webhook configuration named after the namespace.
         let manager = CertManager {
-            client: client.clone(),
+            client: support::identity::api_manager_client_for(&ns.name).await,
             secret_namespace: ns.name.clone(),
             secret_name: "storageos-webhook".into(),
             service_namespace: ns.name.clone(),
@@ -119,10 +121,11 @@ impl Served {
         }
     }
 
-    /// Webhooks that look things up with the test's own (administrator) client.
-    async fn with_full_access(ns: &TestNamespace) -> Self {
+    /// Webhooks that look things up as the api-manager's ServiceAccount, with its rules.
+    async fn as_api_manager(ns: &TestNamespace) -> Self {
         let metrics = WebhookMetrics::register(&mut Registry::default());
-        Self::start(ns, KubeLookups(ns.client.clone()), metrics).await
+        let lookups = KubeLookups(support::identity::api_manager_client_for(&ns.name).await);
+        Self::start(ns, lookups, metrics).await
     }
 
     async fn stop(self) {
@@ -178,7 +181,7 @@ fn annotation(p: &PersistentVolumeClaim, key: &str) -> Option<String> {
 async fn pod_and_pvc_mutators_through_real_admission() {
     let ns = TestNamespace::new("webhooks").await;
     let client = ns.client.clone();
-    let served = Served::with_full_access(&ns).await;
+    let served = Served::as_api_manager(&ns).await;
     let (manager, cert, slot, mwcs) = (&served.manager, &served.cert, &served.slot, &served.mwcs);
     // Two replicas' certificate managers share one Secret.
     let replica2 = manager.clone().ensure().await.unwrap();
@@ -319,7 +322,7 @@ fn denial(r: Result<PersistentVolumeClaim, kube::Error>) -> String {
 async fn pvc_encryption_keys_through_real_admission() {
     let ns = TestNamespace::new("encryption").await;
     let client = ns.client.clone();
-    let served = Served::with_full_access(&ns).await;
+    let served = Served::as_api_manager(&ns).await;
     let (class, enc_class) = (format!("{}-sos", ns.name), format!("{}-sos-enc", ns.name));
     let sc = storageos_class(&client, &class, json!({})).await;
     storageos_class(&client, &enc_class, json!({ENCRYPTION: "true"})).await;

@@ -93,8 +93,53 @@ fn same(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
     a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
 }
 
-/// Reconciles one cluster.
+/// Reconciles one cluster. A failure is also shown on the cluster (Ready=False with the
+/// apiserver's message, which names the verb and resource of a forbidden request), never only in
+/// the log; the reconcile is then retried with backoff.
 pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_steps(&cluster, &ctx).await;
+    match &result {
+        // The apply step reports its own failures, naming each object; a write that lost a
+        // race (409) or an object that just went away (404) is retried, not reported.
+        Err(Error::Apply(_)) | Ok(_) => {}
+        Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 || s.code == 404 => {}
+        Err(e) => report(&cluster, &ctx, e).await,
+    }
+    result
+}
+
+/// The condition reason for a failed reconcile step.
+fn failure_reason(e: &Error) -> &'static str {
+    match e {
+        Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
+        Error::Apply(_) => "ApplyFailed",
+        Error::Kube(_) => "KubernetesError",
+        Error::StorageOS(_) => "StorageOSError",
+    }
+}
+
+/// Puts a reconcile failure on the cluster's status (best effort: if even that is refused, the
+/// log and the reconcile error metric are all that is left).
+async fn report(cluster: &StorageOSCluster, ctx: &Context, e: &Error) {
+    let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    // Read back: the failed step may have been preceded by status writes of this reconcile.
+    let current = match api.get_opt(&cluster.name_any()).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(read) => {
+            tracing::warn!(cluster = %cluster.name_any(), error = %read, "cannot read the cluster to report a failure");
+            return;
+        }
+    };
+    let message = format!("reconcile failed: {e}");
+    if let Err(write) = not_ready(&current, &api, ctx, failure_reason(e), message).await {
+        tracing::warn!(cluster = %cluster.name_any(), error = %write, "cannot report a failure on the cluster status");
+    }
+}
+
+async fn reconcile_steps(cluster: &Arc<StorageOSCluster>, ctx: &Arc<Context>) -> Result<Action, Error> {
+    let ctx = ctx.clone();
+    let cluster = cluster.clone();
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let all = Api::<StorageOSCluster>::all(ctx.client.clone())

@@ -217,6 +217,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "openshift": openshift,
         "fencing": !r.disable_fencing,
         "serviceMonitor": inputs.service_monitor_crd,
+        "rbac": crate::rbac::components::template_values(),
     }))
 }
 

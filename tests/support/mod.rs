@@ -20,6 +20,10 @@ use kube::{Client, Config, ResourceExt};
 use serde_json::json;
 use storageos_operator::crd::StorageOSCluster;
 
+pub mod identity;
+#[allow(unused_imports)]
+pub use identity::{api_manager_client, api_manager_kubeconfig, operator_client, operator_kubeconfig};
+
 /// Root of the repository.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -227,7 +231,7 @@ pub async fn api_manager_context(
     .expect("StorageOS client");
     api.login().await.expect("login to the simulator");
     std::sync::Arc::new(Context {
-        kube: client().await,
+        kube: api_manager_client().await,
         api,
         args: std::sync::Arc::new(args),
         namespace: "default".into(),

@@ -1,0 +1,147 @@
+//! Rules of `storageos-operator run`, derived from the calls the cluster, upgrade and Job
+//! controllers make. Server-side apply that creates an object is authorised as `create` and
+//! `patch`; the apply step reads live metadata first (`get`), the controllers watch their
+//! children (`list`, `watch`) and prune them (`delete`). Nothing needs `update`,
+//! `deletecollection` or `*`.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use super::{Rule, components, rule, union};
+
+/// The Lease the operator's replicas elect a leader on (in the operator's namespace).
+pub const LEASE: &str = "storageos-operator-lease";
+
+/// What the apply, watch and prune of a child kind need.
+const MANAGE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
+
+/// Cluster-wide rules of the operator itself.
+pub const OWN: &[Rule] = &[
+    // Its own resources: finalizers and the upgrade's one spec write are merge patches; status
+    // is patched. `/finalizers` update lets it set blockOwnerDeletion on the children it owns
+    // where the OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift).
+    rule(
+        &["storageos.com"],
+        &["storageosclusters", "storageosupgrades", "jobs"],
+        &["get", "list", "watch", "patch"],
+    ),
+    rule(
+        &["storageos.com"],
+        &["storageosclusters/status", "storageosupgrades/status", "jobs/status"],
+        &["get", "patch"],
+    ),
+    rule(
+        &["storageos.com"],
+        &[
+            "storageosclusters/finalizers",
+            "storageosupgrades/finalizers",
+            "jobs/finalizers",
+        ],
+        &["update"],
+    ),
+    // Every kind the cluster reconciler renders, watches and prunes; the Job and upgrade
+    // controllers' DaemonSets; the upgrade scales Deployments and StatefulSets.
+    rule(&[""], &["serviceaccounts", "secrets", "configmaps", "services"], MANAGE),
+    rule(&["apps"], &["daemonsets", "deployments", "statefulsets"], MANAGE),
+    rule(
+        &["rbac.authorization.k8s.io"],
+        &["clusterroles", "clusterrolebindings"],
+        MANAGE,
+    ),
+    rule(&["storage.k8s.io"], &["storageclasses", "csidrivers"], MANAGE),
+    rule(&["networking.k8s.io"], &["ingresses"], MANAGE),
+    rule(
+        &["admissionregistration.k8s.io"],
+        &["mutatingwebhookconfigurations"],
+        MANAGE,
+    ),
+    rule(&["monitoring.coreos.com"], &["servicemonitors"], MANAGE),
+    // The operand namespace is applied, never deleted.
+    rule(&[""], &["namespaces"], &["get", "create", "patch"]),
+    // Membership (Nodes), node pods (status, upgrade restarts, Job pods and their logs),
+    // volumes in use (delete protection, apps to scale down during an upgrade).
+    rule(&[""], &["nodes"], &["get", "list", "watch"]),
+    rule(&[""], &["pods"], &["get", "list", "watch", "delete"]),
+    rule(&[""], &["pods/log"], &["get"]),
+    rule(
+        &[""],
+        &["persistentvolumes", "persistentvolumeclaims"],
+        &["get", "list"],
+    ),
+    // Whether the ServiceMonitor CRD exists.
+    rule(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &["get"])
+        .named(&["servicemonitors.monitoring.coreos.com"]),
+    rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+];
+
+/// Namespaced rules in the operator's own namespace: its leader-election Lease.
+pub const LEADER_ELECTION: &[Rule] = &[
+    rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+    rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"]).named(&[LEASE]),
+];
+
+/// The operator's ClusterRole: its own rules and every rule of the ClusterRoles it renders
+/// (see the module docs of [`super`] for why it holds them rather than `escalate`).
+pub fn cluster_role_rules() -> Vec<PolicyRule> {
+    let mut tables: Vec<&[Rule]> = vec![OWN];
+    tables.extend(components::ROLES.iter().map(|r| r.rules));
+    union(&tables)
+}
+
+/// The operator's Role in its own namespace.
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    union(&[LEADER_ELECTION])
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::rbac::{has_wildcard, missing, policy_rules};
+
+    #[test]
+    fn the_operator_holds_every_rule_it_hands_out() {
+        let held = cluster_role_rules();
+        for role in components::ROLES {
+            let m = missing(&held, &policy_rules(role.rules));
+            assert!(m.is_empty(), "{} would be an escalation: {m:?}", role.name);
+        }
+    }
+
+    #[test]
+    fn no_wildcard_and_no_escalation_verbs() {
+        let all: Vec<_> = cluster_role_rules()
+            .into_iter()
+            .chain(leader_election_rules())
+            .collect();
+        assert!(!has_wildcard(&all));
+        for r in &all {
+            for v in ["escalate", "bind", "impersonate"] {
+                assert!(!r.verbs.iter().any(|x| x == v), "{v} in {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_rendered_kind_can_be_applied_and_pruned() {
+        let held = cluster_role_rules();
+        for &(api_version, kind, _) in crate::render::KINDS {
+            if kind == "Namespace" {
+                continue;
+            }
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let plural =
+                kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind)).plural;
+            let needed = vec![PolicyRule {
+                api_groups: Some(vec![group.to_string()]),
+                resources: Some(vec![plural]),
+                verbs: MANAGE.iter().map(|v| v.to_string()).collect(),
+                ..Default::default()
+            }];
+            assert!(
+                missing(&held, &needed).is_empty(),
+                "{kind}: {:?}",
+                missing(&held, &needed)
+            );
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Who the code under test acts as. Only test scaffolding is admin: the operator (`run`) and the
+//! api-manager run as their own ServiceAccounts, with exactly the RBAC the project ships (the
+//! install objects of `storageos_operator::install`, the api-manager rule table the operator
+//! renders), through a TokenRequest token as a pod would get. A missing permission fails a test.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use storageos_operator::{install, rbac};
+
+use super::{client, from_json, kubeconfig_path, wait_for};
+
+/// Field manager of the scaffolding's own writes.
+const SCAFFOLD: &str = "storageos-operator-tests";
+
+/// Namespace of the api-manager's ServiceAccount in tests.
+pub const API_MANAGER_NAMESPACE: &str = "storageos-tests";
+/// The api-manager's ServiceAccount, as the operator renders it.
+pub const API_MANAGER_SA: &str = "storageos-api-manager-sa";
+/// The tests' copy of `storageos:api-manager` (same rules, another name, so that a test cluster
+/// being deleted, which removes the real role, never takes the rights of other tests away).
+pub const API_MANAGER_ROLE: &str = "storageos-tests:api-manager";
+
+/// A ServiceAccount to act as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub namespace: &'static str,
+    pub name: &'static str,
+}
+
+/// The operator, as `deploy/operator.yaml` installs it.
+pub const OPERATOR: Identity = Identity {
+    namespace: install::NAMESPACE,
+    name: install::NAME,
+};
+
+/// The api-manager, as the operator renders it.
+pub const API_MANAGER: Identity = Identity {
+    namespace: API_MANAGER_NAMESPACE,
+    name: API_MANAGER_SA,
+};
+
+async fn apply(client: &Client, obj: &Value) {
+    let key = storageos_operator::runtime::apply::ObjectKey::of(obj).expect("object identity");
+    let (group, version) = key.api_version.split_once('/').unwrap_or(("", &key.api_version));
+    let ar = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, &key.kind));
+    let api: Api<kube::core::DynamicObject> = match &key.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(&key.name, &PatchParams::apply(SCAFFOLD).force(), &Patch::Apply(obj))
+        .await
+        .unwrap_or_else(|e| panic!("apply {key}: {e}"));
+}
+
+/// Applies the operator's install RBAC (namespace, ServiceAccount, ClusterRole, Role and their
+/// bindings) exactly as generated for `deploy/operator.yaml`.
+pub async fn install_operator_rbac(admin: &Client) {
+    let install = install::build("registry.invalid/storageos-operator:test").expect("install objects");
+    for obj in install.objects() {
+        if obj["kind"] != "Deployment" && obj["kind"] != "Service" {
+            apply(admin, &obj).await;
+        }
+    }
+}
+
+/// Applies the api-manager's rules (the table the operator renders as `storageos:api-manager`)
+/// bound to its ServiceAccount.
+pub async fn install_api_manager_rbac(admin: &Client) {
+    install_api_manager_rbac_for(admin, rbac::components::API_MANAGER_WEBHOOK_CONFIG).await;
+}
+
+/// The same, for an api-manager configured with `-webhook-config-mutating=<webhook_config>`.
+pub async fn install_api_manager_rbac_for(admin: &Client, webhook_config: &str) {
+    apply(
+        admin,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": API_MANAGER_NAMESPACE}}),
+    )
+    .await;
+    apply(
+        admin,
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": API_MANAGER_SA, "namespace": API_MANAGER_NAMESPACE}}),
+    )
+    .await;
+    let role = if webhook_config == rbac::components::API_MANAGER_WEBHOOK_CONFIG {
+        API_MANAGER_ROLE.to_string()
+    } else {
+        format!("{API_MANAGER_ROLE}:{webhook_config}")
+    };
+    apply(
+        admin,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": role, "labels": {"storageos-operator-test": "true"}},
+                "rules": rbac::components::api_manager_rules(webhook_config)}),
+    )
+    .await;
+    apply(admin, &binding(&role, &role, API_MANAGER)).await;
+}
+
+/// A ClusterRoleBinding of `role` to `who`.
+pub fn binding(name: &str, role: &str, who: Identity) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+           "metadata": {"name": name},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+           "subjects": [{"kind": "ServiceAccount", "name": who.name, "namespace": who.namespace}]})
+}
+
+/// A kubeconfig (YAML) for the local plane that authenticates as `who` with a fresh
+/// TokenRequest token (valid for a day).
+pub async fn kubeconfig_yaml(admin: &Client, who: Identity) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), who.namespace);
+    let request: TokenRequest = from_json(json!({"spec": {"audiences": [], "expirationSeconds": 86400}}));
+    let token = sas
+        .create_token_request(who.name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("token for {}/{}: {e}", who.namespace, who.name))
+        .status
+        .expect("TokenRequest status")
+        .token;
+    let admin_config = Kubeconfig::read_from(kubeconfig_path()).expect("read kubeconfig");
+    let cluster = admin_config.clusters[0]
+        .cluster
+        .clone()
+        .expect("a cluster in the kubeconfig");
+    let ca = cluster.certificate_authority_data.expect("CA data in the kubeconfig");
+    let server = cluster.server.expect("server in the kubeconfig");
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\n\
+         contexts:\n- name: {user}\n  context: {{cluster: local, user: {user}, namespace: {ns}}}\n\
+         current-context: {user}\n",
+        user = who.name,
+        ns = who.namespace,
+    )
+}
+
+/// A client that acts as `who` (whose RBAC must be installed), once the apiserver's
+/// authorizer has caught up with the RBAC just applied.
+pub async fn client_as(who: Identity) -> Client {
+    let admin = client().await;
+    let yaml = kubeconfig_yaml(&admin, who).await;
+    let kubeconfig = Kubeconfig::from_yaml(&yaml).expect("generated kubeconfig parses");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("generated kubeconfig is usable");
+    let c = Client::try_from(config).expect("client");
+    let nodes: Api<Node> = Api::all(c.clone());
+    wait_for(
+        &format!("RBAC of {}/{} to take effect", who.namespace, who.name),
+        Duration::from_secs(30),
+        || async { nodes.list(&ListParams::default().limit(1)).await.ok().map(|_| ()) },
+    )
+    .await;
+    c
+}
+
+/// A client acting as the operator's ServiceAccount with the install RBAC.
+pub async fn operator_client() -> Client {
+    install_operator_rbac(&client().await).await;
+    client_as(OPERATOR).await
+}
+
+/// A client acting as the api-manager's ServiceAccount with its rendered rules.
+pub async fn api_manager_client() -> Client {
+    install_api_manager_rbac(&client().await).await;
+    client_as(API_MANAGER).await
+}
+
+/// Writes a kubeconfig acting as `who` (whose RBAC must be installed) to
+/// `dir/<name>.kubeconfig`, for a child process.
+pub async fn kubeconfig_file(dir: &Path, who: Identity) -> PathBuf {
+    let path = dir.join(format!("{}.kubeconfig", who.name));
+    std::fs::write(&path, kubeconfig_yaml(&client().await, who).await).expect("write kubeconfig");
+    path
+}
+
+/// A kubeconfig file acting as the operator's ServiceAccount with the install RBAC.
+pub async fn operator_kubeconfig(dir: &Path) -> PathBuf {
+    install_operator_rbac(&client().await).await;
+    kubeconfig_file(dir, OPERATOR).await
+}
+
+/// A kubeconfig file acting as the api-manager's ServiceAccount with its rendered rules, for an
+/// api-manager run with `-webhook-config-mutating=<webhook_config>`.
+pub async fn api_manager_kubeconfig(dir: &Path, webhook_config: &str) -> PathBuf {
+    install_api_manager_rbac_for(&client().await, webhook_config).await;
+    kubeconfig_file(dir, API_MANAGER).await
+}
+
+/// A client acting as the api-manager with its rules for `-webhook-config-mutating=<webhook_config>`.
+pub async fn api_manager_client_for(webhook_config: &str) -> Client {
+    install_api_manager_rbac_for(&client().await, webhook_config).await;
+    client_as(API_MANAGER).await
+}
+
+/// Deletes a Namespace (helper for tests that made their own identities).
+pub async fn delete_namespace(admin: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
+/// Creates (or replaces the rules of) a ClusterRole.
+pub async fn put_cluster_role(admin: &Client, name: &str, rules: Value) {
+    apply(
+        admin,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name}, "rules": rules}),
+    )
+    .await;
+}
+
+/// Deletes the ClusterRole and ClusterRoleBinding called `name`.
+pub async fn delete_cluster_role(admin: &Client, name: &str) {
+    let _ = Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(name, &Default::default())
+        .await;
+    let _ = Api::<ClusterRole>::all(admin.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
+/// Applies any object as the scaffolding (admin).
+pub async fn apply_as_admin(admin: &Client, obj: &Value) {
+    apply(admin, obj).await;
+}
