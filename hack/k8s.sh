@@ -337,6 +337,9 @@ cmd_up() {
     || fail_up kwok
   # Pods in a namespace need its default ServiceAccount; wait for the controller to make one.
   wait_for serviceaccount 60 kc -n default get serviceaccount default || fail_up kube-controller-manager
+  # The marker the tests look for before they touch a cluster: only a plane made here may be
+  # filled with test Nodes, PVs and webhook configurations.
+  echo "https://127.0.0.1:$K8S_PORT" >"$STATE/storageos-test-plane"
   log "control plane $K8S_VERSION up with $NODES Ready nodes in $((SECONDS - t0))s"
   cmd_env
 }

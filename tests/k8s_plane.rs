@@ -387,3 +387,20 @@ async fn admission_webhook_on_loopback_mutates_pod_create() {
         "the patch replaced the labels object as sent"
     );
 }
+
+/// The tests refuse a cluster that hack/k8s.sh did not start: a kubeconfig without the marker
+/// (here a copy of the plane's own, elsewhere) is rejected with a message saying what to do.
+#[test]
+fn tests_refuse_a_cluster_without_the_plane_marker() {
+    support::check_plane_marker(support::kubeconfig_path());
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("kubeconfig");
+    std::fs::copy(support::kubeconfig_path(), &copy).unwrap();
+    let refused = std::panic::catch_unwind(|| support::check_plane_marker(&copy)).unwrap_err();
+    let message = refused.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("refusing to run the integration tests"), "{message}");
+    assert!(message.contains("hack/k8s.sh up"), "{message}");
+    // A marker naming another apiserver does not count either.
+    std::fs::write(dir.path().join(support::PLANE_MARKER), "https://10.1.2.3:6443\n").unwrap();
+    assert!(std::panic::catch_unwind(|| support::check_plane_marker(&copy)).is_err());
+}

@@ -30,10 +30,44 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The kubeconfig of the local plane: `$KUBECONFIG` when set (as `hack/test.sh` does), else the
-/// one `hack/k8s.sh up` prints, bringing the plane up first if needed.
+/// one `hack/k8s.sh up` prints, bringing the plane up first if needed. Either way it must be a
+/// plane `hack/k8s.sh` started ([`check_plane_marker`]): the tests create Nodes, PVs and webhook
+/// configurations, which must never reach a real cluster.
 pub fn kubeconfig_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
+        let path = find_kubeconfig();
+        check_plane_marker(&path);
+        path
+    })
+}
+
+/// File `hack/k8s.sh up` writes next to its kubeconfig, holding the apiserver's URL.
+pub const PLANE_MARKER: &str = "storageos-test-plane";
+
+/// Panics unless `kubeconfig` points at the apiserver of a plane `hack/k8s.sh` started.
+pub fn check_plane_marker(kubeconfig: &Path) {
+    let server = Kubeconfig::read_from(kubeconfig)
+        .ok()
+        .and_then(|k| k.clusters.first()?.cluster.clone()?.server)
+        .unwrap_or_default();
+    let marker = kubeconfig.parent().map(|d| d.join(PLANE_MARKER));
+    let marked = marker
+        .as_ref()
+        .and_then(|m| std::fs::read_to_string(m).ok())
+        .is_some_and(|url| url.trim() == server);
+    assert!(
+        marked,
+        "refusing to run the integration tests against {server:?} ({}): it is not a control plane \
+         started by hack/k8s.sh (no matching {PLANE_MARKER} marker next to the kubeconfig). Start \
+         one with `hack/k8s.sh up` and `eval \"$(hack/k8s.sh env)\"`, or unset KUBECONFIG and the \
+         tests start it themselves",
+        kubeconfig.display()
+    );
+}
+
+fn find_kubeconfig() -> PathBuf {
+    {
         if let Some(p) = std::env::var_os("KUBECONFIG").map(PathBuf::from).filter(|p| p.exists()) {
             return p;
         }
@@ -54,7 +88,7 @@ pub fn kubeconfig_path() -> &'static Path {
             .find_map(|l| l.strip_prefix("export KUBECONFIG="))
             .unwrap_or_else(|| panic!("hack/k8s.sh up printed no KUBECONFIG line: {stdout}"));
         PathBuf::from(line.trim())
-    })
+    }
 }
 
 /// Path of the `kubectl` built with the plane (same version).
