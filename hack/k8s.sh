@@ -285,7 +285,21 @@ cmd_up() {
     --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health" || fail_up etcd
 
+  # Audit: every write made by a ServiceAccount (the operator and the api-manager run as theirs
+  # in the tests), so a test can count exactly the writes its code under test made.
+  cat >"$STATE/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+EOF
   start kube-apiserver "$BIN/kube-apiserver" \
+    --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
+    --audit-log-format json --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$K8S_PORT" \
     --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \

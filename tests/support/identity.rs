@@ -232,3 +232,49 @@ pub async fn delete_cluster_role(admin: &Client, name: &str) {
 pub async fn apply_as_admin(admin: &Client, obj: &Value) {
     apply(admin, obj).await;
 }
+
+impl Identity {
+    /// The username the apiserver sees.
+    pub fn username(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+}
+
+/// Every write (`verb resource[/subresource] namespace/name`) the apiserver audited for `who`
+/// from `since` on, read from the plane's audit log (hack/k8s.sh logs every ServiceAccount
+/// write). Counting by identity measures the code under test only, never Kubernetes' own
+/// controllers or the test scaffolding.
+pub fn writes_by(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+    let log = kubeconfig_path()
+        .parent()
+        .expect("the kubeconfig lives in the plane's directory")
+        .join("logs/audit.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| {
+        panic!(
+            "read the audit log {} (restart the plane with this hack/k8s.sh): {e}",
+            log.display()
+        )
+    });
+    let user = who.username();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user.as_str())
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .is_some_and(|t| t >= since)
+        })
+        .map(|e| {
+            let o = &e["objectRef"];
+            let sub = o["subresource"].as_str().map(|s| format!("/{s}")).unwrap_or_default();
+            format!(
+                "{} {}{sub} {}/{}",
+                e["verb"].as_str().unwrap_or_default(),
+                o["resource"].as_str().unwrap_or_default(),
+                o["namespace"].as_str().unwrap_or_default(),
+                o["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
