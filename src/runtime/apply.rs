@@ -36,6 +36,20 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// What the apiserver said, short enough for a status message: its code, reason and
+    /// message (a 403 names the verb and resource that were refused, a 422 the invalid field).
+    pub fn apiserver_reason(&self) -> String {
+        match self {
+            Self::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+                other => other.to_string(),
+            },
+            Self::Malformed(_) => self.to_string(),
+        }
+    }
+}
+
 /// Identity of one object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
