@@ -19,11 +19,10 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use storageos_operator::crd::StorageOSCluster;
-use support::operator::{ClusterOperator, OPERATOR_IMAGE, StorageOS};
+use support::operator::{ClusterOperator, OPERATOR_IMAGE, StorageOS, api_of};
 use support::{TestNamespace, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(90);
@@ -151,16 +150,6 @@ fn describe(d: &Value) -> String {
     )
 }
 
-fn dynamic_api(client: &kube::Client, d: &Value) -> Api<DynamicObject> {
-    let api_version = d["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, d["kind"].as_str().unwrap()));
-    match d["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    }
-}
-
 /// (uid, change marker) of every object in `docs`, by [`describe`]; None when missing. The
 /// marker moves on a write to the object: its generation where it has one (status updates by
 /// controllers do not count), else its resourceVersion, and the time of our field manager's
@@ -169,7 +158,7 @@ async fn live(client: &kube::Client, docs: &[Value]) -> BTreeMap<String, Option<
     let mut out = BTreeMap::new();
     for d in docs {
         let name = d["metadata"]["name"].as_str().unwrap();
-        let found = dynamic_api(client, d).get_metadata_opt(name).await.unwrap();
+        let found = api_of(client, d).get_metadata_opt(name).await.unwrap();
         out.insert(
             describe(d),
             found.map(|m| {
@@ -204,7 +193,7 @@ async fn cluster_events(ns: &TestNamespace) -> usize {
 /// Deletes cluster-scoped objects a crashed earlier run may have left, so the creates succeed.
 async fn clear_cluster_scoped(client: &kube::Client, docs: &[Value]) {
     for d in docs.iter().filter(|d| d["metadata"]["namespace"].is_null()) {
-        let api = dynamic_api(client, d);
+        let api = api_of(client, d);
         let name = d["metadata"]["name"].as_str().unwrap().to_string();
         let _ = api.delete(&name, &DeleteParams::default()).await;
         wait_for(

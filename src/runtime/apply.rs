@@ -338,6 +338,26 @@ mod tests {
     }
 
     #[test]
+    fn apiserver_reason_keeps_code_reason_and_the_whole_message() {
+        let forbidden = kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: r#"daemonsets.apps "ds" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "daemonsets" in API group "apps" in the namespace "ns""#.into(),
+            ..Default::default()
+        };
+        let e = Error::Kube {
+            verb: "apply",
+            kind: "DaemonSet".into(),
+            name: "ds".into(),
+            source: Box::new(kube::Error::Api(Box::new(forbidden))),
+        };
+        assert_eq!(
+            e.apiserver_reason(),
+            r#"403 Forbidden: daemonsets.apps "ds" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "daemonsets" in API group "apps" in the namespace "ns""#
+        );
+    }
+
+    #[test]
     fn hash_is_stable_and_sensitive() {
         let a = json!({"b": 1, "a": [1, 2]});
         assert_eq!(hash_of(&a), hash_of(&json!({"a": [1, 2], "b": 1})));

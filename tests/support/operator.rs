@@ -11,6 +11,18 @@ use storageos_operator::runtime::metrics::ReconcileMetrics;
 use storageos_operator::sim::{self, SimHandle, Simulator};
 use tokio::task::JoinHandle;
 
+/// The API of `obj` (a rendered or fixture object, with apiVersion, kind and maybe a namespace).
+pub fn api_of(client: &kube::Client, obj: &serde_json::Value) -> kube::Api<kube::core::DynamicObject> {
+    use kube::core::{ApiResource, GroupVersionKind};
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap()));
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &ar),
+        None => kube::Api::all_with(client.clone(), &ar),
+    }
+}
+
 /// The image the operator believes it runs as (and so the api-manager's default image).
 pub const OPERATOR_IMAGE: &str = "registry.invalid/storageos-operator:test";
 
