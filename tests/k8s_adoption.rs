@@ -452,6 +452,25 @@ async fn adopt(fixture: &str, cr_file: &str, label_workers: bool) {
             .is_none()
     );
 
+    // Pod templates: only the api-manager (our image replaces the Go one) and the scheduler
+    // (our image and configuration) change; the node DaemonSet and the CSI helper keep theirs.
+    let workload = |d: &&Value| ["DaemonSet", "Deployment", "StatefulSet"].contains(&d["kind"].as_str().unwrap());
+    let generation = |m: &Option<(String, String)>| m.as_ref().unwrap().1.split(' ').next().unwrap().to_string();
+    let changed: Vec<String> = go
+        .iter()
+        .filter(workload)
+        .map(describe)
+        .filter(|k| generation(&before[k]) != generation(&after[k]))
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            format!("Deployment {}/storageos-api-manager", ns.name),
+            format!("Deployment {}/storageos-scheduler", ns.name)
+        ],
+        "workloads whose pod template changed on adoption"
+    );
+
     // No node pod restarted, and the node pod template did not have to change.
     assert_eq!(node_pods(&ns).await, pods_before, "node pods were restarted");
     let ds = dss.get("storageos-daemonset").await.unwrap();
