@@ -353,7 +353,39 @@ impl Drop for Cleanup {
     }
 }
 
-async fn adopt(fixture: &str, cr_file: &str, label_workers: bool) {
+/// One adoption case.
+struct Case {
+    /// Fixture of the Go objects.
+    fixture: &'static str,
+    /// The CR the Go operator reconciled.
+    cr: &'static str,
+    /// Whether the CR selects nodes labelled as workers.
+    label_workers: bool,
+    /// A non-default `service.internalPort` (the Go Service's port; the node stays on 5705).
+    internal_port: Option<i32>,
+}
+
+/// The Go operator's Service for `internalPort` `port` (`externalPort` 5705, the only other
+/// value that worked with it): one port entry, port → 5705.
+fn with_service_port(go: &mut [Value], cr: &mut StorageOSCluster, port: i32) {
+    for d in go
+        .iter_mut()
+        .filter(|d| d["kind"] == "Service" && d["metadata"]["name"] == "storageos")
+    {
+        d["spec"]["ports"] = json!([{"name": "storageos", "protocol": "TCP", "port": port, "targetPort": 5705}]);
+    }
+    let service = cr.spec.service.get_or_insert_with(Default::default);
+    service.internal_port = Some(port);
+    service.external_port = Some(5705);
+}
+
+async fn adopt(case: Case) {
+    let Case {
+        fixture,
+        cr: cr_file,
+        label_workers,
+        internal_port,
+    } = case;
     let _lock = support::cluster_lock();
     support::logs();
     let ns = TestNamespace::new("adopt").await;
@@ -371,21 +403,22 @@ async fn adopt(fixture: &str, cr_file: &str, label_workers: bool) {
     }
 
     // The installation as the Go operator left it, its node pods running.
-    let go = go_objects(fixture, &ns.name);
-    clear_cluster_scoped(&client, &go).await;
-    source_secrets(&ns).await;
-    kubectl_create(&go);
+    let mut go = go_objects(fixture, &ns.name);
     let scheduler_image = go
         .iter()
         .find(|d| d["metadata"]["name"] == "storageos-scheduler" && d["kind"] == "Deployment")
         .and_then(|d| d.pointer("/spec/template/spec/containers/0/image")?.as_str())
         .unwrap()
         .to_string();
+    let mut cr = go_era_cr(cr_file, &ns.name, &scheduler_image);
+    if let Some(port) = internal_port {
+        with_service_port(&mut go, &mut cr, port);
+    }
+    clear_cluster_scoped(&client, &go).await;
+    source_secrets(&ns).await;
+    kubectl_create(&go);
     let clusters = ns.api::<StorageOSCluster>();
-    let cr_name = {
-        let cr = go_era_cr(cr_file, &ns.name, &scheduler_image);
-        clusters.create(&PostParams::default(), &cr).await.unwrap().name_any()
-    };
+    let cr_name = clusters.create(&PostParams::default(), &cr).await.unwrap().name_any();
     cleanup.cluster = Some(cr_name.clone());
     let dss = ns.api::<DaemonSet>();
     wait_for("the Go node pods to run on every node", SETTLE, || async {
@@ -506,9 +539,22 @@ async fn adopt(fixture: &str, cr_file: &str, label_workers: bool) {
     assert!(
         image(deployments.get("storageos-scheduler").await.unwrap()).starts_with("registry.k8s.io/kube-scheduler:")
     );
-    // The API Service kept its single Go port entry.
-    let svc = ns.api::<Service>().get("storageos").await.unwrap();
-    assert_eq!(svc.spec.unwrap().ports.unwrap().len(), 1);
+    // The API Service kept its single Go port entry: port = internalPort, targeting the node.
+    let ports = ns
+        .api::<Service>()
+        .get("storageos")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .ports
+        .unwrap();
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(ports[0].port, internal_port.unwrap_or(5705));
+    assert_eq!(
+        ports[0].target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5705))
+    );
 
     // A restarted operator writes nothing.
     operator.stop().await;
@@ -543,20 +589,45 @@ async fn adopt(fixture: &str, cr_file: &str, label_workers: bool) {
 
 #[tokio::test]
 async fn adopts_the_go_default_install() {
-    adopt("go-default.yaml", "tests/fixtures/adoption/cr-default.yaml", false).await;
+    adopt(Case {
+        fixture: "go-default.yaml",
+        cr: "tests/fixtures/adoption/cr-default.yaml",
+        label_workers: false,
+        internal_port: None,
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn adopts_the_go_statefulset_install() {
-    adopt("go-sts.yaml", "tests/fixtures/adoption/cr-sts.yaml", false).await;
+    adopt(Case {
+        fixture: "go-sts.yaml",
+        cr: "tests/fixtures/adoption/cr-sts.yaml",
+        label_workers: false,
+        internal_port: None,
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn adopts_the_go_all_fields_install() {
-    adopt(
-        "go-all.yaml",
-        "tests/fixtures/valid/storageoscluster-all-fields.yaml",
-        true,
-    )
+    adopt(Case {
+        fixture: "go-all.yaml",
+        cr: "tests/fixtures/valid/storageoscluster-all-fields.yaml",
+        label_workers: true,
+        internal_port: None,
+    })
+    .await;
+}
+
+/// The one non-default port pair that worked with the Go operator: Service port 80 → node 5705.
+#[tokio::test]
+async fn adopts_a_go_install_with_a_non_default_service_port() {
+    adopt(Case {
+        fixture: "go-default.yaml",
+        cr: "tests/fixtures/adoption/cr-default.yaml",
+        label_workers: false,
+        internal_port: Some(80),
+    })
     .await;
 }
