@@ -29,6 +29,14 @@ fn pod_spec(o: &Value) -> &Value {
     &o["spec"]["template"]["spec"]
 }
 
+/// The kube-scheduler configuration file in the scheduler's ConfigMap.
+fn scheduler_config(objs: &[Value]) -> Value {
+    let text = get(objs, "ConfigMap", "storageos-scheduler-policy")["data"]["config.yaml"]
+        .as_str()
+        .unwrap();
+    serde_yaml::from_str(text).unwrap()
+}
+
 fn api_manager_args(objs: &[Value]) -> Vec<String> {
     serde_json::from_value(pod_spec(get(objs, "Deployment", "storageos-api-manager"))["containers"][0]["args"].clone())
         .unwrap()
@@ -122,11 +130,7 @@ fn disable_scheduler_removes_the_extender_and_empties_the_scheduler_name() {
 #[test]
 fn scheduler_extender_uses_a_kube_scheduler_configuration() {
     let objs = objects("service");
-    let config = get(&objs, "ConfigMap", "storageos-scheduler-policy")["data"]["config.yaml"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let config: Value = serde_yaml::from_str(&config).unwrap();
+    let config = scheduler_config(&objs);
     assert_eq!(config["kind"], "KubeSchedulerConfiguration");
     assert_eq!(config["profiles"][0]["schedulerName"], "storageos-scheduler");
     let extender = &config["extenders"][0];
@@ -147,12 +151,18 @@ fn scheduler_extender_uses_a_kube_scheduler_configuration() {
 }
 
 #[test]
-fn service_ports_are_external_to_internal_and_everything_follows_the_service() {
+fn service_port_is_internal_port_and_targets_the_node_as_the_go_operator_had_it() {
     let objs = objects("service");
     let svc = get(&objs, "Service", "sos-api");
     assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    // Go layout: port = internalPort (8443); the node listens on 5705 whatever externalPort says.
     assert_eq!(svc["spec"]["ports"][0]["port"], 8443);
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], 5705);
+    let node = &pod_spec(get(&objs, "DaemonSet", "storageos-daemonset"))["containers"][0];
+    assert_eq!(
+        node["ports"],
+        json!([{"name": "api", "containerPort": 5705, "protocol": "TCP"}])
+    );
     assert!(api_manager_args(&objs).contains(&"--api-endpoint=http://sos-api.kube-system.svc:8443".to_string()));
     // The webhook does not inherit the API Service type.
     assert_eq!(get(&objs, "Service", "storageos-webhook")["spec"]["type"], "ClusterIP");
@@ -290,6 +300,28 @@ fn custom_namespace_moves_every_namespaced_object_and_reference() {
 fn go_api_manager_image_runs_its_own_binary() {
     let objs = objects("go-api-manager");
     let c = &pod_spec(get(&objs, "Deployment", "storageos-api-manager"))["containers"][0];
-    assert_eq!(c["image"], "storageos/api-manager:v1.1.2");
+    assert_eq!(c["image"], "storageos/api-manager:v1.2.12");
     assert_eq!(c["command"], json!(["/manager"]));
+}
+
+#[test]
+fn go_written_back_images_render_like_no_images() {
+    // The input files differ only in spec.images; the rendered objects must not.
+    assert_eq!(objects("go-era-images"), objects("defaults"));
+}
+
+#[test]
+fn a_pinned_old_scheduler_reads_the_config_version_of_its_release() {
+    let objs = objects("old-scheduler");
+    let config = scheduler_config(&objs);
+    assert_eq!(config["apiVersion"], "kubescheduler.config.k8s.io/v1beta2");
+    assert_eq!(
+        scheduler_config(&objects("defaults"))["apiVersion"],
+        "kubescheduler.config.k8s.io/v1"
+    );
+    assert_eq!(config["leaderElection"]["resourceLock"], "leases");
+    assert_eq!(
+        pod_spec(get(&objs, "Deployment", "storageos-scheduler"))["containers"][0]["image"],
+        "registry.k8s.io/kube-scheduler:v1.22.17"
+    );
 }

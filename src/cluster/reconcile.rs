@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::context::Context;
 use super::status::{self, phase};
-use super::{config, finalize, select};
+use super::{adopt, config, finalize, select};
 use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
 use crate::render::{self, Inputs, labels, scheduling};
 use crate::runtime::apply::{self, PruneKind};
@@ -51,6 +51,9 @@ pub enum Error {
     /// Applying or pruning a child failed.
     #[error(transparent)]
     Apply(#[from] apply::Error),
+    /// Some rendered objects were refused; the message names each one and why.
+    #[error("{message}")]
+    ApplyFailed { failed: usize, message: String },
     /// The StorageOS API refused a request.
     #[error("StorageOS API: {0}")]
     StorageOS(#[from] storageos::Error),
@@ -93,6 +96,28 @@ fn same(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
     a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
 }
 
+/// One rendered object the apiserver refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyFailure {
+    /// Kind, namespace and name.
+    pub object: String,
+    /// The apiserver's answer.
+    pub reason: String,
+}
+
+/// The Ready=False message of a pass in which `failures` of `total` objects were refused.
+pub fn apply_failed_message(failures: &[ApplyFailure], total: usize) -> String {
+    let each = failures
+        .iter()
+        .map(|f| format!("{}: {}", f.object, f.reason))
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "cannot apply {} of {total} objects (the others are applied; nothing is pruned until every object applies): {each}",
+        failures.len()
+    )
+}
+
 /// Reconciles one cluster. A failure is also shown on the cluster (Ready=False with the
 /// apiserver's message, which names the verb and resource of a forbidden request), never only in
 /// the log; the reconcile is then retried with backoff.
@@ -101,7 +126,7 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
     match &result {
         // The apply step reports its own failures, naming each object; a write that lost a
         // race (409) or an object that just went away (404) is retried, not reported.
-        Err(Error::Apply(_)) | Ok(_) => {}
+        Err(Error::ApplyFailed { .. }) | Ok(_) => {}
         Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 || s.code == 404 => {}
         Err(e) => report(&cluster, &ctx, e).await,
     }
@@ -112,7 +137,10 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
 fn failure_reason(e: &Error) -> &'static str {
     match e {
         Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
-        Error::Apply(_) => "ApplyFailed",
+        Error::Apply(apply::Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 403) => {
+            "Forbidden"
+        }
+        Error::Apply(_) | Error::ApplyFailed { .. } => "ApplyFailed",
         Error::Kube(_) => "KubernetesError",
         Error::StorageOS(_) => "StorageOSError",
     }
@@ -294,6 +322,9 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
     let cluster_ns = cluster.namespace().unwrap_or_default();
     let mut keep = BTreeSet::new();
     let mut written = 0;
+    // Every object is applied even when one fails: a rejected DaemonSet must not leave the
+    // Service, RBAC or api-manager unreconciled.
+    let mut failures = Vec::new();
     for obj in &objects {
         let value = obj
             .to_value()
@@ -302,20 +333,32 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
             .applier
             .apply(&value, owner.as_ref().map(|o| (o, cluster_ns.as_str())))
             .await;
-        let (key, outcome) = match applied {
-            Ok(done) => done,
-            Err(e) => {
-                // Make the failure visible on the cluster, then retry with backoff.
-                let message = format!("cannot apply {}: {e}", obj.describe());
-                not_ready(cluster, api, ctx, "ApplyFailed", message).await?;
-                return Err(e.into());
+        match applied {
+            Ok((key, outcome)) => {
+                if outcome == apply::Outcome::Applied {
+                    tracing::debug!(cluster = %name, object = %key, "applied");
+                    written += 1;
+                }
+                keep.insert(key);
             }
-        };
-        if outcome == apply::Outcome::Applied {
-            tracing::debug!(cluster = %name, object = %key, "applied");
-            written += 1;
+            Err(e) => {
+                tracing::warn!(cluster = %name, object = %obj.describe(), error = %e, "apply failed");
+                failures.push(ApplyFailure {
+                    object: obj.describe(),
+                    reason: e.apiserver_reason(),
+                });
+            }
         }
-        keep.insert(key);
+    }
+    if !failures.is_empty() {
+        // Pruning now could delete something still wanted (a half-applied switch of the CSI
+        // strategy, say): nothing is pruned until a pass applies everything. Retried with backoff.
+        let message = apply_failed_message(&failures, objects.len());
+        not_ready(cluster, api, ctx, "ApplyFailed", message.clone()).await?;
+        return Err(Error::ApplyFailed {
+            failed: failures.len(),
+            message,
+        });
     }
     // Everything applied: now it is safe to delete what is no longer wanted.
     let pruned = ctx
@@ -324,6 +367,16 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         .await?;
     for key in &pruned {
         tracing::info!(cluster = %name, object = %key, "pruned");
+    }
+    for removed in adopt::remove_go_leftovers(&ctx.client, cluster).await? {
+        tracing::info!(cluster = %name, object = %removed, "removed the Go operator's leftover");
+        ctx.event(
+            cluster,
+            false,
+            "Adopted",
+            format!("removed {removed}, which only the Go operator used"),
+        )
+        .await;
     }
     if written > 0 || !pruned.is_empty() {
         tracing::info!(cluster = %name, written, pruned = pruned.len(), "applied cluster objects");
@@ -372,7 +425,7 @@ async fn update_status(
         &inputs.operator_image,
     )
     .to_container_images();
-    let status = status::compute(&status::Observation {
+    let mut status = status::compute(&status::Observation {
         selected: &selected,
         pods: &pods,
         api_nodes: api_nodes.as_deref().map_err(Clone::clone),
@@ -381,6 +434,20 @@ async fn update_status(
         images,
         now: &now,
     });
+    let replaced = render::replaced_go_defaults(
+        cluster.spec.images.as_ref(),
+        &inputs.default_images,
+        &inputs.operator_image,
+    );
+    let news = adopt::note_replaced_images(
+        status.conditions.get_or_insert_with(Vec::new),
+        render::replaced_message(&replaced),
+        cluster.meta().generation,
+        &now,
+    );
+    if let Some(message) = news {
+        ctx.event(cluster, false, adopt::GO_DEFAULTS_CONDITION, message).await;
+    }
     if status.ready != previous.ready {
         let ready = status.ready.clone().unwrap_or_default();
         let all = status.phase.as_deref() == Some(phase::RUNNING);
@@ -441,6 +508,24 @@ mod tests {
         ] {
             assert!(kinds.contains(&k), "{k} is not pruned");
         }
+    }
+
+    #[test]
+    fn apply_failed_message_names_every_object_and_reason() {
+        let failures = [
+            ApplyFailure {
+                object: "DaemonSet ns/storageos-daemonset".into(),
+                reason: "403 Forbidden: denied by policy".into(),
+            },
+            ApplyFailure {
+                object: "Service ns/storageos".into(),
+                reason: "422 Invalid: duplicate port".into(),
+            },
+        ];
+        let m = apply_failed_message(&failures, 40);
+        assert!(m.starts_with("cannot apply 2 of 40 objects"), "{m}");
+        assert!(m.contains("DaemonSet ns/storageos-daemonset: 403 Forbidden: denied by policy; Service ns/storageos: 422 Invalid: duplicate port"), "{m}");
+        assert!(m.contains("nothing is pruned"), "{m}");
     }
 
     #[test]

@@ -240,12 +240,15 @@ pub struct StorageOSClusterService {
     #[schemars(extend("default" = "ClusterIP", "x-kubernetes-validations" = validation::service_type()))]
     pub type_: Option<String>,
 
-    /// Port the Service exposes (1-65535).
+    /// Accepted for compatibility; it has no effect (1-65535). The Go operator made it the
+    /// Service's targetPort, which only worked at 5705, the port the StorageOS node always
+    /// listens on; the Service now always targets that port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 5705, "minimum" = 1, "maximum" = 65535))]
     pub external_port: Option<i32>,
 
-    /// Port the StorageOS API listens on in the node pods (1-65535).
+    /// Port the Service exposes, which the api-manager, the scheduler extender and the Ingress
+    /// use (1-65535). As in the Go operator: "internal" to the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 5705, "minimum" = 1, "maximum" = 65535))]
     pub internal_port: Option<i32>,

@@ -41,6 +41,11 @@ pub const DEFAULT_REGISTRATION_DIR: &str = "/var/lib/kubelet/plugins_registry";
 /// CSI socket path as kubelet sees it.
 pub const DEFAULT_KUBELET_REGISTRATION_PATH: &str = "/var/lib/kubelet/plugins_registry/storageos/csi.sock";
 
+/// The port the StorageOS node serves its API on. Neither operator ever configured another, so
+/// it is the node's container port and the API Service's targetPort. (The Go operator used
+/// `service.externalPort` as targetPort, so only 5705 worked there; see docs/adoption.md.)
+pub const NODE_API_PORT: i32 = 5705;
+
 /// A StorageOSCluster spec with every default applied: what the templates see.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
@@ -52,9 +57,9 @@ pub struct Resolved {
     pub service_name: String,
     /// API Service type.
     pub service_type: String,
-    /// Port the API Service exposes.
+    /// `service.externalPort`: no effect (see [`NODE_API_PORT`]).
     pub external_port: i32,
-    /// Port the StorageOS API listens on in the node pods.
+    /// Port the API Service exposes (`service.internalPort`, as in the Go operator).
     pub internal_port: i32,
     /// Annotations of the API Service.
     pub service_annotations: BTreeMap<String, String>,
@@ -203,11 +208,12 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
 }
 
 impl Resolved {
-    /// The StorageOS API endpoint inside the cluster, as the api-manager and the operator reach it.
+    /// The StorageOS API endpoint inside the cluster, as the api-manager and the operator reach
+    /// it: the Service's port, which is `service.internalPort` (the Go operator's layout).
     pub fn api_endpoint(&self) -> String {
         format!(
             "http://{}.{}.svc:{}",
-            self.service_name, self.namespace, self.external_port
+            self.service_name, self.namespace, self.internal_port
         )
     }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::go_defaults::{GoDefault, go_defaults_in, without_go_defaults};
 use crate::crd::ContainerImages;
 
 /// The images of this release. Also the list to mirror for an air-gapped install.
@@ -135,9 +136,9 @@ pub struct Images {
 }
 
 /// Resolves every image: the CR's non-empty value, else the default; the api-manager falls back
-/// to the operator's own image.
+/// to the operator's own image. Values the Go operator wrote back as its defaults count as unset.
 pub fn resolve_images(spec: Option<&ContainerImages>, defaults: &DefaultImages, operator_image: &str) -> Images {
-    let spec = spec.cloned().unwrap_or_default();
+    let spec = spec.map(without_go_defaults).unwrap_or_default();
     let pick = |v: Option<String>, d: &str| v.filter(|s| !s.trim().is_empty()).unwrap_or_else(|| d.to_string());
     Images {
         node_container: pick(spec.node_container, &defaults.node),
@@ -161,6 +162,48 @@ pub fn resolve_images(spec: Option<&ContainerImages>, defaults: &DefaultImages, 
     }
 }
 
+/// An image field of the CR holding a Go default, and the image used instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replaced {
+    /// The field and its Go value.
+    pub go: GoDefault,
+    /// The image this operator runs instead.
+    pub now: String,
+}
+
+/// The Go defaults in `spec` that resolve to another image (a Go default equal to ours, or in a
+/// field nothing uses, replaces nothing and is not listed).
+pub fn replaced_go_defaults(
+    spec: Option<&ContainerImages>,
+    defaults: &DefaultImages,
+    operator_image: &str,
+) -> Vec<Replaced> {
+    let Some(spec) = spec else { return Vec::new() };
+    let resolved = serde_json::to_value(resolve_images(Some(spec), defaults, operator_image)).unwrap_or_default();
+    go_defaults_in(spec)
+        .into_iter()
+        .filter_map(|go| {
+            let now = resolved.get(go.field)?.as_str()?.to_string();
+            (now != go.value.trim()).then_some(Replaced { go, now })
+        })
+        .collect()
+}
+
+/// The status message naming each replaced field, or None when nothing was replaced.
+pub fn replaced_message(replaced: &[Replaced]) -> Option<String> {
+    if replaced.is_empty() {
+        return None;
+    }
+    let each = replaced
+        .iter()
+        .map(|r| format!("spec.images.{} {} -> {}", r.go.field, r.go.value, r.now))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "the Go operator wrote its default images into the spec; they count as unset and this operator's images run instead: {each}. Remove these fields from spec.images, or set another value to pin an image"
+    ))
+}
+
 impl Images {
     /// The same images as the CRD's status type.
     pub fn to_container_images(&self) -> ContainerImages {
@@ -177,6 +220,30 @@ impl Images {
             ..Default::default()
         }
     }
+}
+
+/// The `kubescheduler.config.k8s.io` version a kube-scheduler image reads, from its tag: `v1`
+/// from 1.25, `v1beta3` in 1.23–1.24, `v1beta2` in 1.22, `v1beta1` in 1.19–1.21. A tag that is
+/// not a version (a digest, `latest`, a mirror's own scheme) is taken to be current. Err(minor)
+/// for a 1.x older than 1.19, which reads no KubeSchedulerConfiguration with extenders.
+pub fn scheduler_config_version(image: &str) -> Result<&'static str, u64> {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    let Some((_, tag)) = last.split_once(':') else {
+        return Ok("v1");
+    };
+    let mut parts = tag.trim_start_matches('v').split(['.', '-', '+']);
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next().map(str::parse::<u64>), parts.next().map(str::parse::<u64>))
+    else {
+        return Ok("v1");
+    };
+    Ok(match (major, minor) {
+        (1, m) if m < 19 => return Err(m),
+        (1, 19..=21) => "v1beta1",
+        (1, 22) => "v1beta2",
+        (1, 23..=24) => "v1beta3",
+        _ => "v1",
+    })
 }
 
 /// Whether `image` is the Go api-manager (`…/api-manager:<tag>`), whose binary is `/manager`,
@@ -236,6 +303,55 @@ mod tests {
             images.to_container_images().api_manager_container.as_deref(),
             Some("op:1")
         );
+    }
+
+    #[test]
+    fn go_written_defaults_are_replaced_and_named() {
+        let spec = ContainerImages {
+            node_container: Some("storageos/node:v2.4.2".into()),
+            api_manager_container: Some("storageos/api-manager:v1.1.2".into()),
+            kube_scheduler_container: Some("k8s.gcr.io/kube-scheduler:v1.21.0".into()),
+            csi_cluster_driver_registrar_container: Some("quay.io/k8scsi/csi-cluster-driver-registrar:v1.0.1".into()),
+            ..Default::default()
+        };
+        let defaults = DefaultImages::default();
+        let images = resolve_images(Some(&spec), &defaults, "op:1");
+        assert_eq!(images.api_manager_container, "op:1");
+        assert_eq!(
+            images.kube_scheduler_container,
+            "registry.k8s.io/kube-scheduler:v1.33.5"
+        );
+        assert_eq!(images.node_container, "storageos/node:v2.4.2");
+        let replaced = replaced_go_defaults(Some(&spec), &defaults, "op:1");
+        let fields: Vec<_> = replaced.iter().map(|r| r.go.field).collect();
+        // The node image is the same as ours; the cluster registrar is not used: neither replaced.
+        assert_eq!(fields, ["apiManagerContainer", "kubeSchedulerContainer"]);
+        let message = replaced_message(&replaced).unwrap();
+        assert!(
+            message.contains("spec.images.apiManagerContainer storageos/api-manager:v1.1.2 -> op:1"),
+            "{message}"
+        );
+        assert_eq!(replaced_message(&[]), None);
+        assert_eq!(replaced_go_defaults(None, &defaults, "op:1"), []);
+    }
+
+    #[test]
+    fn scheduler_config_version_follows_the_image_tag() {
+        for (image, version) in [
+            ("registry.k8s.io/kube-scheduler:v1.33.5", Ok("v1")),
+            ("registry.k8s.io/kube-scheduler:v1.25.0", Ok("v1")),
+            ("mirror.local:5000/kube-scheduler:v1.24.17", Ok("v1beta3")),
+            ("registry.k8s.io/kube-scheduler:v1.23.4", Ok("v1beta3")),
+            ("registry.k8s.io/kube-scheduler:v1.22.1-rc.0", Ok("v1beta2")),
+            ("k8s.gcr.io/kube-scheduler:v1.20.5", Ok("v1beta1")),
+            ("k8s.gcr.io/kube-scheduler:v1.18.2", Err(18)),
+            ("registry.k8s.io/kube-scheduler:latest", Ok("v1")),
+            ("registry.k8s.io/kube-scheduler@sha256:abc", Ok("v1")),
+            ("kube-scheduler", Ok("v1")),
+            ("registry.k8s.io/kube-scheduler:v2.0.0", Ok("v1")),
+        ] {
+            assert_eq!(scheduler_config_version(image), version, "{image}");
+        }
     }
 
     #[test]

@@ -44,6 +44,8 @@ fn app(cluster: &str, component: &str) -> Labels {
 
 /// The Go operator's common labels: the CR's own labels, `app=storageos` and the app labels with
 /// component `cluster`, plus the pruning set (which wins over a CR label with the same key).
+/// Unlike the Go operator, a CR label does not override the `app.kubernetes.io/*` labels: they say
+/// what manages the object, which a user label should not change (metadata only, no selector).
 pub fn common(cluster: &str, cluster_namespace: &str, cr_labels: &Labels) -> Labels {
     let mut labels = cr_labels.clone();
     labels.insert("app".into(), "storageos".into());

@@ -6,6 +6,7 @@
 
 mod command;
 pub mod defaults;
+pub mod go_defaults;
 mod handlebars;
 pub mod images;
 mod inputs;
@@ -20,7 +21,9 @@ use serde_json::Value;
 
 pub use command::{DEFAULT_OPERATOR_IMAGE, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
 pub use defaults::{Resolved, resolve};
-pub use images::{DefaultImages, Images, default_images_from_env, resolve_images};
+pub use images::{
+    DefaultImages, Images, Replaced, default_images_from_env, replaced_go_defaults, replaced_message, resolve_images,
+};
 pub use inputs::{FORWARDED_NODE_ENV, Inputs, node_env_from, node_env_from_process};
 pub use objects::{KINDS, Object, ServiceMonitor, ServiceMonitorEndpoint, ServiceMonitorSpec};
 pub use values::SCHEDULER_NAME;
@@ -66,6 +69,11 @@ pub enum Error {
     /// The cluster runs a Kubernetes older than [`MIN_KUBERNETES`].
     #[error("Kubernetes {version} is not supported; the oldest supported version is {MIN_KUBERNETES}")]
     UnsupportedKubernetes { version: semver::Version },
+    /// The pinned kube-scheduler is older than 1.19 and reads no KubeSchedulerConfiguration.
+    #[error(
+        "spec.images.kubeSchedulerContainer {image} is kube-scheduler 1.{minor}, which cannot read a scheduler configuration file (1.19 or newer needed); remove the field to use the default image"
+    )]
+    SchedulerTooOld { image: String, minor: u64 },
     /// The credentials Secret lacks a key the spec needs.
     #[error("Secret {secret} has no key {key:?}, which is needed because {why}")]
     MissingSecretKey {

@@ -75,7 +75,9 @@ pub fn api_credentials(data: &BTreeMap<String, Vec<u8>>) -> (Vec<u8>, Vec<u8>) {
 /// The template values of every Secret derived from the credentials Secret: `init` (node
 /// bootstrap and api-manager credentials), `csi` (one entry per CSI Secret; a CSI credential
 /// missing from the source falls back to the API credentials, so a Secret with just a username
-/// and password gives a working cluster) and `tls` (ingress certificate, only when `tls`).
+/// and password gives a working cluster; the Go operator wrote empty values, which adoption
+/// replaces) and `tls` (ingress certificate, only when `tls`; a missing key fails the render with
+/// the key named, where the Go operator created an empty, unusable `tls-secret`).
 pub fn credential_values(secret: &Secret, tls: bool) -> Result<Value, Error> {
     let data = contents(secret);
     let (user, pass) = api_credentials(&data);

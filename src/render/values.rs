@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::Error;
-use super::defaults::Resolved;
-use super::images::{Images, is_go_api_manager};
+use super::defaults::{NODE_API_PORT, Resolved};
+use super::images::{self, Images, is_go_api_manager};
 use super::inputs::Inputs;
 use super::labels::{self, Labels};
 use super::scheduling::{affinity, helper_tolerations, merge_tolerations, node_tolerations, spread_over_hosts};
@@ -132,6 +132,17 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         Some(spread_over_hosts(api_manager_component.clone())),
     );
     let (am_command, am_args) = api_manager_command(r, &images.api_manager_container);
+    // A pinned old kube-scheduler reads only the config version of its release.
+    let config_api_version = match images::scheduler_config_version(&images.kube_scheduler_container) {
+        Ok(v) => v,
+        Err(_) if r.disable_scheduler => "v1",
+        Err(minor) => {
+            return Err(Error::SchedulerTooOld {
+                image: images.kube_scheduler_container.clone(),
+                minor,
+            });
+        }
+    };
     let openshift = r.is_openshift();
 
     let credentials = match &inputs.secret {
@@ -164,8 +175,12 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "service": {
             "name": r.service_name,
             "type": r.service_type,
-            "externalPort": r.external_port,
-            "internalPort": r.internal_port,
+            // The Go operator's layout (port = internalPort; the port list is keyed by port, so
+            // another port would add a second entry next to the Go one and be rejected), but
+            // targeting the port the node really listens on.
+            "port": r.internal_port,
+            "targetPort": NODE_API_PORT,
+            "nodePort": NODE_API_PORT,
             "annotations": if r.service_annotations.is_empty() { Value::Null } else { json!(r.service_annotations) },
         },
         "ingress": {
@@ -209,8 +224,16 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         },
         "scheduler": {
             "enabled": !r.disable_scheduler,
+            "configVersion": {
+                "v1": config_api_version == "v1",
+                "v1beta3": config_api_version == "v1beta3",
+                "v1beta2": config_api_version == "v1beta2",
+                "v1beta1": config_api_version == "v1beta1",
+            },
+            // Before v1 the default lock was endpoints-based; ours is a Lease (its RBAC).
+            "legacyConfig": config_api_version != "v1",
             "name": SCHEDULER_NAME,
-            "urlPrefix": format!("http://{}.{}.svc:{}/v2/k8s/scheduler", r.service_name, r.namespace, r.external_port),
+            "urlPrefix": format!("{}/v2/k8s/scheduler", r.api_endpoint()),
             "config": scheduler_config,
             "podSecurityContext": restricted_pod_security(openshift),
         },

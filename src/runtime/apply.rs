@@ -36,6 +36,20 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// What the apiserver said, short enough for a status message: its code, reason and
+    /// message (a 403 names the verb and resource that were refused, a 422 the invalid field).
+    pub fn apiserver_reason(&self) -> String {
+        match self {
+            Self::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+                other => other.to_string(),
+            },
+            Self::Malformed(_) => self.to_string(),
+        }
+    }
+}
+
 /// Identity of one object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
@@ -321,6 +335,26 @@ mod tests {
             ObjectKey::of(&json!({"kind": "Service"})),
             Err(Error::Malformed("apiVersion"))
         ));
+    }
+
+    #[test]
+    fn apiserver_reason_keeps_code_reason_and_the_whole_message() {
+        let forbidden = kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: r#"daemonsets.apps "ds" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "daemonsets" in API group "apps" in the namespace "ns""#.into(),
+            ..Default::default()
+        };
+        let e = Error::Kube {
+            verb: "apply",
+            kind: "DaemonSet".into(),
+            name: "ds".into(),
+            source: Box::new(kube::Error::Api(Box::new(forbidden))),
+        };
+        assert_eq!(
+            e.apiserver_reason(),
+            r#"403 Forbidden: daemonsets.apps "ds" is forbidden: User "system:serviceaccount:x:y" cannot patch resource "daemonsets" in API group "apps" in the namespace "ns""#
+        );
     }
 
     #[test]

@@ -1,0 +1,147 @@
+//! Taking over an installation of the Go operator v2.4.2 in place. Everything it created that
+//! this operator also renders is adopted by the apply itself (same names, labels and selectors);
+//! this module handles the rest: Go-only objects are removed, and image fields holding the Go
+//! operator's written-back defaults are reported. The facts are in docs/adoption.md.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::crd::StorageOSCluster;
+use crate::render::labels::CLUSTER_LABEL;
+use crate::runtime::conditions;
+
+/// Condition naming the image fields whose Go defaults were replaced.
+pub const GO_DEFAULTS_CONDITION: &str = "GoDefaultImagesReplaced";
+
+/// Cluster-scoped objects only the Go operator created: the NFS provisioner's role (the
+/// NFSServer CRD is not shipped any more) and its binding to the node ServiceAccount.
+const LEFTOVER_NAME: &str = "storageos:nfs-provisioner";
+
+/// Whether `labels` are the Go operator's common labels for `cluster` (`app=storageos` and the
+/// instance, which a CR label may override) without this operator's own labels: an object the
+/// Go operator created for this cluster and that was never applied by us.
+pub fn made_by_go_for(labels: &BTreeMap<String, String>, cluster: &StorageOSCluster) -> bool {
+    let instance = cluster
+        .labels()
+        .get("app.kubernetes.io/instance")
+        .cloned()
+        .unwrap_or_else(|| cluster.name_any());
+    labels.get("app").is_some_and(|v| v == "storageos")
+        && labels.get("app.kubernetes.io/instance") == Some(&instance)
+        && !labels.contains_key(CLUSTER_LABEL)
+}
+
+async fn remove<K>(client: &Client, cluster: &StorageOSCluster) -> Result<Option<String>, kube::Error>
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let Some(found) = api.get_metadata_opt(LEFTOVER_NAME).await? else {
+        return Ok(None);
+    };
+    if !made_by_go_for(found.labels(), cluster) {
+        return Ok(None);
+    }
+    match api.delete(LEFTOVER_NAME, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e),
+    }
+    Ok(Some(format!("{} {LEFTOVER_NAME}", K::kind(&()))))
+}
+
+/// Deletes the Go-only objects of `cluster` (binding first, so no binding points at a missing
+/// role). Returns what it deleted. Call only after every desired object applied.
+pub async fn remove_go_leftovers(client: &Client, cluster: &StorageOSCluster) -> Result<Vec<String>, kube::Error> {
+    let mut removed = Vec::new();
+    removed.extend(remove::<ClusterRoleBinding>(client, cluster).await?);
+    removed.extend(remove::<ClusterRole>(client, cluster).await?);
+    Ok(removed)
+}
+
+/// Sets (or clears) the condition naming image fields that held Go defaults. Returns the message
+/// when it is news, i.e. when an event is due: once per change, not on every reconcile.
+pub fn note_replaced_images(
+    conds: &mut Vec<Condition>,
+    message: Option<String>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<String> {
+    match message {
+        Some(message) => {
+            let news = !conds
+                .iter()
+                .any(|c| c.type_ == GO_DEFAULTS_CONDITION && c.message == message);
+            conditions::set(
+                conds,
+                GO_DEFAULTS_CONDITION,
+                true,
+                "GoDefaults",
+                &message,
+                generation,
+                now,
+            );
+            news.then_some(message)
+        }
+        None => {
+            conds.retain(|c| c.type_ != GO_DEFAULTS_CONDITION);
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cluster(labels: serde_json::Value) -> StorageOSCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "storageos", "namespace": "default", "labels": labels},
+            "spec": {"secretRefName": "s", "secretRefNamespace": "default"}
+        }))
+        .unwrap()
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn only_the_go_operators_objects_for_this_cluster_are_leftovers() {
+        let c = cluster(json!({}));
+        let go = labels(&[("app", "storageos"), ("app.kubernetes.io/instance", "storageos")]);
+        assert!(made_by_go_for(&go, &c));
+        let mut ours = go.clone();
+        ours.insert(CLUSTER_LABEL.into(), "storageos".into());
+        assert!(!made_by_go_for(&ours, &c), "an object we applied is ours");
+        let other = labels(&[("app", "storageos"), ("app.kubernetes.io/instance", "other")]);
+        assert!(!made_by_go_for(&other, &c), "another cluster's");
+        assert!(!made_by_go_for(&BTreeMap::new(), &c), "a user's own role");
+        let c = cluster(json!({"app.kubernetes.io/instance": "custom"}));
+        let go = labels(&[("app", "storageos"), ("app.kubernetes.io/instance", "custom")]);
+        assert!(made_by_go_for(&go, &c), "the CR's label overrode the instance");
+    }
+
+    #[test]
+    fn the_replaced_images_condition_is_news_once() {
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(1).unwrap());
+        let mut conds = Vec::new();
+        let msg = Some("spec.images.apiManagerContainer".to_string());
+        assert_eq!(note_replaced_images(&mut conds, msg.clone(), Some(1), &now), msg);
+        assert_eq!(note_replaced_images(&mut conds, msg.clone(), Some(2), &now), None);
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0].status, "True");
+        assert_eq!(note_replaced_images(&mut conds, None, Some(3), &now), None);
+        assert!(conds.is_empty());
+    }
+}

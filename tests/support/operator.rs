@@ -1,0 +1,99 @@
+//! The cluster controller run in-process against the StorageOS simulator, as `run` would, for
+//! tests that start, stop and restart the operator over the same cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use storageos_operator::cluster::{self, Context, OperatorConfig};
+use storageos_operator::render::DefaultImages;
+use storageos_operator::runtime::metrics::ReconcileMetrics;
+use storageos_operator::sim::{self, SimHandle, Simulator};
+use tokio::task::JoinHandle;
+
+/// The API of `obj` (a rendered or fixture object, with apiVersion, kind and maybe a namespace).
+pub fn api_of(client: &kube::Client, obj: &serde_json::Value) -> kube::Api<kube::core::DynamicObject> {
+    use kube::core::{ApiResource, GroupVersionKind};
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap()));
+    match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &ar),
+        None => kube::Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// The image the operator believes it runs as (and so the api-manager's default image).
+pub const OPERATOR_IMAGE: &str = "registry.invalid/storageos-operator:test";
+
+/// The StorageOS simulator, kept in sync with the node pods; stopped when dropped.
+pub struct StorageOS {
+    pub sim: SimHandle,
+    sync: JoinHandle<()>,
+}
+
+impl StorageOS {
+    /// Starts the simulator and its sync with the local plane.
+    pub async fn start(client: &kube::Client) -> Self {
+        let sim = Simulator::start(sim::Config::default()).await.unwrap();
+        let sync = sim.sync_with_kubernetes(client.clone());
+        Self { sim, sync }
+    }
+}
+
+impl Drop for StorageOS {
+    fn drop(&mut self) {
+        self.sync.abort();
+    }
+}
+
+/// A running cluster controller; stopped when dropped. Each start is a fresh operator (its
+/// apply memory empty), as after a restart.
+pub struct ClusterOperator {
+    task: JoinHandle<()>,
+    registry: Registry,
+}
+
+impl ClusterOperator {
+    /// Starts the cluster controller, talking to `storageos`.
+    pub fn start(client: &kube::Client, storageos: &StorageOS) -> Self {
+        let config = OperatorConfig {
+            operator_image: OPERATOR_IMAGE.into(),
+            default_images: DefaultImages::default(),
+            node_env: Default::default(),
+            storageos_endpoint: Some(storageos.sim.url()),
+            storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+        };
+        let mut registry = Registry::default();
+        let metrics = ReconcileMetrics::register(&mut registry);
+        let ctx = Arc::new(Context::new(client.clone(), config, metrics, None));
+        Self {
+            task: tokio::spawn(cluster::run(ctx, std::future::pending())),
+            registry,
+        }
+    }
+
+    /// How many reconciles ended without an error (`controller_runtime_reconcile_total` with
+    /// result success or requeue_after): each is a complete pass.
+    pub fn completed_passes(&self) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))
+            .filter(|l| l.contains("result=\"success\"") || l.contains("result=\"requeue_after\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Stops the controller and waits until it has stopped.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for ClusterOperator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
