@@ -293,3 +293,39 @@ fn go_api_manager_image_runs_its_own_binary() {
     assert_eq!(c["image"], "storageos/api-manager:v1.1.2");
     assert_eq!(c["command"], json!(["/manager"]));
 }
+
+#[test]
+fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    inputs.cluster.metadata.labels = Some(
+        [
+            ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
+            ("rbac.authorization.k8s.io/aggregate-to-admin", "true"),
+            ("node-role.kubernetes.io/control-plane", ""),
+            ("team", "storage"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into(),
+    );
+    let objs: Vec<Value> = render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    let roles: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "ClusterRole").collect();
+    assert!(!roles.is_empty());
+    for o in &objs {
+        let labels = o["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+        assert!(
+            labels
+                .keys()
+                .all(|k| !k.starts_with("rbac.authorization.k8s.io/") && !k.starts_with("node-role.")),
+            "{} {} carries a reserved label: {labels:?}",
+            o["kind"],
+            o["metadata"]["name"]
+        );
+    }
+    // Other CR labels are still copied.
+    assert!(roles.iter().all(|r| r["metadata"]["labels"]["team"] == "storage"));
+}

@@ -1,7 +1,9 @@
 //! The mutating webhooks served on every api-manager replica: pods (scheduler name) and PVCs
 //! (encryption keys, StorageClass UID). Requests are decoded as AdmissionReview v1; a body that
 //! does not decode is answered 400; a mutator's own lookup failure admits the object unchanged
-//! (fail open), logged and counted; only user errors in a PVC's encryption settings are denied.
+//! (fail open), logged and counted, except for a PVC that asks for encryption, which is denied
+//! with a message to retry (never admitted without its keys); user errors in a PVC's encryption
+//! settings are denied.
 
 pub mod encryption;
 pub mod keys;
@@ -78,10 +80,12 @@ struct WebhookLabels {
     webhook: String,
 }
 
-/// Requests admitted unchanged because a mutator's lookup failed.
+/// Requests admitted unchanged because a mutator's lookup failed, and encrypted PVCs denied
+/// because their keys could not be made.
 #[derive(Clone, Default)]
 pub struct WebhookMetrics {
     failed_open: Family<WebhookLabels, Counter>,
+    failed_closed: Family<WebhookLabels, Counter>,
 }
 
 impl WebhookMetrics {
@@ -92,6 +96,11 @@ impl WebhookMetrics {
             "storageos_webhook_failed_open",
             "Admission requests admitted unchanged because a lookup failed",
             m.failed_open.clone(),
+        );
+        registry.register(
+            "storageos_webhook_failed_closed",
+            "Encrypted PVCs denied (to be retried) because their keys could not be made",
+            m.failed_closed.clone(),
         );
         m
     }
@@ -200,6 +209,15 @@ async fn mutate_pvc<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(
             tracing::info!(namespace = %ns, name = %request.name, %message, "denied a PVC");
             Json(AdmissionResponse::from(&request).deny(message).into_review())
         }
+        Err(e @ encryption::Error::Retry(_)) => {
+            tracing::warn!(namespace = %ns, name = %request.name, error = %e, "denied an encrypted PVC for now");
+            state
+                .metrics
+                .failed_closed
+                .get_or_create(&WebhookLabels { webhook: "pvc".into() })
+                .inc();
+            Json(AdmissionResponse::from(&request).deny(e.to_string()).into_review())
+        }
         Err(e) => {
             failed_open(&state, "pvc", &request, &e);
             respond(&request, None)
@@ -292,26 +310,40 @@ mod tests {
         assert!(name.as_str().unwrap().starts_with(encryption::VOLUME_KEY_PREFIX));
     }
 
+    fn broken_plain() -> Fake {
+        Fake {
+            broken: true,
+            ..with_class()
+        }
+    }
+
+    #[tokio::test]
+    async fn h3_an_encrypted_pvc_is_denied_to_retry_never_admitted_without_keys() {
+        for lookups in [
+            broken_plain(),
+            Fake {
+                fail_create: true,
+                ..with_class()
+            },
+        ] {
+            let (r, failed, created) = admit(lookups, json!({encryption::ENCRYPTION: "true"}), false).await;
+            assert_eq!((r["allowed"].as_bool(), failed, created), (Some(false), 0, 0), "{r}");
+            let m = r["status"]["message"].as_str().unwrap();
+            assert!(
+                m.contains("encryption keys could not be created") && m.contains("retry"),
+                "{m}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn user_errors_are_denied_and_own_failures_admit_unchanged() {
         let (r, failed, _) = admit(with_class(), json!({encryption::ENCRYPTION: "maybe"}), false).await;
         assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0));
         assert!(r["status"]["message"].as_str().unwrap().contains("\"maybe\""), "{r}");
 
-        let broken = Fake {
-            broken: true,
-            ..with_class()
-        };
-        let (r, failed, _) = admit(broken, json!({encryption::ENCRYPTION: "true"}), false).await;
+        let (r, failed, _) = admit(broken_plain(), json!({}), false).await;
         assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1));
-        assert!(r.get("patch").is_none());
-
-        let forbidden = Fake {
-            fail_create: true,
-            ..with_class()
-        };
-        let (r, failed, created) = admit(forbidden, json!({encryption::ENCRYPTION: "true"}), false).await;
-        assert_eq!((r["allowed"].as_bool(), failed, created), (Some(true), 1, 0));
         assert!(r.get("patch").is_none());
     }
 }

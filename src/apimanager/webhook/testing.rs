@@ -76,6 +76,12 @@ impl Lookups for Fake {
         if self.fail_create {
             return Err(LookupError("secrets is forbidden".into()));
         }
+        // As the apiserver: label values longer than 63 characters are invalid (422).
+        if let Some((k, v)) = secret.metadata.labels.iter().flatten().find(|(_, v)| v.len() > 63) {
+            return Err(LookupError(format!(
+                "Secret is invalid: metadata.labels: Invalid value: {v:?}: must be no more than 63 characters (label {k})"
+            )));
+        }
         let name = secret.metadata.name.clone().unwrap();
         let mut all = self.secrets.lock().unwrap();
         if all.contains_key(&(ns.into(), name.clone())) {
