@@ -63,11 +63,7 @@ impl Served {
         let host = support::host_ip();
         let listener = tokio::net::TcpListener::bind((host, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = WebhookState {
-            lookups,
-            scheduler: Some("storageos-scheduler".into()),
-            metrics,
-        };
+        let state = WebhookState::new(lookups, Some("storageos-scheduler".into()), metrics);
         let router = webhook::router(state, "/mutate-pods", "/mutate-pvcs");
         let slot = https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
         let serving = https::serve(listener, slot.clone(), router, std::future::pending());

@@ -179,11 +179,11 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         () = shutdown_signal() => return Ok(()),
     };
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
-    let state = WebhookState {
-        lookups: KubeLookups(client.clone()),
-        scheduler: args.scheduler().map(str::to_string),
-        metrics: webhook_metrics,
-    };
+    let state = WebhookState::new(
+        KubeLookups(client.clone()),
+        args.scheduler().map(str::to_string),
+        webhook_metrics,
+    );
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
     let webhook_listener = tokio::net::TcpListener::bind(&args.webhook_addr)
         .await
