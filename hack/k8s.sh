@@ -285,8 +285,9 @@ cmd_up() {
     --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health" || fail_up etcd
 
-  # Audit: every write made by a ServiceAccount (the operator and the api-manager run as theirs
-  # in the tests), so a test can count exactly the writes its code under test made.
+  # Audit: every write and pod-log read made by a ServiceAccount (the operator and the
+  # api-manager run as theirs in the tests), so a test can count exactly what its code under
+  # test did.
   cat >"$STATE/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -295,6 +296,9 @@ rules:
   - level: Metadata
     userGroups: ["system:serviceaccounts"]
     verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+    resources: [{group: "", resources: ["pods/log"]}]
   - level: None
 EOF
   start kube-apiserver "$BIN/kube-apiserver" \

@@ -90,6 +90,12 @@ pub struct RunArgs {
     /// phase to show that it resumes. Leave unset in production.
     #[arg(long, default_value = "0s", value_parser = crate::duration::parse_flag)]
     pub upgrade_step_delay: std::time::Duration,
+
+    /// Host paths a `jobs.storageos.com` Job may mount, comma-separated: `P` allows exactly `P`,
+    /// `P/*` allows `P` and anything under it. Admission (the CRD) allows only the default;
+    /// this flag can narrow it.
+    #[arg(long, env = "JOB_HOST_PATHS", default_value = crate::job::hostpath::DEFAULT)]
+    pub job_host_paths: crate::job::hostpath::AllowList,
 }
 
 pub use crate::apimanager::flags::ApiManagerArgs;

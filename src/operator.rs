@@ -57,7 +57,7 @@ pub async fn shutdown_signal() {
 
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let client = kube::Client::try_default().await?;
+    let client = crate::runtime::identity::kube_client(None).await?;
     let mut registry = Registry::default();
     let metrics = ReconcileMetrics::register(&mut registry);
     let api_metrics = ApiMetrics::register(&mut registry);
@@ -88,7 +88,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         storageos_endpoint: args.storageos_endpoint.clone(),
         storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
     };
-    let jobs = Arc::new(job::Context::new(client.clone(), metrics.clone()));
+    let jobs =
+        Arc::new(job::Context::new(client.clone(), metrics.clone()).with_host_paths(args.job_host_paths.clone()));
     let upgrades =
         Arc::new(upgrade::Context::new(client.clone(), metrics.clone()).with_step_delay(args.upgrade_step_delay));
     let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)));

@@ -231,3 +231,40 @@ async fn only_the_lease_holder_runs_controllers_and_another_replica_takes_over()
     assert!(b.stop().await.success());
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
 }
+
+/// Without `-enable-leader-election` every replica runs the controllers (README) and no Lease
+/// is taken.
+#[tokio::test]
+async fn without_leader_election_every_replica_runs_the_controllers() {
+    let ns = TestNamespace::new("apimgr-nole").await;
+    let mwcs = webhook_config(&ns).await;
+    let creds = credentials(&ns).await;
+    let (sim_a, sim_b) = (
+        Simulator::start(sim::Config::default()).await.unwrap(),
+        Simulator::start(sim::Config::default()).await.unwrap(),
+    );
+    let port = |s: &sim::SimHandle| s.addr().port();
+    let flags = ["-node-poll-interval=5s"];
+    let mut a = Replica::spawn(&ns.name, port(&sim_a), creds.path(), &flags, "solo-a");
+    let mut b = Replica::spawn(&ns.name, port(&sim_b), creds.path(), &flags, "solo-b");
+    for (name, sim) in [("a", &sim_a), ("b", &sim_b)] {
+        wait_for(
+            &format!("replica {name}'s fencer to poll"),
+            Duration::from_secs(40),
+            || async { (node_polls(sim) > 0).then_some(()) },
+        )
+        .await;
+    }
+    assert!(
+        ns.api::<Lease>()
+            .get_opt("storageos-api-manager-lease")
+            .await
+            .unwrap()
+            .is_none(),
+        "no Lease is taken without leader election"
+    );
+
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
+    let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
+}

@@ -120,3 +120,81 @@ fn assert_subset(want: &Value, got: &Value, at: &str) {
         _ => assert_eq!(want, got, "{at} changed"),
     }
 }
+
+/// `kubectl apply` of a Job mounting `/` is refused by admission, naming the allowed paths;
+/// one under `/var/lib/storageos/` is accepted.
+#[tokio::test]
+async fn h5_kubectl_apply_of_a_job_with_hostpath_root_is_rejected() {
+    let ns = TestNamespace::new("job-hostpath").await;
+    support::install_crds(&ns.client).await;
+    let apply = |host_path: &str| {
+        let manifest = format!(
+            "apiVersion: storageos.com/v1\nkind: Job\nmetadata:\n  name: j{}\n  namespace: {}\nspec:\n  image: busybox\n  args: [\"true\"]\n  mountPath: /host\n  hostPath: {host_path:?}\n  completionWord: done\n",
+            host_path.len(),
+            ns.name
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("job.yaml");
+        std::fs::write(&file, manifest).unwrap();
+        std::process::Command::new(support::kubectl())
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig_path())
+            .arg("apply")
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .expect("run kubectl")
+    };
+    let out = apply("/");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a Job mounting / was accepted");
+    assert!(
+        stderr.contains("spec.hostPath")
+            && stderr.contains("hostPath must be /var/lib, /var/lib/storageos or a path under /var/lib/storageos/"),
+        "{stderr}"
+    );
+    let ok = apply("/var/lib/storageos/data");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+}
+
+/// `spec.namespace` cannot change once set (the running StorageOS would be pruned and another
+/// started on the same nodes); other fields still can.
+#[tokio::test]
+async fn m3_spec_namespace_cannot_change_once_set() {
+    let ns = TestNamespace::new("immutable-ns").await;
+    support::install_crds(&ns.client).await;
+    let (_, doc) = load(
+        &support::repo_root().join("tests/fixtures/valid/storageoscluster-csi.yaml"),
+        &ns.name,
+    );
+    let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("dynamic object");
+    let api = api_for(&ns, &doc);
+    let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+    api.create(&PostParams::default(), &obj).await.expect("create");
+    let patch = |spec: Value| {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": spec})),
+            )
+            .await
+        }
+    };
+    match patch(serde_json::json!({"namespace": "elsewhere"})).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(
+                s.message.contains("spec.namespace cannot change once set"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("changing spec.namespace was accepted: {other:?}"),
+    }
+    patch(serde_json::json!({"storageClassName": "other"}))
+        .await
+        .expect("other fields still change");
+}

@@ -366,3 +366,79 @@ async fn nothing_is_fenced_during_an_upgrade() {
     .await;
     fencer.abort();
 }
+
+/// README: "if that [maintenance] cannot be read, they wait too". The fencer runs as an
+/// api-manager whose role lacks the StorageOSCluster rule, so it cannot tell whether an upgrade
+/// runs: the offline node's pod is left alone over several polls. Given the rule back, the
+/// retry loop fences it.
+#[tokio::test]
+async fn maintenance_unreadable_means_no_fencing() {
+    use support::identity::{self, Identity};
+    const BLIND: Identity = Identity {
+        namespace: identity::API_MANAGER_NAMESPACE,
+        name: "storageos-api-manager-blind",
+    };
+    const ROLE: &str = "storageos-tests:api-manager-blind";
+    let _lock = support::exclusive().await;
+    let w = World::new("fence-blind").await;
+    let admin = w.client.clone();
+    identity::install_api_manager_rbac(&admin).await;
+    identity::apply_as_admin(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": BLIND.name, "namespace": BLIND.namespace}}),
+    )
+    .await;
+    let all = storageos_operator::rbac::components::api_manager_rules(
+        storageos_operator::rbac::components::API_MANAGER_WEBHOOK_CONFIG,
+    );
+    let without_clusters: Vec<_> = all
+        .iter()
+        .filter(|r| !r.resources.iter().flatten().any(|res| res == "storageosclusters"))
+        .cloned()
+        .collect();
+    assert!(without_clusters.len() < all.len());
+    identity::put_cluster_role(&admin, ROLE, serde_json::to_value(&without_clusters).unwrap()).await;
+    identity::apply_as_admin(&admin, &identity::binding(ROLE, ROLE, BLIND)).await;
+    let blind = identity::client_as(BLIND).await;
+
+    let lost = w.node("lost", true).await;
+    let healthy = w.node("healthy", true).await;
+    let pv = w.claim("data", true, false, &healthy).await;
+    w.pod("app", &lost, Some("true"), &["data"]).await;
+    let va = w.attachment("data", &lost, Some(&pv)).await;
+    let ctx = support::api_manager_context_as(&w.sim, FLAGS, blind).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    // Several polls and retries see the node offline (a negative window: nothing may happen).
+    let seen_offline = w.sim.requests().len();
+    wait_for("two more node polls", POLL * 3, || async {
+        let polls = w.sim.requests()[seen_offline..]
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == "/v2/nodes")
+            .count();
+        (polls >= 2).then_some(())
+    })
+    .await;
+    assert!(
+        w.pod_exists("app").await,
+        "fenced although maintenance could not be read"
+    );
+    assert!(w.attachment_exists(&va).await);
+
+    // Readable again: the fencer acts.
+    put_back(&admin, ROLE, &all).await;
+    wait_for(
+        "the pod to be fenced once maintenance is readable",
+        POLL * 4,
+        || async { (!w.pod_exists("app").await && !w.attachment_exists(&va).await).then_some(()) },
+    )
+    .await;
+    fencer.abort();
+    identity::delete_cluster_role(&admin, ROLE).await;
+}
+
+async fn put_back(admin: &Client, role: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) {
+    support::identity::put_cluster_role(admin, role, serde_json::to_value(rules).unwrap()).await;
+}

@@ -189,6 +189,20 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     })
     .await;
 
+    // Every child is server-side applied with the field manager `storageos-operator` (README).
+    let ds = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), "kube-system")
+        .get("storageos-daemonset")
+        .await
+        .unwrap();
+    assert!(
+        ds.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f.manager.as_deref() == Some("storageos-operator") && f.operation.as_deref() == Some("Apply")),
+        "the node DaemonSet is not applied by field manager storageos-operator"
+    );
+
     // Take the StorageClass permissions away, then delete the StorageClass: the operator cannot
     // put it back and says exactly why on the cluster.
     let roles: Api<ClusterRole> = Api::all(admin.clone());

@@ -241,9 +241,20 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     assert_eq!(completed[0].message.as_deref(), Some("Job Completed. Safe to delete."));
     assert_eq!(completed[0].type_.as_deref(), Some("Normal"));
 
-    // Idle: no more writes to the Job, no second event, the spec never written.
+    // Idle: no more writes to the Job, no second event, the spec never written, and no pod log
+    // read any more (README: logs are no longer read once the Job is done).
     let before = jobs.get("cleanup-job").await.unwrap();
+    let idle_from = chrono::Utc::now();
     tokio::time::sleep(job::POLL * 2).await;
+    let log_reads: Vec<String> = support::identity::audited(support::identity::OPERATOR, idle_from)
+        .into_iter()
+        .filter(|r| r.starts_with("get pods/log") && r.contains(&format!(" {}/", ns.name)))
+        .collect();
+    assert_eq!(
+        log_reads,
+        [] as [String; 0],
+        "a completed Job's pod logs are still read"
+    );
     let after = jobs.get("cleanup-job").await.unwrap();
     assert_eq!(
         after.resource_version(),
@@ -366,4 +377,54 @@ async fn deleting_a_job_removes_its_daemonset_and_pods() {
         .items;
     assert_eq!(kept.len(), nodes as usize);
     assert!(kept.iter().all(|p| p.metadata.deletion_timestamp.is_none()));
+}
+
+/// With the operator's allow-list narrowed by its flag, a Job that admission accepts (it mounts
+/// `/var/lib`) is refused by the operator: Ready=False reason HostPathNotAllowed naming the
+/// allowed path, one Warning event, and no DaemonSet. An allowed Job in the same namespace runs.
+#[tokio::test]
+async fn h5_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemonset() {
+    let ns = TestNamespace::new("job-hostpath").await;
+    support::install_crds(&ns.client).await;
+    let metrics = ReconcileMetrics::register(&mut Registry::default());
+    let allow: job::hostpath::AllowList = "/var/lib/storageos/*".parse().unwrap();
+    let ctx = Arc::new(
+        job::Context::new(support::operator_client().await, metrics)
+            .in_namespace(&ns.name)
+            .with_host_paths(allow),
+    );
+    tokio::spawn(job::run(ctx, std::future::pending()));
+    let jobs: Api<Job> = ns.api();
+    jobs.create(&PostParams::default(), &cleanup_job("wide", json!({})))
+        .await
+        .unwrap();
+    jobs.create(
+        &PostParams::default(),
+        &cleanup_job(
+            "narrow",
+            json!({"hostPath": "/var/lib/storageos", "mountPath": "/data"}),
+        ),
+    )
+    .await
+    .unwrap();
+    let ready = wait_for("the Job to be refused", SETTLE, || async {
+        let s = status(&jobs.get("wide").await.ok()?);
+        s.conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == job::HOST_PATH_NOT_ALLOWED)
+    })
+    .await;
+    assert!(
+        ready.message.contains("\"/var/lib\"") && ready.message.contains("/var/lib/storageos (and anything under it)"),
+        "{}",
+        ready.message
+    );
+    let daemonsets = ns.api::<DaemonSet>();
+    wait_for("the allowed Job's DaemonSet", SETTLE, || async {
+        daemonsets.get_opt("narrow-daemonset-job").await.ok()?
+    })
+    .await;
+    assert!(daemonsets.get_opt("wide-daemonset-job").await.unwrap().is_none());
+    let warnings = events(&ns.client, &ns.name, Some("Job"), "wide", job::HOST_PATH_NOT_ALLOWED).await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -348,12 +349,7 @@ impl Scene {
         let up = self.upgrades().get(name).await.unwrap();
         let status = up.status.unwrap();
         assert_eq!(status.completed, Some(true));
-        let ready = status
-            .conditions
-            .unwrap()
-            .into_iter()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
+        let ready = condition(&status, "Ready");
         assert_eq!(ready.status, "True", "{ready:?}");
         let mine: Vec<ScaledApp> = status
             .scaled_apps
@@ -416,6 +412,12 @@ impl Scene {
             )
             .await;
     }
+}
+
+/// The upgrade's condition of `type_`.
+fn condition(status: &storageos_operator::crd::StorageOSUpgradeStatus, type_: &str) -> Condition {
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    conditions.iter().find(|c| c.type_ == type_).cloned().unwrap()
 }
 
 const DEPLOY: &str = "Deployment";
@@ -720,5 +722,63 @@ async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpau
     scene.wait_phase("second", UpgradePhase::Completed).await;
     scene.assert_completed("second", "storageos/node:v2.12.0").await;
     scene.delete_upgrade("second").await;
+    scene.teardown(operator).await;
+}
+
+/// An upgrade created in another namespace than the cluster's (a tenant's) touches nothing: it
+/// is Degraded with reason WrongNamespace, the cluster is not paused, no application is scaled,
+/// the node image is unchanged and no puller is made; it does not block the cluster's own.
+#[tokio::test]
+async fn h4_upgrade_in_another_namespace_is_refused() {
+    let (scene, operator) = Scene::new("upgrade-ns").await;
+    let tenant = TestNamespace::new("tenant").await;
+    let tenant_upgrades: Api<StorageOSUpgrade> = tenant.api();
+    let u: StorageOSUpgrade = from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+        "metadata": {"name": "takeover"}, "spec": {"newImage": "registry.invalid/evil:1"}
+    }));
+    tenant_upgrades.create(&PostParams::default(), &u).await.unwrap();
+    let message = scene
+        .wait("the tenant's upgrade to be refused", || async {
+            let status = tenant_upgrades.get("takeover").await.ok()?.status?;
+            let c = status
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "WrongNamespace")?;
+            Some(c.message)
+        })
+        .await;
+    assert!(message.contains(&format!("{}/{CLUSTER}", scene.ns.name)), "{message}");
+    let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(UpgradePhase::Pending));
+    assert_eq!(status.cluster, None);
+    assert_eq!(condition(&status, "Ready").status, "False");
+    assert_eq!(scene.paused_by().await, None);
+    assert_eq!(scene.node_images().await.0.as_deref(), Some(OLD_IMAGE));
+    scene.assert_apps_restored().await;
+    assert!(
+        tenant
+            .api::<DaemonSet>()
+            .get_opt(&pull::daemonset_name("takeover"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The cluster's own upgrade is not blocked by the refused one.
+    let new = "storageos/node:v2.10.0";
+    scene.create_upgrade("upgrade", new).await;
+    scene.wait_phase("upgrade", UpgradePhase::Completed).await;
+    scene.assert_completed("upgrade", new).await;
+    tenant_upgrades
+        .delete("takeover", &DeleteParams::default())
+        .await
+        .unwrap();
+    scene
+        .wait("the refused upgrade to be deleted", || async {
+            tenant_upgrades.get_opt("takeover").await.ok()?.is_none().then_some(())
+        })
+        .await;
+    scene.delete_upgrade("upgrade").await;
     scene.teardown(operator).await;
 }

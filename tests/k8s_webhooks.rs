@@ -65,11 +65,7 @@ impl Served {
         let host = support::host_ip();
         let listener = tokio::net::TcpListener::bind((host, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = WebhookState {
-            lookups,
-            scheduler: Some("storageos-scheduler".into()),
-            metrics,
-        };
+        let state = WebhookState::new(lookups, Some("storageos-scheduler".into()), metrics);
         let router = webhook::router(state, "/mutate-pods", "/mutate-pvcs");
         let slot = https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
         let serving = https::serve(listener, slot.clone(), router, std::future::pending());
@@ -407,12 +403,19 @@ async fn pvc_encryption_keys_through_real_admission() {
     assert!(pvcs.get_opt("dry").await.unwrap().is_none());
     assert_eq!(key_secrets(&secrets).await, before);
 
-    // A class that does not exist yet: admitted unchanged (the Go webhook denied it), no keys.
+    // A class that does not exist yet: a PVC asking for encryption is denied, to be retried
+    // once the class exists (never admitted without keys); without encryption it is admitted.
+    let later = format!("{}-later", ns.name);
+    let m = denial(
+        pvcs.create(&PostParams::default(), &pvc("early", &later, on.clone(), json!({})))
+            .await,
+    );
+    assert!(
+        m.contains("StorageClass does not exist yet") && m.contains("retry"),
+        "{m}"
+    );
     let early = pvcs
-        .create(
-            &PostParams::default(),
-            &pvc("early", &format!("{}-later", ns.name), on.clone(), json!({})),
-        )
+        .create(&PostParams::default(), &pvc("early", &later, json!({}), json!({})))
         .await
         .unwrap();
     assert_eq!(early.metadata.annotations, None);
@@ -469,10 +472,11 @@ async fn pvc_encryption_keys_through_real_admission() {
 }
 
 /// The webhook's own failure: it runs without permission to read Secrets (the misconfiguration
-/// a missing `storageos:key-management` binding causes). The PVC is admitted unchanged, and
-/// the failure is counted.
+/// a missing `storageos:key-management` binding causes). A PVC that asks for encryption is
+/// denied with a message to retry (never admitted without keys), and the failure is counted;
+/// one that does not is admitted with its class annotation.
 #[tokio::test]
-async fn pvc_webhook_fails_open_when_it_cannot_read_secrets() {
+async fn h3_pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets() {
     let ns = TestNamespace::new("enc-forbidden").await;
     let client = ns.client.clone();
     let user = format!("system:serviceaccount:{}:default", ns.name);
@@ -508,27 +512,103 @@ async fn pvc_webhook_fails_open_when_it_cannot_read_secrets() {
     let served = Served::start(&ns, KubeLookups(restricted), WebhookMetrics::register(&mut registry)).await;
     let class = format!("{}-sos", ns.name);
     storageos_class(&client, &class, json!({})).await;
-    let failed_open = |registry: &Registry| {
+    let counted = |registry: &Registry, metric: &str| {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        let prefix = format!("{metric}_total{{webhook=\"pvc\"}}");
         text.lines()
-            .find(|l| l.starts_with("storageos_webhook_failed_open_total{webhook=\"pvc\"}"))
+            .find(|l| l.starts_with(&prefix))
             .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .unwrap_or(0)
     };
     let pvcs = ns.api::<PersistentVolumeClaim>();
-    let admitted = first_mutated(&pvcs, "enc", &class, json!({ENCRYPTION: "true"}), |_| {
-        failed_open(&registry) > 0
+    let mut n = 0;
+    let message = wait_for("the PVC webhook to deny", Duration::from_secs(30), || {
+        n += 1;
+        let p = pvc(&format!("enc{n}"), &class, json!({ENCRYPTION: "true"}), json!({}));
+        let pvcs = pvcs.clone();
+        async move {
+            match pvcs.create(&PostParams::default(), &p).await {
+                Err(kube::Error::Api(s)) => Some(s.message),
+                _ => None,
+            }
+        }
     })
     .await;
-    assert_eq!(admitted.metadata.annotations, None, "admitted unchanged");
-    assert_eq!(failed_open(&registry), 1);
+    assert!(
+        message.contains("encryption keys could not be created") && message.contains("retry"),
+        "{message}"
+    );
+    assert_eq!(counted(&registry, "storageos_webhook_failed_closed"), 1);
+    assert_eq!(counted(&registry, "storageos_webhook_failed_open"), 0);
     assert!(key_secrets(&ns.api::<Secret>()).await.is_empty());
-
+    let plain = pvcs
+        .create(&PostParams::default(), &pvc("plain", &class, json!({}), json!({})))
+        .await
+        .unwrap();
+    assert!(annotation(&plain, "storageos.com/storageclass").is_some());
     let _ = Api::<StorageClass>::all(client.clone())
         .delete(&class, &DeleteParams::default())
         .await;
     let _ = bindings.delete(&role, &DeleteParams::default()).await;
     let _ = roles.delete(&role, &DeleteParams::default()).await;
+    served.stop().await;
+}
+
+/// A PVC named with 200 characters (StatefulSet claims are often longer than a label value may
+/// be) asking for encryption gets its keys through real admission: the Secret's PVC label is a
+/// valid (hashed) value and the full name is in its annotation.
+#[tokio::test]
+async fn h3_a_200_character_encrypted_pvc_gets_its_keys_through_real_admission() {
+    let ns = TestNamespace::new("enc-long").await;
+    let client = ns.client.clone();
+    let mut registry = Registry::default();
+    let served = Served::start(
+        &ns,
+        KubeLookups(support::identity::api_manager_client_for(&ns.name).await),
+        WebhookMetrics::register(&mut registry),
+    )
+    .await;
+    let class = format!("{}-sos", ns.name);
+    storageos_class(&client, &class, json!({})).await;
+    let (pvcs, secrets) = (ns.api::<PersistentVolumeClaim>(), ns.api::<Secret>());
+    // Wait for the webhook with short names, then create the long one.
+    first_mutated(&pvcs, "warm", &class, json!({}), |p| {
+        annotation(p, "storageos.com/storageclass").is_some()
+    })
+    .await;
+    let long = format!("{}-0", "data-".repeat(40).trim_end_matches('-'));
+    let long = long[long.len() - 200..]
+        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string();
+    assert!(long.len() >= 195, "{}", long.len());
+    let made = pvcs
+        .create(
+            &PostParams::default(),
+            &pvc(&long, &class, json!({ENCRYPTION: "true"}), json!({})),
+        )
+        .await
+        .expect("the long PVC is admitted");
+    let name = annotation(&made, SECRET_NAME_ANNOTATION).expect("the PVC got its keys");
+    let volume = secrets.get(&name).await.unwrap();
+    assert_eq!(bytes(&volume, "vuk").len(), 80);
+    let label = &volume.metadata.labels.as_ref().unwrap()["storageos.com/pvc"];
+    assert!(label.len() <= 63, "{label}");
+    assert_eq!(volume.metadata.annotations.as_ref().unwrap()["storageos.com/pvc"], long);
+    let text = {
+        let mut t = String::new();
+        prometheus_client::encoding::text::encode(&mut t, &registry).unwrap();
+        t
+    };
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("storageos_webhook_failed_") && !l.ends_with(" 0") && !l.starts_with('#')),
+        "{text}"
+    );
+
+    let _ = Api::<StorageClass>::all(client)
+        .delete(&class, &DeleteParams::default())
+        .await;
     served.stop().await;
 }

@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::render::labels::label_value;
 use storageos_operator::render::{self, Inputs};
 
 /// The n-th hostile string. Each is unique and none is a prefix of another.
@@ -89,8 +90,8 @@ fn inputs(s: impl Fn(usize) -> String) -> Inputs {
 
 const STRINGS: usize = 42;
 
-/// `s` with every hostile string (raw, JSON-escaped, or base64 of a Secret value) replaced by
-/// its plain counterpart.
+/// `s` with every hostile string (raw, JSON-escaped, base64 of a Secret value, or the label
+/// value made of a long name) replaced by its plain counterpart.
 fn to_plain(s: &str) -> String {
     use base64::Engine;
     let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
@@ -100,6 +101,7 @@ fn to_plain(s: &str) -> String {
         let h = hostile(n);
         let escaped = serde_json::to_string(&h).unwrap();
         out = out
+            .replace(&label_value(&h), &label_value(&plain(n)))
             .replace(&h, &plain(n))
             .replace(&escaped[1..escaped.len() - 1], &plain(n))
             .replace(&b64(&h), &b64(&plain(n)));

@@ -325,3 +325,72 @@ fn a_pinned_old_scheduler_reads_the_config_version_of_its_release() {
         "registry.k8s.io/kube-scheduler:v1.22.17"
     );
 }
+
+#[test]
+fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    inputs.cluster.metadata.labels = Some(
+        [
+            ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
+            ("rbac.authorization.k8s.io/aggregate-to-admin", "true"),
+            ("node-role.kubernetes.io/control-plane", ""),
+            ("team", "storage"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into(),
+    );
+    let objs: Vec<Value> = render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    let roles: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "ClusterRole").collect();
+    assert!(!roles.is_empty());
+    for o in &objs {
+        let labels = o["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+        assert!(
+            labels
+                .keys()
+                .all(|k| !k.starts_with("rbac.authorization.k8s.io/") && !k.starts_with("node-role.")),
+            "{} {} carries a reserved label: {labels:?}",
+            o["kind"],
+            o["metadata"]["name"]
+        );
+    }
+    // Other CR labels are still copied.
+    assert!(roles.iter().all(|r| r["metadata"]["labels"]["team"] == "storage"));
+}
+
+#[test]
+fn m6_the_pod_mutator_skips_system_namespaces_and_pods_without_pvcs() {
+    let objs = objects("custom-namespace");
+    let mwc = get(&objs, "MutatingWebhookConfiguration", "storageos-mutating-webhook");
+    let hooks = mwc["webhooks"].as_array().unwrap();
+    let hook = |name: &str| hooks.iter().find(|h| h["name"] == name).unwrap();
+    let ns = get(&objs, "DaemonSet", "storageos-daemonset")["metadata"]["namespace"].clone();
+    let pods = hook("pod-mutator.storageos.com");
+    assert_eq!(
+        pods["namespaceSelector"]["matchExpressions"][0],
+        json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", ns]})
+    );
+    assert!(
+        pods["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("persistentVolumeClaim")
+    );
+    assert_eq!(pods["failurePolicy"], "Ignore");
+    // H3: PVCs whose label asks for encryption fail closed, every other PVC fails open.
+    let plain = hook("pvc-mutator.storageos.com");
+    let encrypted = hook("encrypted-pvc-mutator.storageos.com");
+    assert_eq!(
+        (plain["failurePolicy"].as_str(), encrypted["failurePolicy"].as_str()),
+        (Some("Ignore"), Some("Fail"))
+    );
+    let selector = |h: &Value| h["objectSelector"]["matchExpressions"][0].clone();
+    assert_eq!(selector(plain)["operator"], "NotIn");
+    assert_eq!(selector(encrypted)["operator"], "In");
+    assert_eq!(selector(plain)["values"], selector(encrypted)["values"]);
+    assert_eq!(plain["clientConfig"], encrypted["clientConfig"]);
+}

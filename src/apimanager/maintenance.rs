@@ -41,15 +41,16 @@ pub fn from_clusters(clusters: &[StorageOSCluster]) -> Maintenance {
 }
 
 /// Reads the maintenance state from the API. An error means the state is unknown: callers about
-/// to do something destructive must skip it and retry later. A missing StorageOSCluster CRD
-/// (404) means no cluster, so no upgrade.
+/// to do something destructive must skip it and retry later. Any 404 means no cluster, so no
+/// upgrade: where the StorageOSCluster CRD is not installed the apiserver answers the plain-text
+/// `404 page not found`, which is not a `Status` with reason NotFound.
 pub async fn current(client: &Client) -> Result<Maintenance, kube::Error> {
     match Api::<StorageOSCluster>::all(client.clone())
         .list(&ListParams::default())
         .await
     {
         Ok(clusters) => Ok(from_clusters(&clusters.items)),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Maintenance::Off),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Maintenance::Off),
         Err(e) => Err(e),
     }
 }
@@ -58,6 +59,25 @@ pub async fn current(client: &Client) -> Result<Maintenance, kube::Error> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::runtime::identity::tests::answer_once;
+
+    #[tokio::test]
+    async fn s6_a_plain_text_404_without_the_crd_means_no_upgrade() {
+        let (url, head) = answer_once(
+            "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 18\r\nconnection: close\r\n\r\n404 page not found",
+        )
+        .await;
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        assert_eq!(current(&client).await.unwrap(), Maintenance::Off);
+        assert!(head.await.unwrap().contains("/apis/storageos.com/v1/storageosclusters"));
+        // Any other failure is still "cannot tell".
+        let (url, _) = answer_once(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbusy",
+        )
+        .await;
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        assert!(current(&client).await.is_err());
+    }
 
     fn cluster(yaml: &str) -> StorageOSCluster {
         serde_yaml::from_str(yaml).unwrap()

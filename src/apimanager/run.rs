@@ -82,15 +82,20 @@ async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
         }
         None => kube::Config::infer().await.map_err(|e| Error::Kube(e.to_string()))?,
     };
+    let config = crate::runtime::identity::kube_config(config, Some(API_MANAGER_COMPONENT));
     kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
 }
+
+/// How the api-manager names itself in its User-Agent.
+const API_MANAGER_COMPONENT: &str = "api-manager";
 
 /// Logs in to StorageOS, retrying every `-api-retry-interval` until it works.
 async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManagerMetrics) -> storageos::Client {
     loop {
         let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
             storageos::Client::with_shared_metrics(
-                storageos::Config::new(&args.api_endpoint, user, pass),
+                storageos::Config::new(&args.api_endpoint, user, pass)
+                    .with_user_agent(crate::runtime::identity::user_agent(Some(API_MANAGER_COMPONENT))),
                 metrics.clone(),
             )
             .map_err(|e| e.to_string())
@@ -174,11 +179,11 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         () = shutdown_signal() => return Ok(()),
     };
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
-    let state = WebhookState {
-        lookups: KubeLookups(client.clone()),
-        scheduler: args.scheduler().map(str::to_string),
-        metrics: webhook_metrics,
-    };
+    let state = WebhookState::new(
+        KubeLookups(client.clone()),
+        args.scheduler().map(str::to_string),
+        webhook_metrics,
+    );
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
     let webhook_listener = tokio::net::TcpListener::bind(&args.webhook_addr)
         .await

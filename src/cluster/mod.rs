@@ -32,13 +32,23 @@ pub use context::{CONTROLLER, Context, OperatorConfig};
 pub use reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
 
 use crate::crd::StorageOSCluster;
-use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY};
+use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
 use crate::runtime::controller::drain;
 
-/// The cluster a child belongs to, from its labels.
-fn owner_of<K: Resource>(child: PartialObjectMeta<K>) -> Option<ObjectRef<StorageOSCluster>> {
+/// The cluster a child belongs to, from its labels. A long cluster name is hashed in the label
+/// (see [`label_value`]), so the name is looked up among the known clusters.
+fn owner_of<K: Resource>(
+    store: &Store<StorageOSCluster>,
+    child: PartialObjectMeta<K>,
+) -> Option<ObjectRef<StorageOSCluster>> {
     let labels = child.labels();
-    Some(ObjectRef::new(labels.get(CLUSTER_LABEL)?).within(labels.get(CLUSTER_NAMESPACE_LABEL)?))
+    let (value, ns) = (labels.get(CLUSTER_LABEL)?, labels.get(CLUSTER_NAMESPACE_LABEL)?);
+    let known = store
+        .state()
+        .iter()
+        .find(|c| c.namespace().as_ref() == Some(ns) && label_value(&c.name_any()) == *value)
+        .map(|c| ObjectRef::from_obj(c.as_ref()));
+    Some(known.unwrap_or_else(|| ObjectRef::new(value).within(ns)))
 }
 
 fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSCluster>> {
@@ -86,7 +96,10 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                 watcher(Api::<PartialObjectMeta<$kind>>::all(client.clone()), managed.clone())
                     .default_backoff()
                     .touched_objects(),
-                owner_of::<$kind>,
+                {
+                    let store = store.clone();
+                    move |child| owner_of::<$kind>(&store, child)
+                },
             ))+
         };
     }
@@ -126,7 +139,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             let cr = pod.labels().get("storageos_cr").cloned();
             all_clusters(&pod_store)
                 .into_iter()
-                .filter(move |r| Some(&r.name) == cr.as_ref())
+                .filter(move |r| Some(&label_value(&r.name)) == cr.as_ref())
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile_timed, error_policy, ctx);

@@ -46,7 +46,10 @@ pub struct StorageOSClusterSpec {
 
     /// Namespace where the StorageOS node DaemonSet, CSI helpers, services and api-manager run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = "kube-system"), length(min = 1, max = 63))]
+    #[schemars(
+        extend("default" = "kube-system", "x-kubernetes-validations" = validation::operand_namespace()),
+        length(min = 1, max = 63)
+    )]
     pub namespace: Option<String>,
 
     /// Name of the StorageClass created for StorageOS volumes.

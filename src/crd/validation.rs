@@ -38,11 +38,42 @@ pub fn non_empty(what: &str) -> Value {
     }])
 }
 
+/// The rule that a field cannot change once set.
+fn unchanged(message: String) -> Value {
+    json!({"rule": "self == oldSelf", "message": message})
+}
+
 /// A required string that must not be blank and cannot change once set.
 pub fn non_empty_immutable(what: &str) -> Value {
     let mut rules = non_empty(what);
     if let Value::Array(r) = &mut rules {
-        r.push(json!({"rule": "self == oldSelf", "message": format!("{what} cannot change; create a new resource instead")}));
+        r.push(unchanged(format!(
+            "{what} cannot change; create a new resource instead"
+        )));
+    }
+    rules
+}
+
+/// `spec.namespace` cannot change once set: the operator would start a second StorageOS on the
+/// same nodes and data directory and prune the running one.
+pub fn operand_namespace() -> Value {
+    json!([unchanged(
+        "spec.namespace cannot change once set: moving it would remove the running StorageOS and start another \
+         on the same nodes; delete the StorageOSCluster and create it again to move it"
+            .into()
+    )])
+}
+
+/// A Job's `hostPath`: the default allow-list of the operator (see `job::hostpath`), checked at
+/// admission so `kubectl apply` of a Job mounting `/` fails with the allowed prefix. The
+/// operator checks its own (possibly narrower) `--job-host-paths` list again.
+pub fn job_host_path() -> Value {
+    let mut rules = non_empty("hostPath");
+    if let Value::Array(r) = &mut rules {
+        r.push(json!({
+            "rule": "self == '/var/lib' || self == '/var/lib/storageos' || (self.startsWith('/var/lib/storageos/') && !self.matches('/[.][.]?(/|$)|//|/$'))",
+            "message": "hostPath must be /var/lib, /var/lib/storageos or a path under /var/lib/storageos/ (without '.', '..' or empty segments): a Job runs on every node with the operator's rights"
+        }));
     }
     rules
 }

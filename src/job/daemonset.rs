@@ -8,15 +8,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, HostPathVolumeSource, NodeAffinity, NodeSelector, PodSpec, PodTemplateSpec, Volume,
-    VolumeMount,
+    Affinity, Capabilities, Container, HostPathVolumeSource, NodeAffinity, NodeSelector, PodSpec, PodTemplateSpec,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use super::Error;
 use crate::crd::Job;
-use crate::render::labels::MANAGED_BY;
+use crate::render::labels::{MANAGED_BY, label_value};
 
 /// Label on a Job's DaemonSet and pods naming the Job; the DaemonSet selects on it alone.
 pub const JOB_LABEL: &str = "storageos.com/job";
@@ -27,7 +27,6 @@ pub const CONTAINER: &str = "job-container";
 /// Suffix of the DaemonSet name after the Job name.
 pub const DAEMONSET_SUFFIX: &str = "-daemonset-job";
 const VOLUME: &str = "target";
-const MAX_LABEL_VALUE: usize = 63;
 
 /// Name of the DaemonSet of the Job named `job`.
 pub fn daemonset_name(job: &str) -> String {
@@ -39,30 +38,9 @@ pub fn job_of_daemonset(daemonset: &str) -> Option<&str> {
     daemonset.strip_suffix(DAEMONSET_SUFFIX).filter(|j| !j.is_empty())
 }
 
-/// FNV-1a: a hash that never changes between builds, since it ends up in an immutable selector.
-fn stable_hash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The value of [`JOB_LABEL`] for the Job named `job`: its name, or, for names longer than a
-/// label value may be, a prefix of it and a stable hash of the whole name.
-pub fn job_label_value(job: &str) -> String {
-    if job.len() <= MAX_LABEL_VALUE {
-        return job.to_string();
-    }
-    let hash = format!("{:016x}", stable_hash(job));
-    // Job names are ASCII (DNS subdomains), so byte slicing is on character boundaries.
-    let keep = MAX_LABEL_VALUE - hash.len() - 1;
-    let prefix = job.get(..keep).unwrap_or_default();
-    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-    format!("{prefix}-{hash}")
-}
-
 /// The selector of the Job's pods (also the DaemonSet selector, which is immutable).
 pub fn selector(job: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(JOB_LABEL.to_string(), job_label_value(job))])
+    BTreeMap::from([(JOB_LABEL.to_string(), label_value(job))])
 }
 
 /// Parses `spec.labelSelector`: `key=value` pairs separated by commas (as the Go operator's
@@ -95,7 +73,11 @@ pub fn pod_labels(job: &Job) -> Result<BTreeMap<String, String>, Error> {
 }
 
 /// The DaemonSet that runs the Job's task on every selected node. The owner reference is added
-/// by the apply step.
+/// by the apply step. The `hostPath` was checked against the allow-list before (see
+/// [`super::hostpath`]); the pod is hardened: the host path must be an existing directory (no
+/// file, socket or symlink surprises), no ServiceAccount token, no privilege escalation and no
+/// capabilities. The task still runs as the image's user (root for the cleanup image), which
+/// can remove root-owned files such as `/var/lib/storageos` without any capability.
 pub fn build(job: &Job) -> Result<DaemonSet, Error> {
     let name = job.name_any();
     let spec = &job.spec;
@@ -142,13 +124,22 @@ pub fn build(job: &Job) -> Result<DaemonSet, Error> {
                             mount_path: spec.mount_path.clone(),
                             ..Default::default()
                         }]),
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            capabilities: Some(Capabilities {
+                                drop: Some(vec!["ALL".into()]),
+                                add: None,
+                            }),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     }],
+                    automount_service_account_token: Some(false),
                     volumes: Some(vec![Volume {
                         name: VOLUME.into(),
                         host_path: Some(HostPathVolumeSource {
                             path: spec.host_path.clone(),
-                            type_: None,
+                            type_: Some("Directory".into()),
                         }),
                         ..Default::default()
                     }]),
@@ -227,13 +218,15 @@ mod tests {
             json!([{
                 "name": "job-container", "image": "darkowlzz/cleanup:v0.0.2",
                 "args": ["/var/lib/storageos"],
-                "volumeMounts": [{"name": "target", "mountPath": "/var/lib"}]
+                "volumeMounts": [{"name": "target", "mountPath": "/var/lib"}],
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
             }])
         );
         assert_eq!(
             pod["volumes"],
-            json!([{"name": "target", "hostPath": {"path": "/var/lib"}}])
+            json!([{"name": "target", "hostPath": {"path": "/var/lib", "type": "Directory"}}])
         );
+        assert_eq!(pod["automountServiceAccountToken"], false);
         assert_eq!(
             pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
                 [0]["key"],
@@ -244,7 +237,7 @@ mod tests {
             json!([{"key": "k", "operator": "Exists", "effect": "NoSchedule"}])
         );
         // Not privileged, no default tolerations.
-        assert!(pod["containers"][0].get("securityContext").is_none());
+        assert!(pod["containers"][0]["securityContext"].get("privileged").is_none());
         assert!(has_own_selector(&build(&j).unwrap(), "cleanup-job"));
     }
 
@@ -288,19 +281,6 @@ mod tests {
         // The user's label cannot take over the Job's own label.
         let j = job("mine", json!({"labelSelector": "storageos.com/job=other"}));
         assert_eq!(pod_labels(&j).unwrap()[JOB_LABEL], "mine");
-    }
-
-    #[test]
-    fn long_job_names_get_a_valid_stable_label_value() {
-        let long = format!("{}.x", "a".repeat(80));
-        let v = job_label_value(&long);
-        assert!(v.len() <= 63, "{v}");
-        assert!(v.starts_with("aaaa") && v.chars().last().unwrap().is_ascii_alphanumeric());
-        assert_eq!(v, job_label_value(&long));
-        assert_ne!(v, job_label_value(&format!("{}.y", "a".repeat(80))));
-        assert_eq!(job_label_value("short"), "short");
-        // Pinned: the value is part of an immutable selector and must never change.
-        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     #[test]

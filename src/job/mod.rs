@@ -7,6 +7,7 @@
 //! read incrementally ([`logs`]) and not at all once the Job completed.
 
 pub mod daemonset;
+pub mod hostpath;
 pub mod logs;
 pub mod reconcile;
 pub mod status;
@@ -53,6 +54,9 @@ pub enum Error {
     InvalidLabelSelector(String),
 }
 
+/// Reason of the condition and Warning event of a Job whose `hostPath` is not allowed.
+pub const HOST_PATH_NOT_ALLOWED: &str = "HostPathNotAllowed";
+
 /// (namespace, name) of a Job.
 pub type JobKey = (String, String);
 
@@ -64,6 +68,8 @@ pub struct Context {
     pub kit: Kit,
     /// Only Jobs in this namespace (all namespaces when None).
     namespace: Option<String>,
+    /// The host paths a Job may mount.
+    host_paths: hostpath::AllowList,
     /// How far each pod's log has been read, per Job, by pod UID.
     cursors: Mutex<HashMap<JobKey, HashMap<String, LogCursor>>>,
     /// UIDs of Jobs this process marked completed, so a stale cache never re-reads their logs
@@ -81,6 +87,7 @@ impl Context {
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             namespace: None,
+            host_paths: hostpath::AllowList::default(),
             cursors: Mutex::new(HashMap::new()),
             completed: Mutex::new(HashSet::new()),
             store: OnceLock::new(),
@@ -91,6 +98,13 @@ impl Context {
     #[must_use]
     pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Allows Jobs to mount only `host_paths` (default [`hostpath::DEFAULT`]).
+    #[must_use]
+    pub fn with_host_paths(mut self, host_paths: hostpath::AllowList) -> Self {
+        self.host_paths = host_paths;
         self
     }
 

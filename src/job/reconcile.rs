@@ -44,6 +44,23 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
     let key: JobKey = (ns.clone(), name.clone());
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
 
+    // Observe the DaemonSet before applying: a foreign one must not be taken over.
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &ns);
+    let ds_name = daemonset::daemonset_name(&name);
+    let live = daemonsets.get_opt(&ds_name).await?;
+
+    if !ctx.host_paths.allows(&job.spec.host_path) {
+        // Admission allows the default list; the operator's own list may be narrower. A
+        // DaemonSet made under a wider list is removed: it mounts what is no longer allowed.
+        if let Some(live) = live.as_ref().filter(|l| is_controlled_by(*l, job.meta().uid.as_ref())) {
+            tracing::warn!(job = %name, daemonset = %ds_name, "removing the DaemonSet of a Job whose hostPath is not allowed");
+            delete_daemonset(&daemonsets, live).await?;
+        }
+        let msg = ctx.host_paths.refusal(&job.spec.host_path);
+        not_ready(&job, &jobs, &ctx, super::HOST_PATH_NOT_ALLOWED, msg).await?;
+        return Ok(Action::await_change());
+    }
+
     let desired = match daemonset::build(&job) {
         Ok(ds) => ds,
         Err(e @ Error::InvalidLabelSelector(_)) => {
@@ -53,10 +70,6 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         Err(e) => return Err(e),
     };
 
-    // Observe the DaemonSet before applying: a foreign one must not be taken over.
-    let daemonsets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let ds_name = daemonset::daemonset_name(&name);
-    let live = daemonsets.get_opt(&ds_name).await?;
     if let Some(live) = &live {
         if !is_controlled_by(live, job.meta().uid.as_ref()) {
             let msg = format!(
@@ -68,11 +81,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         if !daemonset::has_own_selector(live, &name) {
             // Made with the shared selector of the Go operator; selectors are immutable.
             tracing::info!(job = %name, daemonset = %ds_name, "replacing a DaemonSet with the old shared selector");
-            match daemonsets.delete(&ds_name, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            delete_daemonset(&daemonsets, live).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
     }
@@ -101,7 +110,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         let current = status.observed_generation.unwrap_or(0) >= ds.meta().generation.unwrap_or(0);
         current.then_some(status.desired_number_scheduled)
     });
-    let selector = format!("{JOB_LABEL}={}", daemonset::job_label_value(&name));
+    let selector = format!("{JOB_LABEL}={}", crate::render::labels::label_value(&name));
     let pods: Vec<Pod> = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
         .list(&ListParams::default().labels(&selector))
         .await?
@@ -138,6 +147,22 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(POLL))
+}
+
+/// Deletes `live` (only that object: a UID precondition), in the background; gone is fine.
+async fn delete_daemonset(api: &Api<DaemonSet>, live: &DaemonSet) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: live.meta().uid.clone().map(|uid| kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&live.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Reads the new log lines of every scheduled, started pod that has not printed the word yet.

@@ -14,6 +14,49 @@ pub const CLUSTER_LABEL: &str = "storageos.com/cluster";
 /// Names the namespace of the StorageOSCluster an object belongs to.
 pub const CLUSTER_NAMESPACE_LABEL: &str = "storageos.com/cluster-namespace";
 
+/// The longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE: usize = 63;
+
+/// Label key prefixes Kubernetes gives meaning to (`rbac.authorization.k8s.io/aggregate-to-view`
+/// aggregates a ClusterRole into `view`): a CR label under one of them, or a subdomain of one, is
+/// never copied onto a child.
+pub const RESERVED_PREFIXES: [&str; 3] = ["kubernetes.io", "k8s.io", "rbac.authorization.k8s.io"];
+
+/// FNV-1a: a hash that never changes between builds, since it ends up in immutable selectors.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A valid label value naming `name` (an object name, up to 253 characters): the name itself, or,
+/// for names longer than a label value may be, a prefix of it and a stable hash of the whole name.
+/// Where the full name matters, it is kept in an annotation next to the label.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= MAX_LABEL_VALUE {
+        return name.to_string();
+    }
+    let hash = format!("{:016x}", stable_hash(name));
+    // Object names are ASCII (DNS subdomains), so byte slicing is on character boundaries.
+    let keep = MAX_LABEL_VALUE - hash.len() - 1;
+    let prefix = name.get(..keep).unwrap_or_default();
+    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    match prefix.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        true => format!("{prefix}-{hash}"),
+        false => hash,
+    }
+}
+
+/// Whether `key` is under a prefix Kubernetes reserves (see [`RESERVED_PREFIXES`]).
+pub fn is_reserved(key: &str) -> bool {
+    let Some((prefix, _)) = key.split_once('/') else {
+        return false;
+    };
+    RESERVED_PREFIXES
+        .iter()
+        .any(|r| prefix == *r || prefix.strip_suffix(r).is_some_and(|sub| sub.ends_with('.')))
+}
+
 fn set(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
@@ -26,7 +69,7 @@ fn set(pairs: &[(&str, &str)]) -> Labels {
 pub fn pruning(cluster: &str, cluster_namespace: &str) -> Labels {
     set(&[
         MANAGED_BY,
-        (CLUSTER_LABEL, cluster),
+        (CLUSTER_LABEL, &label_value(cluster)),
         (CLUSTER_NAMESPACE_LABEL, cluster_namespace),
     ])
 }
@@ -35,19 +78,24 @@ pub fn pruning(cluster: &str, cluster_namespace: &str) -> Labels {
 fn app(cluster: &str, component: &str) -> Labels {
     set(&[
         ("app.kubernetes.io/name", "storageos"),
-        ("app.kubernetes.io/instance", cluster),
+        ("app.kubernetes.io/instance", &label_value(cluster)),
         ("app.kubernetes.io/component", component),
         ("app.kubernetes.io/part-of", "storageos"),
         MANAGED_BY,
     ])
 }
 
-/// The Go operator's common labels: the CR's own labels, `app=storageos` and the app labels with
-/// component `cluster`, plus the pruning set (which wins over a CR label with the same key).
-/// Unlike the Go operator, a CR label does not override the `app.kubernetes.io/*` labels: they say
-/// what manages the object, which a user label should not change (metadata only, no selector).
+/// The Go operator's common labels: the CR's own labels except reserved ones, `app=storageos`
+/// and the app labels with component `cluster`, plus the pruning set (which wins over a CR label
+/// with the same key). Unlike the Go operator, a CR label does not override the
+/// `app.kubernetes.io/*` labels: they say what manages the object, which a user label should not
+/// change (metadata only, no selector).
 pub fn common(cluster: &str, cluster_namespace: &str, cr_labels: &Labels) -> Labels {
-    let mut labels = cr_labels.clone();
+    let mut labels: Labels = cr_labels
+        .iter()
+        .filter(|(k, _)| !is_reserved(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     labels.insert("app".into(), "storageos".into());
     labels.extend(app(cluster, "cluster"));
     labels.extend(pruning(cluster, cluster_namespace));
@@ -59,7 +107,7 @@ pub fn common(cluster: &str, cluster_namespace: &str, cr_labels: &Labels) -> Lab
 pub fn pod(cluster: &str, kind: Option<&str>, component: &str) -> Labels {
     let mut labels = app(cluster, component);
     labels.insert("app".into(), "storageos".into());
-    labels.insert("storageos_cr".into(), cluster.into());
+    labels.insert("storageos_cr".into(), label_value(cluster));
     if let Some(kind) = kind {
         labels.insert("kind".into(), kind.into());
     }
@@ -87,6 +135,51 @@ mod tests {
         assert_eq!(l[CLUSTER_NAMESPACE_LABEL], "ns");
         assert_eq!(l["app.kubernetes.io/component"], "cluster");
         assert_eq!(l["app.kubernetes.io/managed-by"], "storageos-operator");
+    }
+
+    #[test]
+    fn m1_reserved_cr_labels_never_reach_children() {
+        let cr = set(&[
+            ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
+            ("kubernetes.io/role", "x"),
+            ("node-role.kubernetes.io/worker", "x"),
+            ("k8s.io/x", "x"),
+            ("sub.k8s.io/x", "x"),
+            ("team", "storage"),
+            ("example.com/tier", "gold"),
+            ("notkubernetes.io/ok", "kept"),
+        ]);
+        let l = common("c", "ns", &cr);
+        for (k, _) in cr.iter().filter(|(k, _)| is_reserved(k)) {
+            assert!(!l.contains_key(k), "{k} copied: {l:?}");
+        }
+        for kept in ["team", "example.com/tier", "notkubernetes.io/ok"] {
+            assert!(l.contains_key(kept), "{kept} dropped: {l:?}");
+        }
+        assert!(!l.contains_key("node-role.kubernetes.io/worker"));
+    }
+
+    #[test]
+    fn l2_long_names_get_a_valid_stable_label_value() {
+        let long = format!("{}.x", "a".repeat(80));
+        let v = label_value(&long);
+        assert!(v.len() <= MAX_LABEL_VALUE, "{v}");
+        assert!(v.starts_with("aaaa") && v.chars().last().unwrap().is_ascii_alphanumeric());
+        assert_eq!(v, label_value(&long));
+        assert_ne!(v, label_value(&format!("{}.y", "a".repeat(80))));
+        assert_eq!(label_value("short"), "short");
+        assert_eq!(label_value(&"b".repeat(63)), "b".repeat(63));
+        // Pinned: the value is part of immutable selectors and must never change.
+        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
+        // Every label value derived from a 253-character cluster name is valid.
+        let name = "c".repeat(253);
+        for l in [
+            pruning(&name, "ns"),
+            common(&name, "ns", &Labels::new()),
+            pod(&name, Some("daemonset"), "x"),
+        ] {
+            assert!(l.values().all(|v| v.len() <= MAX_LABEL_VALUE), "{l:?}");
+        }
     }
 
     #[test]

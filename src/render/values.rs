@@ -154,8 +154,13 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         _ => Value::Null,
     };
 
+    // The pod mutator skips the control plane's namespace and its own (so it never waits on
+    // itself while the api-manager's pods are created).
+    let webhook_excluded: std::collections::BTreeSet<&str> = ["kube-system", r.namespace.as_str()].into();
+
     Ok(json!({
         "ns": r.namespace,
+        "webhookExcludedNamespaces": webhook_excluded,
         "labels": {
             "namespace": {"app": "storageos"},
             "common": common,

@@ -2,12 +2,20 @@
 //!
 //! The webhook server must keep answering while its certificate is re-issued, so the TLS
 //! config resolves the certificate on every handshake from a shared slot.
+//!
+//! It must also keep answering while someone holds connections open on purpose: every admission
+//! waits for it, and a webhook that does not answer is skipped (its mutation is lost). So
+//! connections are limited ([`Limits`]): a TLS handshake and each request's headers must arrive
+//! within a deadline, an idle connection is closed, and at most so many are served at once.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
@@ -15,8 +23,35 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
+
+/// How long and how many connections the server serves.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The TLS handshake must finish within this.
+    pub handshake: Duration,
+    /// Each request's headers must arrive within this (HTTP/1), and a connection on which
+    /// nothing arrives for this long is closed.
+    pub headers: Duration,
+    /// A connection is closed after this long, whatever it does (the client reconnects).
+    pub lifetime: Duration,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            handshake: Duration::from_secs(10),
+            headers: Duration::from_secs(10),
+            lifetime: Duration::from_secs(300),
+            connections: 1024,
+        }
+    }
+}
 
 /// Why the server could not start or a certificate could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -88,17 +123,102 @@ fn server_config(certs: CertSlot) -> Result<ServerConfig, Error> {
     Ok(config)
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` completes. A failed handshake or
-/// connection only ends that connection.
+/// A connection whose reads fail once nothing has arrived for `idle`: hyper's own header
+/// timeout only starts with the first byte of a request, so a client that never sends one
+/// would hold its slot until the connection's lifetime ends.
+struct IdleTimeout<S> {
+    inner: S,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    waiting: bool,
+}
+
+impl<S> IdleTimeout<S> {
+    fn new(inner: S, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+            waiting: false,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                this.waiting = false;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                if !this.waiting {
+                    this.waiting = true;
+                    let at = tokio::time::Instant::now() + this.idle;
+                    this.deadline.as_mut().reset(at);
+                }
+                match this.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Serves `router` over TLS on `listener` until `shutdown` completes, with the default
+/// [`Limits`]. A failed handshake or connection only ends that connection.
 pub async fn serve(
     listener: TcpListener,
     certs: CertSlot,
     router: Router,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    serve_with(listener, certs, router, shutdown, Limits::default()).await
+}
+
+/// [`serve`] with the given limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    certs: CertSlot,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+) -> Result<(), Error> {
     let acceptor = TlsAcceptor::from(Arc::new(server_config(certs)?));
+    let slots = Arc::new(Semaphore::new(limits.connections.max(1)));
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return Ok(()), // never closed
+            },
+        };
         let (tcp, peer) = tokio::select! {
             () = &mut shutdown => return Ok(()),
             accepted = listener.accept() => match accepted {
@@ -112,19 +232,114 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(e) => {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
                     return;
                 }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
             };
-            if let Err(e) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.headers);
+            builder.http2().timer(TokioTimer::new()).max_concurrent_streams(64);
+            let io = TokioIo::new(IdleTimeout::new(tls, limits.headers));
+            let serving = builder.serve_connection(io, service);
+            tokio::pin!(serving);
+            let ended = tokio::select! {
+                ended = serving.as_mut() => ended,
+                () = tokio::time::sleep(limits.lifetime) => {
+                    // Finish the requests under way, take no new ones; a client that does not
+                    // let go is dropped after one more header deadline.
+                    serving.as_mut().graceful_shutdown();
+                    tokio::time::timeout(limits.headers, serving).await.unwrap_or(Ok(()))
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::runtime::pki;
+
+    /// A server on loopback with `limits`, answering `ok` on `/`; its address and CA.
+    async fn start(limits: Limits) -> (std::net::SocketAddr, String) {
+        let cert = pki::issue_serving_cert("t", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
+        let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve_with(listener, slot, router, std::future::pending(), limits));
+        (addr, cert.ca_pem)
+    }
+
+    async fn get(addr: std::net::SocketAddr, ca: &str) -> String {
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+            .build()
+            .unwrap();
+        let res = client.get(format!("https://{addr}/")).send().await.unwrap();
+        res.text().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn m5_idle_connections_are_closed_and_never_starve_a_request() {
+        let limits = Limits {
+            handshake: Duration::from_millis(300),
+            headers: Duration::from_millis(300),
+            lifetime: Duration::from_secs(60),
+            connections: 8,
+        };
+        let (addr, ca) = start(limits).await;
+        // Every slot is taken by a connection that never speaks.
+        let mut idle = Vec::new();
+        for _ in 0..limits.connections {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        // The server closes each of them (the wait is only a bound for a hung test).
+        for s in &mut idle {
+            let mut b = [0u8; 1];
+            let read = tokio::time::timeout(Duration::from_secs(30), s.read(&mut b)).await;
+            assert!(
+                matches!(read, Ok(Ok(0) | Err(_))),
+                "an idle connection was kept: {read:?}"
+            );
+        }
+        // A real client is answered.
+        assert_eq!(get(addr, &ca).await, "ok");
+        // A client that completes the handshake but never sends a request is closed too.
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut silent = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let mut b = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut b)).await;
+        assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
     }
 }

@@ -5,6 +5,7 @@ pub mod conditions;
 pub mod controller;
 pub mod health;
 pub mod https;
+pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod pki;

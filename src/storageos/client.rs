@@ -34,6 +34,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Timeout of login and refresh (default 20 s).
     pub login_timeout: Duration,
+    /// Sent on every request, so StorageOS logs name the caller.
+    pub user_agent: String,
 }
 
 impl Config {
@@ -47,7 +49,14 @@ impl Config {
             },
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             login_timeout: DEFAULT_LOGIN_TIMEOUT,
+            user_agent: crate::runtime::identity::user_agent(None),
         }
+    }
+
+    /// Sets the User-Agent (the api-manager names itself).
+    pub fn with_user_agent(mut self, user_agent: String) -> Self {
+        self.user_agent = user_agent;
+        self
     }
 
     /// Sets both timeouts (tests use short ones).
@@ -154,6 +163,7 @@ impl Client {
         let base = base_url(&config.endpoint)?;
         let http = reqwest::Client::builder()
             .connect_timeout(config.request_timeout)
+            .user_agent(config.user_agent)
             .build()
             .map_err(Error::Build)?;
         Ok(Self {

@@ -36,6 +36,9 @@ pub struct ClusterView {
 pub struct Observed {
     /// `namespace/name` of the upgrade that goes first, when it is not this one (Pending).
     pub blocked_by: Option<String>,
+    /// `namespace/name` of the active cluster when it is in another namespace than the upgrade
+    /// (Pending): an upgrade acts only on the cluster in its own namespace.
+    pub other_namespace: Option<String>,
     /// The cluster: the active one before the upgrade starts, the recorded one afterwards.
     pub cluster: Option<ClusterView>,
     /// `namespace/name` of the cluster recorded when the upgrade started.
@@ -55,6 +58,8 @@ pub struct Observed {
 pub enum Problem {
     /// No StorageOSCluster to upgrade.
     NoCluster,
+    /// The active cluster (named) is in another namespace than the upgrade.
+    WrongNamespace(String),
     /// The active cluster is being deleted.
     ClusterDeleting(String),
     /// The cluster recorded at the start no longer exists.
@@ -68,6 +73,7 @@ impl Problem {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::NoCluster => "NoCluster",
+            Self::WrongNamespace(_) => "WrongNamespace",
             Self::ClusterDeleting(_) => "ClusterDeleting",
             Self::ClusterGone(_) => "ClusterGone",
             Self::NoNodeDaemonSet(_) => "NoNodeDaemonSet",
@@ -81,6 +87,11 @@ impl fmt::Display for Problem {
             Self::NoCluster => write!(
                 f,
                 "no StorageOSCluster to upgrade: create one, or wait for it to be created; the upgrade retries by itself"
+            ),
+            Self::WrongNamespace(c) => write!(
+                f,
+                "the StorageOSCluster {c} is in another namespace: an upgrade acts only on the cluster in its own namespace; \
+                 delete this upgrade and create it in the cluster's namespace"
             ),
             Self::ClusterDeleting(c) => write!(
                 f,
@@ -162,6 +173,9 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
     use UpgradePhase::*;
     match phase {
         Pending => {
+            if let Some(cluster) = &o.other_namespace {
+                return Step::Problem(Problem::WrongNamespace(cluster.clone()));
+            }
             if let Some(first) = &o.blocked_by {
                 return Step::Blocked(first.clone());
             }
@@ -387,6 +401,17 @@ mod tests {
         o.cluster = None;
         assert_eq!(step(Pending, &[], &o), Step::Problem(Problem::NoCluster));
         assert!(Problem::NoCluster.to_string().contains("create one"));
+    }
+
+    #[test]
+    fn h4_an_upgrade_in_another_namespace_touches_nothing() {
+        let o = Observed {
+            other_namespace: Some("storageos/storageos".into()),
+            ..Default::default()
+        };
+        let s = step(Pending, &[], &o);
+        assert_eq!(s, Step::Problem(Problem::WrongNamespace("storageos/storageos".into())));
+        assert_eq!(Problem::WrongNamespace(String::new()).reason(), "WrongNamespace");
     }
 
     #[test]

@@ -28,9 +28,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
 use crate::crd::StorageOSUpgrade;
-use crate::job::daemonset::job_label_value;
 use crate::job::status::{PodView, is_complete};
 use crate::render::labels::MANAGED_BY;
+use crate::render::labels::label_value;
 
 /// Label naming the upgrade on its puller DaemonSet and pods.
 pub const UPGRADE_LABEL: &str = "storageos.com/upgrade";
@@ -47,7 +47,7 @@ pub fn daemonset_name(upgrade: &str) -> String {
 
 /// The selector of the puller's pods.
 pub fn selector(upgrade: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(UPGRADE_LABEL.to_string(), job_label_value(upgrade))])
+    BTreeMap::from([(UPGRADE_LABEL.to_string(), label_value(upgrade))])
 }
 
 fn small_resources() -> ResourceRequirements {

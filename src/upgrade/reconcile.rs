@@ -206,19 +206,26 @@ async fn observe(
     };
     match phase {
         Pending => {
-            let all = Api::<StorageOSUpgrade>::all(client.clone())
+            // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
+            // whoever may create an upgrade elsewhere can neither take over nor block it.
+            let ns = up.namespace().unwrap_or_default();
+            let clusters = Api::<StorageOSCluster>::all(client.clone())
                 .list(&ListParams::default())
                 .await?
                 .items;
-            o.blocked_by = plan::first_in_line(&all)
+            let active = crate::cluster::reconcile::active(&clusters);
+            o.other_namespace = active
+                .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
+                .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
+            let here = Api::<StorageOSUpgrade>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await?
+                .items;
+            o.blocked_by = plan::first_in_line(&here)
                 .filter(|first| first.uid() != up.uid())
                 .map(key);
-            if o.blocked_by.is_none() {
-                let clusters = Api::<StorageOSCluster>::all(client.clone())
-                    .list(&ListParams::default())
-                    .await?
-                    .items;
-                o.cluster = crate::cluster::reconcile::active(&clusters).map(cluster_view);
+            if o.blocked_by.is_none() && o.other_namespace.is_none() {
+                o.cluster = active.map(cluster_view);
             }
         }
         PullingImage | Pausing | UpgradingNodes => {

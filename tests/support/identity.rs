@@ -241,10 +241,19 @@ impl Identity {
 }
 
 /// Every write (`verb resource[/subresource] namespace/name`) the apiserver audited for `who`
-/// from `since` on, read from the plane's audit log (hack/k8s.sh logs every ServiceAccount
-/// write). Counting by identity measures the code under test only, never Kubernetes' own
-/// controllers or the test scaffolding.
+/// from `since` on. Counting by identity measures the code under test only, never Kubernetes'
+/// own controllers or the test scaffolding.
 pub fn writes_by(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+    audited(who, since)
+        .into_iter()
+        .filter(|r| !r.starts_with("get "))
+        .collect()
+}
+
+/// Every request the apiserver audited for `who` from `since` on, read from the plane's audit
+/// log (hack/k8s.sh logs every ServiceAccount write and pod-log read), as
+/// `verb resource[/subresource] namespace/name`.
+pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
     let log = kubeconfig_path()
         .parent()
         .expect("the kubeconfig lives in the plane's directory")

@@ -250,6 +250,15 @@ pub async fn api_manager_context(
     sim: &storageos_operator::sim::SimHandle,
     flags: &[&str],
 ) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
+    api_manager_context_as(sim, flags, api_manager_client().await).await
+}
+
+/// [`api_manager_context`] acting through `kube` (for example an identity lacking a rule).
+pub async fn api_manager_context_as(
+    sim: &storageos_operator::sim::SimHandle,
+    flags: &[&str],
+    kube: Client,
+) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
     use storageos_operator::apimanager::controllers::Context;
     use storageos_operator::apimanager::flags::ApiManagerArgs;
     use storageos_operator::apimanager::metrics::ApiManagerMetrics;
@@ -265,7 +274,7 @@ pub async fn api_manager_context(
     .expect("StorageOS client");
     api.login().await.expect("login to the simulator");
     std::sync::Arc::new(Context {
-        kube: api_manager_client().await,
+        kube,
         api,
         args: std::sync::Arc::new(args),
         namespace: "default".into(),

@@ -7,9 +7,11 @@
 //! rejects once a node holds a reserved label, research §11.1); other `storageos.com/` keys are
 //! reported, never sent. A node StorageOS does not know is left alone.
 //!
-//! Reconciles run on label changes of nodes whose CSI annotation names StorageOS (and when that
-//! annotation appears); the resync loop compares every node in one pass and reconciles only
-//! those that differ, so an idle cluster sees no writes.
+//! Only nodes whose CSI annotation names StorageOS are synced: before the StorageOS CSI node
+//! plugin registered on a node, StorageOS has nothing to label there. Reconciles run on label
+//! changes of those nodes (and when the annotation appears); the resync loop compares all of
+//! those nodes in one pass and reconciles only the ones that differ, so an idle cluster sees no
+//! writes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -108,7 +110,8 @@ async fn apply(
         .map_err(|f| api_error(node, f))
 }
 
-/// One node list, then the Kubernetes nodes whose StorageOS node differs.
+/// One node list, then the Kubernetes nodes that run StorageOS (the same scope as [`sync`])
+/// whose StorageOS node differs.
 async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<NodeMeta>>) -> Vec<ObjectRef<NodeMeta>> {
     let ctx = &st.ctx;
     let nodes = match ctx.metrics.track("list_nodes", ctx.api.list_nodes()).await {

@@ -3,9 +3,10 @@
 //! Secret in its own namespace, wrapped with the namespace's key (Secret
 //! `storageos-namespace-key`, made on first use), and the annotations that name it.
 //!
-//! Denials are for user errors only: an invalid `storageos.com/encryption` value, a secret
-//! namespace other than the PVC's, a namespace key Secret without a key, a named Secret that is
-//! not a volume key. Failed reads or writes are returned as errors for the caller to fail open.
+//! Denials are for user errors: an invalid `storageos.com/encryption` value, a secret namespace
+//! other than the PVC's, a namespace key Secret without a key, a named Secret that is not a
+//! volume key. Encryption never fails open: once a PVC asks for encryption, a failed read or
+//! write is [`Error::Retry`], which the webhook denies with a message to retry.
 //!
 //! Dry-run requests have no side effects: every read happens (so the answer is the same), no
 //! Secret is created, and the annotations still name the Secret a real create would make.
@@ -22,6 +23,7 @@ use rand::TryCryptoRng;
 
 use super::keys::{self, KeyError};
 use super::mutate::{LookupError, Lookups, parse_bool};
+use crate::render::labels::label_value;
 
 /// PVC label or StorageClass parameter that turns encryption on.
 pub const ENCRYPTION: &str = "storageos.com/encryption";
@@ -33,8 +35,10 @@ pub const SECRET_NAMESPACE_ANNOTATION: &str = "storageos.com/encryption-secret-n
 pub const NAMESPACE_KEY_SECRET: &str = "storageos-namespace-key";
 /// Prefix of generated volume key Secret names.
 pub const VOLUME_KEY_PREFIX: &str = "storageos-volume-key-";
-/// Volume key Secret label naming its PVC.
+/// Volume key Secret label naming its PVC (hashed when the name is too long for a label value).
 pub const PVC_LABEL: &str = "storageos.com/pvc";
+/// Volume key Secret annotation holding its PVC's full name.
+pub const PVC_ANNOTATION: &str = "storageos.com/pvc";
 /// The data entries of a volume key Secret.
 const VOLUME_KEY_FIELDS: [&str; 4] = ["key", "iv", "vuk", "hmac"];
 
@@ -50,6 +54,26 @@ pub enum Error {
     /// Key material could not be made; the request is admitted unchanged.
     #[error("cannot generate encryption keys: {0}")]
     Key(#[from] KeyError),
+    /// The PVC asks for encryption but its keys could not be made: denied, to be retried.
+    #[error("encryption keys could not be created ({0}); retry creating the PVC")]
+    Retry(String),
+}
+
+impl Error {
+    /// This error for a PVC that asks for encryption: anything but a denial becomes a retry, so
+    /// the PVC is never admitted without its keys.
+    pub fn for_encrypted(self) -> Self {
+        match self {
+            e @ (Error::Denied(_) | Error::Retry(_)) => e,
+            e => Error::Retry(e.to_string()),
+        }
+    }
+}
+
+/// Whether the PVC's own label asks for encryption (known without reading its StorageClass).
+pub fn asked_by_label(pvc: &PersistentVolumeClaim) -> bool {
+    let label = pvc.metadata.labels.as_ref().and_then(|l| l.get(ENCRYPTION));
+    label.and_then(|v| parse_bool(v)) == Some(true)
 }
 
 /// Whether `pvc` of class `sc` asks for encryption: the PVC label wins over the class parameter.
@@ -81,16 +105,20 @@ fn labels(pvc: Option<&str>) -> BTreeMap<String, String> {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     if let Some(pvc) = pvc.filter(|p| !p.is_empty()) {
-        l.insert(PVC_LABEL.into(), pvc.into());
+        l.insert(PVC_LABEL.into(), label_value(pvc));
     }
     l
 }
 
 fn secret(name: &str, pvc: Option<&str>, data: &[(&str, &[u8])]) -> Secret {
+    let annotations = pvc
+        .filter(|p| !p.is_empty())
+        .map(|p| BTreeMap::from([(PVC_ANNOTATION.to_string(), p.to_string())]));
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
             labels: Some(labels(pvc)),
+            annotations,
             ..Default::default()
         },
         type_: Some("Opaque".into()),
@@ -178,6 +206,19 @@ pub async fn ensure_keys<R: TryCryptoRng>(
     if !wanted(pvc, sc)? {
         return Ok(vec![]);
     }
+    make_keys(pvc, namespace, dry_run, lookups, rng)
+        .await
+        .map_err(Error::for_encrypted)
+}
+
+/// [`ensure_keys`] for a PVC that asks for encryption.
+async fn make_keys<R: TryCryptoRng>(
+    pvc: &PersistentVolumeClaim,
+    namespace: &str,
+    dry_run: bool,
+    lookups: &impl Lookups,
+    rng: &mut R,
+) -> Result<Vec<(String, String)>, Error> {
     if let Some(other) = annotation(pvc, SECRET_NAMESPACE_ANNOTATION).filter(|n| *n != namespace) {
         return Err(Error::Denied(format!(
             "encryption key secret namespace must match pvc namespace: {SECRET_NAMESPACE_ANNOTATION} is {other:?}, \
@@ -400,12 +441,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn failures_are_errors_to_fail_open_on() {
+    async fn h3_a_long_pvc_name_gets_its_keys_with_a_valid_label() {
+        let f = Fake::default();
+        let long = "p".repeat(200);
+        let mut p = on();
+        p.metadata.name = Some(long.clone());
+        let set = run(&f, &p, false).await.unwrap();
+        let v = f.secret_now("app", &set[0].1).unwrap();
+        let label = &v.metadata.labels.as_ref().unwrap()[PVC_LABEL];
+        assert!(label.len() <= 63 && label.starts_with("ppp"), "{label}");
+        assert_eq!(v.metadata.annotations.as_ref().unwrap()[PVC_ANNOTATION], long);
+    }
+
+    #[tokio::test]
+    async fn h3_failures_of_an_encrypted_pvc_never_fail_open() {
         let f = Fake {
             fail_create: true,
             ..Default::default()
         };
-        assert!(matches!(run(&f, &on(), false).await, Err(Error::Lookup(_))));
+        let r = run(&f, &on(), false).await;
+        assert!(matches!(&r, Err(Error::Retry(m)) if m.contains("forbidden")), "{r:?}");
+        assert!(r.unwrap_err().to_string().contains("retry"));
         struct NoRandom;
         impl rand::TryRngCore for NoRandom {
             type Error = std::io::Error;
@@ -421,6 +477,6 @@ mod tests {
         }
         impl rand::TryCryptoRng for NoRandom {}
         let r = ensure_keys(&on(), "app", &sc(json!({})), false, &Fake::default(), &mut NoRandom).await;
-        assert!(matches!(r, Err(Error::Key(KeyError::Random(_)))), "{r:?}");
+        assert!(matches!(&r, Err(Error::Retry(m)) if m.contains("entropy")), "{r:?}");
     }
 }

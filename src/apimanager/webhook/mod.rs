@@ -1,7 +1,10 @@
 //! The mutating webhooks served on every api-manager replica: pods (scheduler name) and PVCs
 //! (encryption keys, StorageClass UID). Requests are decoded as AdmissionReview v1; a body that
-//! does not decode is answered 400; a mutator's own lookup failure admits the object unchanged
-//! (fail open), logged and counted; only user errors in a PVC's encryption settings are denied.
+//! is not one is answered 400; an object this webhook cannot decode, a mutator's own lookup
+//! failure, or a mutator slower than [`DEADLINE`] admits the object unchanged
+//! (fail open), logged and counted, except for a PVC that asks for encryption, which is denied
+//! with a message to retry (never admitted without its keys); user errors in a PVC's encryption
+//! settings are denied.
 
 pub mod encryption;
 pub mod keys;
@@ -10,8 +13,9 @@ pub mod mutate;
 mod testing;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
@@ -78,10 +82,12 @@ struct WebhookLabels {
     webhook: String,
 }
 
-/// Requests admitted unchanged because a mutator's lookup failed.
+/// Requests admitted unchanged because a mutator's lookup failed, and encrypted PVCs denied
+/// because their keys could not be made.
 #[derive(Clone, Default)]
 pub struct WebhookMetrics {
     failed_open: Family<WebhookLabels, Counter>,
+    failed_closed: Family<WebhookLabels, Counter>,
 }
 
 impl WebhookMetrics {
@@ -93,9 +99,21 @@ impl WebhookMetrics {
             "Admission requests admitted unchanged because a lookup failed",
             m.failed_open.clone(),
         );
+        registry.register(
+            "storageos_webhook_failed_closed",
+            "Encrypted PVCs denied (to be retried) because their keys could not be made",
+            m.failed_closed.clone(),
+        );
         m
     }
 }
+
+/// How long a mutator may take before the request is answered without it: below the
+/// configuration's 5 s timeout, so the apiserver gets our answer rather than its own timeout.
+pub const DEADLINE: Duration = Duration::from_secs(4);
+/// The largest request body read: an AdmissionReview of the biggest object the apiserver stores
+/// (it limits requests to 3 MiB) fits.
+pub const MAX_BODY: usize = 4 << 20;
 
 /// What the handlers share.
 pub struct WebhookState<L> {
@@ -105,6 +123,20 @@ pub struct WebhookState<L> {
     pub scheduler: Option<String>,
     /// Fail-open counter.
     pub metrics: WebhookMetrics,
+    /// How long a mutator may take ([`DEADLINE`]).
+    pub deadline: Duration,
+}
+
+impl<L> WebhookState<L> {
+    /// State with the default [`DEADLINE`].
+    pub fn new(lookups: L, scheduler: Option<String>, metrics: WebhookMetrics) -> Self {
+        Self {
+            lookups,
+            scheduler,
+            metrics,
+            deadline: DEADLINE,
+        }
+    }
 }
 
 type Review = AdmissionReview<DynamicObject>;
@@ -128,8 +160,12 @@ fn respond(request: &AdmissionRequest<DynamicObject>, patch: Option<serde_json::
     Json(response.into_review())
 }
 
-/// The request and its object as `T`, or the answer to send when they do not decode.
-fn decode<T: serde::de::DeserializeOwned>(
+/// The request and its object as `T`, or the answer to send when they do not decode: a body that
+/// is no AdmissionReview request is answered as invalid; an object this webhook cannot decode
+/// is admitted unchanged and counted (our own limit, never the user's fault).
+fn decode<T: serde::de::DeserializeOwned, L>(
+    state: &WebhookState<L>,
+    webhook: &str,
     review: Review,
 ) -> Result<(AdmissionRequest<DynamicObject>, T), Box<Json<Review>>> {
     let request: AdmissionRequest<DynamicObject> = match review.try_into() {
@@ -150,9 +186,10 @@ fn decode<T: serde::de::DeserializeOwned>(
         });
     match decoded {
         Ok(object) => Ok((request, object)),
-        Err(message) => Err(Box::new(Json(
-            AdmissionResponse::from(&request).deny(message).into_review(),
-        ))),
+        Err(message) => {
+            failed_open(state, webhook, &request, &message);
+            Err(Box::new(respond(&request, None)))
+        }
     }
 }
 
@@ -174,31 +211,56 @@ fn failed_open<L>(
 }
 
 async fn mutate_pod<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
-    let (request, pod): (_, Pod) = match decode(review) {
+    let (request, pod): (_, Pod) = match decode(&state, "pod", review) {
         Ok(v) => v,
         Err(answer) => return *answer,
     };
     let ns = request.namespace.clone().unwrap_or_default();
-    match mutate::pod_scheduler_patch(&pod, &ns, state.scheduler.as_deref(), &state.lookups).await {
-        Ok(patch) => respond(&request, patch),
-        Err(e) => {
+    let mutation = mutate::pod_scheduler_patch(&pod, &ns, state.scheduler.as_deref(), &state.lookups);
+    match tokio::time::timeout(state.deadline, mutation).await {
+        Ok(Ok(patch)) => respond(&request, patch),
+        Ok(Err(e)) => {
             failed_open(&state, "pod", &request, &e);
+            respond(&request, None)
+        }
+        Err(_) => {
+            failed_open(&state, "pod", &request, &"lookups took too long");
             respond(&request, None)
         }
     }
 }
 
 async fn mutate_pvc<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
-    let (request, pvc): (_, PersistentVolumeClaim) = match decode(review) {
+    let (request, pvc): (_, PersistentVolumeClaim) = match decode(&state, "pvc", review) {
         Ok(v) => v,
         Err(answer) => return *answer,
     };
     let ns = request.namespace.clone().unwrap_or_default();
-    match mutate::pvc_patch(&pvc, &ns, request.dry_run, &state.lookups, &mut OsRng).await {
+    let mut rng = OsRng;
+    let mutation = mutate::pvc_patch(&pvc, &ns, request.dry_run, &state.lookups, &mut rng);
+    let outcome = match tokio::time::timeout(state.deadline, mutation).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(encryption::Error::Lookup(LookupError("lookups took too long".into()))),
+    };
+    // A PVC asking for encryption by its label is never admitted without keys.
+    let outcome = match outcome {
+        Err(e) if encryption::asked_by_label(&pvc) => Err(e.for_encrypted()),
+        other => other,
+    };
+    match outcome {
         Ok(patch) => respond(&request, patch),
         Err(encryption::Error::Denied(message)) => {
             tracing::info!(namespace = %ns, name = %request.name, %message, "denied a PVC");
             Json(AdmissionResponse::from(&request).deny(message).into_review())
+        }
+        Err(e @ encryption::Error::Retry(_)) => {
+            tracing::warn!(namespace = %ns, name = %request.name, error = %e, "denied an encrypted PVC for now");
+            state
+                .metrics
+                .failed_closed
+                .get_or_create(&WebhookLabels { webhook: "pvc".into() })
+                .inc();
+            Json(AdmissionResponse::from(&request).deny(e.to_string()).into_review())
         }
         Err(e) => {
             failed_open(&state, "pvc", &request, &e);
@@ -212,6 +274,7 @@ pub fn router<L: Lookups + Send + 'static>(state: WebhookState<L>, pods_path: &s
     Router::new()
         .route(pods_path, post(mutate_pod::<L>))
         .route(pvcs_path, post(mutate_pvc::<L>))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::new(state))
 }
 
@@ -231,21 +294,30 @@ mod tests {
 
     /// The response to a PVC CREATE of `labels` through the router, and the fail-open count.
     async fn admit(lookups: Fake, labels: Value, dry_run: bool) -> (Value, u64, usize) {
-        let metrics = WebhookMetrics::default();
+        let object = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "app", "labels": labels},
+            "spec": {"storageClassName": "fast"}});
         let created = lookups.created_counter();
-        let state = WebhookState {
-            lookups,
-            scheduler: None,
-            metrics: metrics.clone(),
+        let (response, failed) = review(lookups, "/pvcs", object, dry_run, DEADLINE).await;
+        (response, failed, created.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// The response to a CREATE of `object` posted to `path` (`/pods` or `/pvcs`), and the
+    /// fail-open count of that webhook.
+    async fn review(lookups: Fake, path: &str, object: Value, dry_run: bool, deadline: Duration) -> (Value, u64) {
+        let metrics = WebhookMetrics::default();
+        let mut state = WebhookState::new(lookups, Some("sched".into()), metrics.clone());
+        state.deadline = deadline;
+        let (kind, resource, webhook) = match path {
+            "/pods" => ("Pod", "pods", "pod"),
+            _ => ("PersistentVolumeClaim", "persistentvolumeclaims", "pvc"),
         };
         let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "1", "kind": {"group": "", "version": "v1", "kind": "PersistentVolumeClaim"},
-            "resource": {"group": "", "version": "v1", "resource": "persistentvolumeclaims"},
+            "uid": "1", "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": resource},
             "name": "data", "namespace": "app", "operation": "CREATE", "userInfo": {}, "dryRun": dry_run,
-            "object": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": "app", "labels": labels},
-                "spec": {"storageClassName": "fast"}}}});
-        let req = axum::http::Request::post("/pvcs")
+            "object": object}});
+        let req = axum::http::Request::post(path)
             .header("content-type", "application/json")
             .body(axum::body::Body::from(review.to_string()))
             .unwrap();
@@ -253,14 +325,40 @@ mod tests {
         let body = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
         let failed = metrics
             .failed_open
-            .get_or_create(&WebhookLabels { webhook: "pvc".into() })
+            .get_or_create(&WebhookLabels {
+                webhook: webhook.into(),
+            })
             .get();
         let v: Value = serde_json::from_slice(&body).unwrap();
-        (
-            v["response"].clone(),
-            failed,
-            created.load(std::sync::atomic::Ordering::SeqCst),
-        )
+        (v["response"].clone(), failed)
+    }
+
+    #[tokio::test]
+    async fn m6_an_undecodable_object_is_admitted_unchanged_and_counted() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "data"}, "spec": {"containers": 5}});
+        let (r, failed) = review(with_class(), "/pods", pod, false, DEADLINE).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1), "{r}");
+        assert!(r.get("patch").is_none());
+    }
+
+    #[tokio::test]
+    async fn m5_a_hung_lookup_is_answered_within_the_deadline() {
+        let slow = || Fake {
+            slow: Some(Duration::from_secs(600)),
+            ..with_class()
+        };
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [], "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]}});
+        let deadline = Duration::from_millis(200);
+        let (r, failed) = review(slow(), "/pods", pod, false, deadline).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1), "{r}");
+        assert!(r.get("patch").is_none());
+        // A PVC asking for encryption is denied to be retried instead.
+        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "labels": {encryption::ENCRYPTION: "true"}}, "spec": {"storageClassName": "fast"}});
+        let (r, failed) = review(slow(), "/pvcs", pvc, false, deadline).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0), "{r}");
+        assert!(r["status"]["message"].as_str().unwrap().contains("retry"), "{r}");
     }
 
     fn patch(response: &Value) -> Value {
@@ -292,26 +390,40 @@ mod tests {
         assert!(name.as_str().unwrap().starts_with(encryption::VOLUME_KEY_PREFIX));
     }
 
+    fn broken_plain() -> Fake {
+        Fake {
+            broken: true,
+            ..with_class()
+        }
+    }
+
+    #[tokio::test]
+    async fn h3_an_encrypted_pvc_is_denied_to_retry_never_admitted_without_keys() {
+        for lookups in [
+            broken_plain(),
+            Fake {
+                fail_create: true,
+                ..with_class()
+            },
+        ] {
+            let (r, failed, created) = admit(lookups, json!({encryption::ENCRYPTION: "true"}), false).await;
+            assert_eq!((r["allowed"].as_bool(), failed, created), (Some(false), 0, 0), "{r}");
+            let m = r["status"]["message"].as_str().unwrap();
+            assert!(
+                m.contains("encryption keys could not be created") && m.contains("retry"),
+                "{m}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn user_errors_are_denied_and_own_failures_admit_unchanged() {
         let (r, failed, _) = admit(with_class(), json!({encryption::ENCRYPTION: "maybe"}), false).await;
         assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0));
         assert!(r["status"]["message"].as_str().unwrap().contains("\"maybe\""), "{r}");
 
-        let broken = Fake {
-            broken: true,
-            ..with_class()
-        };
-        let (r, failed, _) = admit(broken, json!({encryption::ENCRYPTION: "true"}), false).await;
+        let (r, failed, _) = admit(broken_plain(), json!({}), false).await;
         assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1));
-        assert!(r.get("patch").is_none());
-
-        let forbidden = Fake {
-            fail_create: true,
-            ..with_class()
-        };
-        let (r, failed, created) = admit(forbidden, json!({encryption::ENCRYPTION: "true"}), false).await;
-        assert_eq!((r["allowed"].as_bool(), failed, created), (Some(true), 1, 0));
         assert!(r.get("patch").is_none());
     }
 }

@@ -121,7 +121,8 @@ pub async fn pod_scheduler_patch(
 
 /// The JSON patch for a StorageOS PVC created in `namespace`, or None to admit it as is: first
 /// the encryption key annotations (see [`encryption`]; no side effects when `dry_run`), then the
-/// StorageClass UID, in one patch. A PVC whose class cannot be found yet is admitted unchanged.
+/// StorageClass UID, in one patch. A PVC whose class cannot be found yet is admitted unchanged,
+/// unless its label asks for encryption: that one is denied until the class exists.
 pub async fn pvc_patch<R: TryCryptoRng>(
     pvc: &PersistentVolumeClaim,
     namespace: &str,
@@ -129,7 +130,20 @@ pub async fn pvc_patch<R: TryCryptoRng>(
     lookups: &impl Lookups,
     rng: &mut R,
 ) -> Result<Option<Value>, encryption::Error> {
-    let Some(sc) = storage_class_of(pvc, lookups).await?.filter(is_storageos) else {
+    // A PVC whose own label asks for encryption is never admitted without keys, even when its
+    // class cannot be read.
+    let sc = storage_class_of(pvc, lookups)
+        .await
+        .map_err(|e| match encryption::asked_by_label(pvc) {
+            true => encryption::Error::Lookup(e).for_encrypted(),
+            false => e.into(),
+        })?;
+    if sc.is_none() && encryption::asked_by_label(pvc) && class_ref(pvc) != ClassRef::NoClass {
+        return Err(encryption::Error::Retry(
+            "its StorageClass does not exist yet: create the StorageClass first".into(),
+        ));
+    }
+    let Some(sc) = sc.filter(is_storageos) else {
         return Ok(None);
     };
     let mut set = encryption::ensure_keys(pvc, namespace, &sc, dry_run, lookups, rng).await?;
@@ -288,6 +302,11 @@ mod tests {
         )
         .await;
         assert!(matches!(r, Err(encryption::Error::Lookup(_))));
+        // A PVC that asks for encryption by its label is denied to be retried instead.
+        let mut asks = pvc("new", Some("fast"));
+        asks.metadata.labels = Some([(encryption::ENCRYPTION.to_string(), "true".to_string())].into());
+        let r = pvc_patch(&asks, "app", false, &f, &mut StdRng::seed_from_u64(3)).await;
+        assert!(matches!(r, Err(encryption::Error::Retry(_))), "{r:?}");
     }
 
     #[tokio::test]

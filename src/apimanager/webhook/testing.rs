@@ -21,6 +21,8 @@ pub struct Fake {
     pub broken: bool,
     pub fail_create: bool,
     pub created: Arc<AtomicUsize>,
+    /// Every read first waits this long (a hung apiserver).
+    pub slow: Option<std::time::Duration>,
 }
 
 impl Fake {
@@ -43,7 +45,10 @@ impl Fake {
     pub fn created_counter(&self) -> Arc<AtomicUsize> {
         self.created.clone()
     }
-    fn check(&self) -> Result<(), LookupError> {
+    async fn check(&self) -> Result<(), LookupError> {
+        if let Some(d) = self.slow {
+            tokio::time::sleep(d).await;
+        }
         match self.broken {
             true => Err(LookupError("apiserver unavailable".into())),
             false => Ok(()),
@@ -53,11 +58,11 @@ impl Fake {
 
 impl Lookups for Fake {
     async fn pvc(&self, ns: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
-        self.check()?;
+        self.check().await?;
         Ok(self.pvcs.lock().unwrap().get(&(ns.into(), name.into())).cloned())
     }
     async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {
-        self.check()?;
+        self.check().await?;
         Ok(self
             .classes
             .iter()
@@ -65,16 +70,22 @@ impl Lookups for Fake {
             .cloned())
     }
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, LookupError> {
-        self.check()?;
+        self.check().await?;
         Ok(self.classes.clone())
     }
     async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>, LookupError> {
-        self.check()?;
+        self.check().await?;
         Ok(self.secret_now(ns, name))
     }
     async fn create_secret(&self, ns: &str, secret: &Secret) -> Result<bool, LookupError> {
         if self.fail_create {
             return Err(LookupError("secrets is forbidden".into()));
+        }
+        // As the apiserver: label values longer than 63 characters are invalid (422).
+        if let Some((k, v)) = secret.metadata.labels.iter().flatten().find(|(_, v)| v.len() > 63) {
+            return Err(LookupError(format!(
+                "Secret is invalid: metadata.labels: Invalid value: {v:?}: must be no more than 63 characters (label {k})"
+            )));
         }
         let name = secret.metadata.name.clone().unwrap();
         let mut all = self.secrets.lock().unwrap();

@@ -1,0 +1,98 @@
+//! How the operator names itself to the apiserver and to StorageOS: a User-Agent on every
+//! request, so audit logs say which component acted (`storageos-operator/<version>` for `run`,
+//! `storageos-operator/<version> api-manager` for the api-manager).
+
+use axum::http::header::{HeaderValue, USER_AGENT};
+
+/// The User-Agent of `component` (None for the operator itself).
+pub fn user_agent(component: Option<&str>) -> String {
+    let base = concat!("storageos-operator/", env!("CARGO_PKG_VERSION"));
+    match component {
+        Some(c) => format!("{base} {c}"),
+        None => base.to_string(),
+    }
+}
+
+/// `config` with our User-Agent on every request (replacing any set before).
+pub fn kube_config(mut config: kube::Config, component: Option<&str>) -> kube::Config {
+    config.headers.retain(|(name, _)| name != USER_AGENT);
+    if let Ok(value) = HeaderValue::from_str(&user_agent(component)) {
+        config.headers.push((USER_AGENT, value));
+    }
+    config
+}
+
+/// A Kubernetes client from the environment (kubeconfig or in-cluster) that names `component`.
+pub async fn kube_client(component: Option<&str>) -> Result<kube::Client, kube::Error> {
+    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    kube::Client::try_from(kube_config(config, component))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub(crate) mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A one-shot HTTP server answering `response` (a full HTTP/1.1 response) to the first
+    /// request; returns its URL and the request head it received.
+    pub async fn answer_once(response: &'static str) -> (String, tokio::task::JoinHandle<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                head.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(response.as_bytes()).await.unwrap();
+            let _ = s.shutdown().await;
+            String::from_utf8_lossy(&head).to_lowercase()
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn s6_kube_requests_name_the_component() {
+        let (url, head) = answer_once(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+        )
+        .await;
+        let config = kube_config(kube::Config::new(url.parse().unwrap()), Some("api-manager"));
+        let client = kube::Client::try_from(config).unwrap();
+        let req = axum::http::Request::get("/version").body(Vec::new()).unwrap();
+        let _ = client.request_text(req).await;
+        let head = head.await.unwrap();
+        let want = format!(
+            "user-agent: storageos-operator/{} api-manager",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(head.contains(&want), "{head}");
+        assert_eq!(
+            user_agent(None),
+            concat!("storageos-operator/", env!("CARGO_PKG_VERSION"))
+        );
+    }
+
+    #[tokio::test]
+    async fn s6_storageos_requests_name_the_component() {
+        for component in [None, Some("api-manager")] {
+            let (url, head) =
+                answer_once("HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            let mut config = crate::storageos::Config::new(&url, "u", "p");
+            if component.is_some() {
+                config = config.with_user_agent(user_agent(component));
+            }
+            let _ = crate::storageos::Client::new(config).unwrap().list_nodes().await;
+            let head = head.await.unwrap();
+            let want = format!("user-agent: {}", user_agent(component));
+            assert!(head.contains(&want), "{head}");
+        }
+    }
+}
