@@ -166,6 +166,17 @@ impl World {
         .await;
     }
 
+    /// A world with nodes `lost` and `healthy`, PVC `data` (master on `healthy`) and the
+    /// opted-in pod `app` on `lost`; the world, `lost` and the PV.
+    async fn one_pod_on_a_node_to_lose(prefix: &str) -> (Self, String, String) {
+        let w = Self::new(prefix).await;
+        let lost = w.node("lost", true).await;
+        let healthy = w.node("healthy", true).await;
+        let pv = w.claim("data", true, false, &healthy).await;
+        w.pod("app", &lost, Some("true"), &["data"]).await;
+        (w, lost, pv)
+    }
+
     async fn pod_events(&self, pod: &str, reason: &str) -> Vec<k8s_openapi::api::core::v1::Event> {
         events(&self.client, &self.ns.name, Some("Pod"), pod, reason).await
     }
@@ -281,11 +292,7 @@ async fn unknown_nodes_and_nodes_unknown_to_kubernetes_are_never_fenced() {
 #[tokio::test]
 async fn api_faults_delay_fencing_but_do_not_prevent_it() {
     let _lock = support::exclusive().await;
-    let w = World::new("fence-faults").await;
-    let lost = w.node("lost", true).await;
-    let healthy = w.node("healthy", true).await;
-    w.claim("data", true, false, &healthy).await;
-    w.pod("app", &lost, Some("true"), &["data"]).await;
+    let (w, lost, _) = World::one_pod_on_a_node_to_lose("fence-faults").await;
     let ctx = support::api_manager_context(&w.sim, FLAGS).await;
     let fencer = tokio::spawn(fencing::run(ctx.clone()));
     w.polled().await;
@@ -326,11 +333,7 @@ async fn api_faults_delay_fencing_but_do_not_prevent_it() {
 #[tokio::test]
 async fn nothing_is_fenced_during_an_upgrade() {
     let _lock = support::exclusive().await;
-    let w = World::new("fence-maint").await;
-    let lost = w.node("lost", true).await;
-    let healthy = w.node("healthy", true).await;
-    let pv = w.claim("data", true, false, &healthy).await;
-    w.pod("app", &lost, Some("true"), &["data"]).await;
+    let (w, lost, pv) = World::one_pod_on_a_node_to_lose("fence-maint").await;
     let va = w.attachment("data", &lost, Some(&pv)).await;
     start_maintenance(&w.ns, "to-v2").await;
 
@@ -441,4 +444,96 @@ async fn maintenance_unreadable_means_no_fencing() {
 
 async fn put_back(admin: &Client, role: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) {
     support::identity::put_cluster_role(admin, role, serde_json::to_value(rules).unwrap()).await;
+}
+
+/// More than half of the StorageOS nodes offline at once (3 of 5) looks like a partition or an
+/// API fault: nothing is fenced, and the StorageOSCluster gets one FencingHeld warning. Once at
+/// most half are offline again, a node still offline is fenced.
+#[tokio::test]
+async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
+    let _lock = support::exclusive().await;
+    let w = World::new("fence-mass").await;
+    let cluster: storageos_operator::crd::StorageOSCluster = from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": "held"},
+        "spec": {"secretRefName": "none", "secretRefNamespace": w.ns.name}
+    }));
+    w.ns.api::<storageos_operator::crd::StorageOSCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let mut nodes = Vec::new();
+    for n in ["a", "b", "c", "d", "e"] {
+        nodes.push(w.node(n, true).await);
+    }
+    let healthy = &nodes[4];
+    w.claim("data", true, false, healthy).await;
+    for (i, node) in nodes[..3].iter().enumerate() {
+        w.pod(&format!("app-{i}"), node, Some("true"), &["data"]).await;
+    }
+    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+    for node in &nodes[..3] {
+        w.sim.set_health(node, Health::Offline).unwrap();
+    }
+    let held_events = || {
+        events(
+            &w.client,
+            &w.ns.name,
+            Some("StorageOSCluster"),
+            "held",
+            fencing::HELD_REASON,
+        )
+    };
+    let held = wait_for("the FencingHeld warning", POLL * 3, || async {
+        let e = held_events().await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert!(message(&held[0]).contains("3 of 5 nodes offline"), "{held:?}");
+    // Several more polls: still nothing fenced, still one warning.
+    let polls_before = w.sim.requests().iter().filter(|r| r.path == "/v2/nodes").count();
+    wait_for("two more polls", POLL * 3, || async {
+        let n = w.sim.requests().iter().filter(|r| r.path == "/v2/nodes").count();
+        (n >= polls_before + 2).then_some(())
+    })
+    .await;
+    for i in 0..3 {
+        assert!(
+            w.pod_exists(&format!("app-{i}")).await,
+            "app-{i} was fenced during the hold"
+        );
+        assert!(w.pod_events(&format!("app-{i}"), "Fenced").await.is_empty());
+    }
+    let held = held_events().await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].count.unwrap_or(1), 1, "{held:?}");
+
+    // Two come back: 1 of 5 offline, and its pod is fenced.
+    w.sim.set_health(&nodes[1], Health::Online).unwrap();
+    w.sim.set_health(&nodes[2], Health::Online).unwrap();
+    wait_for("the pod on the node still offline to be fenced", POLL * 3, || async {
+        (!w.pod_exists("app-0").await).then_some(())
+    })
+    .await;
+    assert!(w.pod_exists("app-1").await && w.pod_exists("app-2").await);
+    fencer.abort();
+}
+
+/// `spec.disableFencing` renders `--enable-node-fencing=false`: the fencer does not run, and an
+/// opted-in pod on an offline node stays.
+#[tokio::test]
+async fn l1_disable_fencing_turns_the_fencer_off() {
+    let _lock = support::exclusive().await;
+    let (w, lost, _) = World::one_pod_on_a_node_to_lose("fence-off").await;
+    let flags: Vec<&str> = FLAGS.iter().copied().chain(["-enable-node-fencing=false"]).collect();
+    let ctx = support::api_manager_context(&w.sim, &flags).await;
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    // The fencer returns at once, having asked StorageOS nothing.
+    tokio::time::timeout(Duration::from_secs(30), fencing::run(ctx.clone()))
+        .await
+        .expect("the fencer is off and returns");
+    assert!(!w.sim.requests().iter().any(|r| r.path == "/v2/nodes"));
+    assert!(w.pod_exists("app").await);
 }

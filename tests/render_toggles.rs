@@ -76,7 +76,13 @@ fn defaults_render_the_go_operator_shape() {
             w["clientConfig"].get("caBundle").is_none(),
             "caBundle belongs to the api-manager"
         );
-        assert_eq!(w["failurePolicy"], "Ignore");
+        // Only PVCs asking for encryption fail closed (H3).
+        let policy = if w["name"] == "encrypted-pvc-mutator.storageos.com" {
+            "Fail"
+        } else {
+            "Ignore"
+        };
+        assert_eq!(w["failurePolicy"], policy, "{}", w["name"]);
     }
     let am = get(&objs, "Deployment", "storageos-api-manager");
     assert_eq!(am["spec"]["replicas"], 2);
@@ -169,12 +175,15 @@ fn service_port_is_internal_port_and_targets_the_node_as_the_go_operator_had_it(
 }
 
 #[test]
-fn disable_fencing_removes_only_the_fencer_rbac() {
+fn disable_fencing_removes_the_fencer_rbac_and_turns_the_fencer_off() {
     let with = objects("defaults");
     let without = objects("disable-fencing");
     assert!(find(&without, "ClusterRole", "storageos:pod-fencer").is_none());
     assert!(find(&without, "ClusterRoleBinding", "storageos:pod-fencer").is_none());
     assert_eq!(with.len(), without.len() + 2);
+    // L1: the api-manager's own fencer is turned off too.
+    assert!(api_manager_args(&without).contains(&"--enable-node-fencing=false".to_string()));
+    assert!(!api_manager_args(&with).iter().any(|a| a.contains("fencing")));
 }
 
 #[test]
@@ -290,6 +299,15 @@ fn custom_namespace_moves_every_namespaced_object_and_reference() {
     for o in &objs {
         if let Some(ns) = o["metadata"]["namespace"].as_str() {
             assert_eq!(ns, "storageos", "{}", o["metadata"]["name"]);
+        }
+    }
+    // The pod mutator's namespaceSelector names kube-system on purpose (it skips it).
+    let mut objs = objs;
+    for o in &mut objs {
+        if o["kind"] == "MutatingWebhookConfiguration" {
+            for w in o["webhooks"].as_array_mut().unwrap() {
+                w.as_object_mut().unwrap().remove("namespaceSelector");
+            }
         }
     }
     let text = serde_json::to_string(&objs).unwrap();

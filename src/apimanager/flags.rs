@@ -26,6 +26,9 @@ pub struct ApiManagerArgs {
     /// Elect a leader so that only one replica runs the controllers (webhooks run on all).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
     pub enable_leader_election: bool,
+    /// Fence pods on nodes StorageOS reports offline (false for `spec.disableFencing`).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
+    pub enable_node_fencing: bool,
     /// Sync Kubernetes node labels to StorageOS nodes.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
     pub enable_node_label_sync: bool,

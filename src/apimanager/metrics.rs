@@ -37,6 +37,7 @@ pub struct ApiManagerMetrics {
     helper_duration: Family<FunctionLabels, Histogram>,
     helper_total: Family<OutcomeLabels, Counter>,
     shared_volume_pass: Histogram,
+    fencing_held: Counter,
 }
 
 /// The bounded `error` label of a failed helper call.
@@ -65,6 +66,7 @@ impl ApiManagerMetrics {
             helper_duration: Family::new_with_constructor(|| Histogram::new(buckets())),
             helper_total: Family::default(),
             shared_volume_pass: Histogram::new(buckets()),
+            fencing_held: Counter::default(),
         };
         let stos = registry.sub_registry_with_prefix("storageos");
         stos.register(
@@ -81,6 +83,11 @@ impl ApiManagerMetrics {
             "shared_volume_reconcile_duration_seconds",
             "Duration of one shared volume pass over every NFS-attached volume",
             m.shared_volume_pass.clone(),
+        );
+        stos.register(
+            "fencer_held_passes",
+            "Fencer polls that fenced nothing because more than half of the StorageOS nodes were offline",
+            m.fencing_held.clone(),
         );
         m
     }
@@ -112,6 +119,11 @@ impl ApiManagerMetrics {
             .observe(started.elapsed().as_secs_f64());
         self.count(function, result.as_ref().err().map(error_kind).unwrap_or(""));
         result
+    }
+
+    /// Counts one fencer poll held because too many nodes were offline at once.
+    pub fn count_fencing_held(&self) {
+        self.fencing_held.inc();
     }
 
     /// Records the duration of one shared volume pass.

@@ -79,13 +79,17 @@ fn api_manager_command(r: &Resolved, image: &str) -> (Vec<String>, Vec<String>) 
         vec!["storageos-operator".to_string(), "api-manager".to_string()]
     };
     let scheduler = if r.disable_scheduler { "" } else { SCHEDULER_NAME };
-    let args = vec![
+    let mut args = vec![
         "--enable-leader-election".to_string(),
         "--metrics-addr=:8080".to_string(),
         format!("--api-endpoint={}", r.api_endpoint()),
         // Empty when the scheduler is disabled: the pod mutator then leaves pods alone.
         format!("--scheduler-name={scheduler}"),
     ];
+    // The Go api-manager has no such flag (its fencer cannot be turned off).
+    if r.disable_fencing && !is_go_api_manager(image) {
+        args.push("--enable-node-fencing=false".into());
+    }
     (command, args)
 }
 

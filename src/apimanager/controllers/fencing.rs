@@ -12,6 +12,11 @@
 //!   the node stays offline, for at most `-node-fencer-timeout`. At most `-node-fencer-workers`
 //!   nodes are worked on at once. Episodes are tasks owned by the controller: they end with it
 //!   (the Go fencer's actions outlived it, research §11.11).
+//! - Nothing is fenced while more than half of the StorageOS nodes are offline at once (a
+//!   partition or an API fault is likelier than half the cluster dying): running episodes stop,
+//!   the StorageOSCluster gets one `FencingHeld` event, `storageos_fencer_held_passes_total`
+//!   counts the polls held. A volume whose master StorageOS still places on the offline node is
+//!   not considered safe. `--enable-node-fencing=false` (`spec.disableFencing`) turns it off.
 //! - Nothing is fenced while an upgrade is in progress (or while that cannot be read); the Node
 //!   gets a `FencingSuspended` event once per episode.
 //! - Events: `Fenced` (Warning) on each deleted pod, `FencingSkipped` (Warning) once per pod and
@@ -34,6 +39,7 @@ use tokio::time::Instant;
 
 use super::Context;
 use crate::apimanager::maintenance::Maintenance;
+use crate::crd::StorageOSCluster;
 use crate::runtime::controller::Kit;
 use crate::storageos::models::{Namespace, Volume};
 use episodes::{Episodes, Start};
@@ -50,12 +56,18 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-/// Runs the controller until the future is dropped (its episodes are aborted with it).
+/// Runs the controller until the future is dropped (its episodes are aborted with it); returns
+/// at once when fencing is turned off (`--enable-node-fencing=false`).
 pub async fn run(ctx: Arc<Context>) {
+    if !ctx.args.enable_node_fencing {
+        tracing::info!(controller = CONTROLLER, "fencing is turned off (spec.disableFencing)");
+        return;
+    }
     let kit = Arc::new(ctx.kit(CONTROLLER));
     let workers = Arc::new(Semaphore::new(ctx.args.node_fencer_workers.into()));
     let mut episodes = Episodes::new(ctx.args.node_expiry_interval);
     let mut running: JoinSet<(String, u64)> = JoinSet::new();
+    let mut held = false;
     let mut tick = tokio::time::interval(ctx.args.node_poll());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -68,6 +80,16 @@ pub async fn run(ctx: Arc<Context>) {
                         continue;
                     }
                 };
+                if let Some((offline, total)) = episodes::too_many_offline(&nodes) {
+                    ctx.metrics.count_fencing_held();
+                    episodes.hold_all();
+                    if !held {
+                        held = true;
+                        announce_hold(&ctx, &kit, offline, total).await;
+                    }
+                    continue;
+                }
+                held = false;
                 for start in episodes.observe(&nodes, Instant::now()) {
                     tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
                     running.spawn(episode(ctx.clone(), kit.clone(), workers.clone(), start));
@@ -80,6 +102,32 @@ pub async fn run(ctx: Arc<Context>) {
         }
     }
 }
+
+/// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are
+/// offline at once.
+async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
+    let note = format!(
+        "StorageOS reports {offline} of {total} nodes offline at once: more likely a network partition or an API fault \
+         than lost nodes, so no pod is fenced until at most half are offline"
+    );
+    tracing::warn!(controller = CONTROLLER, offline, total, "{note}");
+    match Api::<StorageOSCluster>::all(ctx.kube.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(clusters) => {
+            for c in &clusters.items {
+                kit.event(c, true, HELD_REASON, note.clone()).await;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(controller = CONTROLLER, error = %e, "cannot list StorageOSClusters to report the hold")
+        }
+    }
+}
+
+/// Reason of the Warning event when more than half the nodes are offline at once.
+pub const HELD_REASON: &str = "FencingHeld";
 
 /// What one episode has already done and said, so that each warning is published once.
 #[derive(Debug, Default)]
@@ -96,6 +144,7 @@ struct Memory {
 async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, start: Start) -> (String, u64) {
     let Start {
         node,
+        id,
         episode,
         mut stop,
     } = start;
@@ -108,7 +157,7 @@ async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, star
         }
         let finished = {
             let Ok(_permit) = workers.acquire().await else { break };
-            match attempt(&ctx, &kit, &node, &mut memory).await {
+            match attempt(&ctx, &kit, &node, &id, &mut memory).await {
                 Ok(finished) => finished,
                 Err(e) => {
                     tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
@@ -139,7 +188,7 @@ async fn wait_or_stop(stop: &mut watch::Receiver<bool>, retry: std::time::Durati
 }
 
 /// One pass over the node; Ok(true) when nothing is left to fence.
-async fn attempt(ctx: &Context, kit: &Kit, node: &str, memory: &mut Memory) -> Result<bool, Error> {
+async fn attempt(ctx: &Context, kit: &Kit, node: &str, id: &str, memory: &mut Memory) -> Result<bool, Error> {
     let Some(k8s_node) = Api::<Node>::all(ctx.kube.clone()).get_opt(node).await? else {
         tracing::info!(
             controller = CONTROLLER,
@@ -150,7 +199,7 @@ async fn attempt(ctx: &Context, kit: &Kit, node: &str, memory: &mut Memory) -> R
     };
     let mut finished = false;
     kit.timed(&k8s_node, async {
-        finished = fence_node(ctx, kit, &k8s_node, memory).await?;
+        finished = fence_node(ctx, kit, &k8s_node, id, memory).await?;
         Ok::<_, Error>(Action::await_change())
     })
     .await?;
@@ -164,7 +213,7 @@ struct StorageOSClaim {
     pv: String,
 }
 
-async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, memory: &mut Memory) -> Result<bool, Error> {
+async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mut Memory) -> Result<bool, Error> {
     let name = node.name_any();
     let pods = Api::<Pod>::all(ctx.kube.clone())
         .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
@@ -217,7 +266,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, memory: &mut Memory) 
     let mut volumes = Volumes::default();
     let mut attachments = None;
     for (pod, claims) in targets {
-        let problems = volumes.problems(ctx, &claims).await;
+        let problems = volumes.problems(ctx, &claims, id).await;
         if !problems.is_empty() {
             left += 1;
             let problems = problems.join("; ");
@@ -281,11 +330,11 @@ struct Volumes {
 impl Volumes {
     /// Why fencing a pod with these claims is unsafe; empty when every volume was found with
     /// its master online.
-    async fn problems(&mut self, ctx: &Context, claims: &[StorageOSClaim]) -> Vec<String> {
+    async fn problems(&mut self, ctx: &Context, claims: &[StorageOSClaim], offline_id: &str) -> Vec<String> {
         let mut problems = Vec::new();
         for c in claims {
             match self.find(ctx, &c.namespace, &c.pv).await {
-                Ok(v) => problems.extend(select::unhealthy(&v, &c.namespace)),
+                Ok(v) => problems.extend(select::unhealthy(&v, &c.namespace, offline_id)),
                 Err(e) => problems.push(format!("cannot look up StorageOS volume {}/{}: {e}", c.namespace, c.pv)),
             }
         }

@@ -15,10 +15,12 @@ use tokio::time::Instant;
 
 use crate::storageos::models::{Health, Node};
 
-/// A fencing action to start for `node`; `stop` turns true (or closes) when it must end.
+/// A fencing action to start for `node` (StorageOS node ID `id`); `stop` turns true (or
+/// closes) when it must end.
 #[derive(Debug)]
 pub struct Start {
     pub node: String,
+    pub id: String,
     pub episode: u64,
     pub stop: watch::Receiver<bool>,
 }
@@ -75,12 +77,25 @@ impl Episodes {
                 t.started = Some(now);
                 starts.push(Start {
                     node: n.name.clone(),
+                    id: n.id.clone(),
                     episode: self.next_id,
                     stop: rx,
                 });
             }
         }
         starts
+    }
+
+    /// Stops every running episode and forgets which nodes were offline, so that each one
+    /// still offline starts a new episode once fencing may act again.
+    pub fn hold_all(&mut self) {
+        for t in self.nodes.values_mut() {
+            t.offline = false;
+            t.started = None;
+            if let Some((_, stop)) = t.running.take() {
+                let _ = stop.send(true);
+            }
+        }
     }
 
     /// Records that episode `episode` of `node` ended.
@@ -91,6 +106,13 @@ impl Episodes {
             t.running = None;
         }
     }
+}
+
+/// `(offline, total)` when more than half of the StorageOS nodes are offline at once: a network
+/// partition or an API fault is likelier than half the cluster dying, so nothing is fenced.
+pub fn too_many_offline(nodes: &[Node]) -> Option<(usize, usize)> {
+    let offline = nodes.iter().filter(|n| n.health == Health::Offline).count();
+    (offline * 2 > nodes.len()).then_some((offline, nodes.len()))
 }
 
 #[cfg(test)]
@@ -110,6 +132,36 @@ mod tests {
 
     fn names(starts: &[Start]) -> Vec<&str> {
         starts.iter().map(|s| s.node.as_str()).collect()
+    }
+
+    #[test]
+    fn m7_more_than_half_offline_holds_fencing_and_resumes_afterwards() {
+        use Health::*;
+        assert_eq!(
+            too_many_offline(&nodes(&[
+                ("a", Offline),
+                ("b", Offline),
+                ("c", Offline),
+                ("d", Online),
+                ("e", Online)
+            ])),
+            Some((3, 5))
+        );
+        assert_eq!(
+            too_many_offline(&nodes(&[("a", Offline), ("b", Offline), ("c", Online), ("d", Online)])),
+            None
+        );
+        assert_eq!(too_many_offline(&nodes(&[("a", Offline), ("b", Online)])), None);
+        let t0 = Instant::now();
+        let mut e = Episodes::new(Duration::from_secs(3600));
+        let mut running = e.observe(&nodes(&[("a", Offline), ("b", Online), ("c", Online)]), t0);
+        assert_eq!(names(&running), ["a"]);
+        e.hold_all();
+        assert!(*running[0].stop.borrow_and_update(), "the running episode is stopped");
+        // Once fencing may act again, a node still offline starts a new episode.
+        let again = e.observe(&nodes(&[("a", Offline), ("b", Online), ("c", Online)]), t0);
+        assert_eq!(names(&again), ["a"]);
+        running.clear();
     }
 
     #[test]

@@ -70,13 +70,20 @@ pub fn is_storageos_pv(pv: &PersistentVolume) -> bool {
 }
 
 /// Why the volume makes fencing unsafe, if it does: its master is not online, so the offline
-/// node may hold the only up-to-date copy.
-pub fn unhealthy(volume: &Volume, namespace: &str) -> Option<String> {
-    (volume.master.health != Health::Online).then(|| {
-        format!(
+/// node may hold the only up-to-date copy; or StorageOS still places its master on the offline
+/// node `offline_id` (a report that contradicts itself is not acted on).
+pub fn unhealthy(volume: &Volume, namespace: &str, offline_id: &str) -> Option<String> {
+    if volume.master.health != Health::Online {
+        return Some(format!(
             "StorageOS volume {namespace}/{} has its master {}",
             volume.name,
             volume.master.health.as_str()
+        ));
+    }
+    (volume.master.node_id.is_empty() || volume.master.node_id == offline_id).then(|| {
+        format!(
+            "StorageOS volume {namespace}/{} has its master on the offline node (or on no known node)",
+            volume.name
         )
     })
 }
@@ -174,16 +181,34 @@ mod tests {
             name: "pv1".into(),
             master: Master {
                 health,
+                node_id: "elsewhere".into(),
                 ..Master::default()
             },
             ..Volume::default()
         };
-        assert_eq!(unhealthy(&v(Health::Online), "ns"), None);
+        assert_eq!(unhealthy(&v(Health::Online), "ns", "lost"), None);
         assert_eq!(
-            unhealthy(&v(Health::Offline), "ns").as_deref(),
+            unhealthy(&v(Health::Offline), "ns", "lost").as_deref(),
             Some("StorageOS volume ns/pv1 has its master offline")
         );
-        assert!(unhealthy(&v(Health::Unknown), "ns").is_some());
+        assert!(unhealthy(&v(Health::Unknown), "ns", "lost").is_some());
+    }
+
+    #[test]
+    fn m7_a_master_reported_online_on_the_offline_node_is_not_fenced() {
+        let on = |node: &str| Volume {
+            name: "pv1".into(),
+            master: Master {
+                health: Health::Online,
+                node_id: node.into(),
+                ..Master::default()
+            },
+            ..Volume::default()
+        };
+        let why = unhealthy(&on("lost"), "ns", "lost").unwrap();
+        assert!(why.contains("master on the offline node"), "{why}");
+        assert!(unhealthy(&on(""), "ns", "lost").is_some());
+        assert_eq!(unhealthy(&on("other"), "ns", "lost"), None);
     }
 
     #[test]
