@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -484,6 +484,20 @@ async fn adopt(case: Case) {
             .unwrap()
             .is_none()
     );
+
+    // The Go scheduler's Policy key is gone from the scheduler ConfigMap.
+    if let Some(cm) = ns
+        .api::<ConfigMap>()
+        .get_opt("storageos-scheduler-policy")
+        .await
+        .unwrap()
+    {
+        let data = cm.data.unwrap_or_default();
+        assert!(
+            !data.contains_key("policy.cfg") && data.contains_key("config.yaml"),
+            "{data:?}"
+        );
+    }
 
     // Pod templates: only the api-manager (our image replaces the Go one) and the scheduler
     // (our image and configuration) change; the node DaemonSet and the CSI helper keep theirs.

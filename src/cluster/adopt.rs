@@ -5,13 +5,15 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::CLUSTER_LABEL;
+use crate::runtime::apply::FIELD_MANAGER;
 use crate::runtime::conditions;
 
 /// Condition naming the image fields whose Go defaults were replaced.
@@ -57,12 +59,43 @@ where
     Ok(Some(format!("{} {LEFTOVER_NAME}", K::kind(&()))))
 }
 
+/// The Go scheduler's legacy Policy, a key of the scheduler ConfigMap that this operator never
+/// writes (its configuration is `config.yaml`). Server-side apply keeps a key another manager
+/// owns, so it is removed explicitly.
+const GO_SCHEDULER_POLICY: (&str, &str) = ("storageos-scheduler-policy", "policy.cfg");
+
+async fn remove_go_scheduler_policy(client: &Client, namespace: &str) -> Result<Option<String>, kube::Error> {
+    let (name, key) = GO_SCHEDULER_POLICY;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let has_key = api
+        .get_opt(name)
+        .await?
+        .and_then(|cm| cm.data)
+        .is_some_and(|d| d.contains_key(key));
+    if !has_key {
+        return Ok(None);
+    }
+    let patch = serde_json::json!({"data": {key: null}});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch(name, &params, &Patch::Merge(&patch)).await?;
+    Ok(Some(format!("key {key} of ConfigMap {namespace}/{name}")))
+}
+
 /// Deletes the Go-only objects of `cluster` (binding first, so no binding points at a missing
-/// role). Returns what it deleted. Call only after every desired object applied.
-pub async fn remove_go_leftovers(client: &Client, cluster: &StorageOSCluster) -> Result<Vec<String>, kube::Error> {
+/// role) and the Go scheduler Policy in `namespace`, the cluster's target namespace. Returns
+/// what it removed. Call only after every desired object applied.
+pub async fn remove_go_leftovers(
+    client: &Client,
+    cluster: &StorageOSCluster,
+    namespace: &str,
+) -> Result<Vec<String>, kube::Error> {
     let mut removed = Vec::new();
     removed.extend(remove::<ClusterRoleBinding>(client, cluster).await?);
     removed.extend(remove::<ClusterRole>(client, cluster).await?);
+    removed.extend(remove_go_scheduler_policy(client, namespace).await?);
     Ok(removed)
 }
 

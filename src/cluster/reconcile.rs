@@ -368,7 +368,8 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
     for key in &pruned {
         tracing::info!(cluster = %name, object = %key, "pruned");
     }
-    for removed in adopt::remove_go_leftovers(&ctx.client, cluster).await? {
+    let target_ns = render::resolve(&cluster.spec).namespace;
+    for removed in adopt::remove_go_leftovers(&ctx.client, cluster, &target_ns).await? {
         tracing::info!(cluster = %name, object = %removed, "removed the Go operator's leftover");
         ctx.event(
             cluster,
