@@ -70,8 +70,72 @@ async fn delete_node(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
-/// Gives the controllers' watches time to list before the test deletes anything.
-async fn watches_synced() {
+/// Waits until the node-delete controller's watch is live: a throwaway annotated probe Node is
+/// deleted (again, under a new name, until it is seen) and the controller reacts — it reads the
+/// StorageOS nodes (`GET /v2/nodes`) or, during an upgrade, says it waits (DeleteSuspended).
+/// A delete made before the watch's first list would never be seen, by design.
+async fn node_watch_synced(client: &kube::Client, sim: &SimHandle) {
+    for attempt in 0..10 {
+        let probe = format!("nd-probe-{}-{attempt}", suffix());
+        let objects = ClusterObjects::default();
+        objects.node(client, &probe, storageos_annotation(&probe)).await;
+        let before = reads(sim, "/v2/nodes");
+        delete_node(client, &probe).await;
+        let seen = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let suspended = !events(client, "default", Some("Node"), &probe, "DeleteSuspended")
+                    .await
+                    .is_empty();
+                if reads(sim, "/v2/nodes") > before || suspended {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        if seen.is_ok() {
+            return;
+        }
+    }
+    panic!("the node-delete controller never reacted to a probe Node's delete");
+}
+
+/// The same for the namespace-delete controller, with a probe Namespace.
+async fn namespace_watch_synced(client: &kube::Client, sim: &SimHandle) {
+    for attempt in 0..10 {
+        let probe = format!("t-nsprobe-{}-{attempt}", suffix());
+        let api = Api::<Namespace>::all(client.clone());
+        api.create(
+            &kube::api::PostParams::default(),
+            &support::from_json(json!({"metadata": {"name": probe}})),
+        )
+        .await
+        .unwrap();
+        let before = reads(sim, "/v2/namespaces");
+        api.delete(&probe, &DeleteParams::default()).await.unwrap();
+        let seen = tokio::time::timeout(Duration::from_secs(10), async {
+            while reads(sim, "/v2/namespaces") <= before {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        if seen.is_ok() {
+            return;
+        }
+    }
+    panic!("the namespace-delete controller never reacted to a probe Namespace's delete");
+}
+
+/// How many `GET <path>` reached the simulator.
+fn reads(sim: &SimHandle, path: &str) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == path)
+        .count()
+}
+
+/// Where nothing can be observed (the StorageOS API is down): give the watches time to list.
+async fn watches_probably_synced() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
@@ -97,13 +161,15 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
         .await;
     // Offline now, so locked for 3 s (423), then deletable.
     let sim = simulator(Duration::from_secs(3)).await;
-    let gone_id = sim.add_node(&gone, Health::Offline).unwrap().id;
-    let plain_id = sim.add_node(&plain, Health::Offline).unwrap().id;
-    let broken_id = sim.add_node(&broken, Health::Offline).unwrap().id;
+    // Online now; offline (and so locked for 3 s) only right before the deletes, so the 423
+    // window does not depend on how long the set-up takes.
+    let gone_id = sim.add_node(&gone, Health::Online).unwrap().id;
+    let plain_id = sim.add_node(&plain, Health::Online).unwrap().id;
+    let broken_id = sim.add_node(&broken, Health::Online).unwrap().id;
 
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(node_delete::run(ctx.clone()));
-    watches_synced().await;
+    node_watch_synced(&client, &sim).await;
     sim.set_faults(Faults {
         fail_next: 2,
         status: 409,
@@ -112,6 +178,9 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
         error: Some("node still in use".into()),
         ..Faults::default()
     });
+    for n in [&gone, &plain, &broken] {
+        sim.set_health(n, Health::Offline).unwrap();
+    }
     for n in [&gone, &plain, &broken] {
         delete_node(&client, n).await;
     }
@@ -234,7 +303,7 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
 
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(node_delete::run(ctx.clone()));
-    watches_synced().await;
+    node_watch_synced(&client, &sim).await;
     delete_node(&client, &node).await;
     let suspended = wait_for("the DeleteSuspended event", SETTLE, || async {
         let e = events(&client, "default", Some("Node"), &node, "DeleteSuspended").await;
@@ -298,7 +367,7 @@ async fn a_deleted_namespace_is_deleted_in_storageos_once_its_volumes_are_gone()
         .unwrap();
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(namespace_delete::run(ctx.clone()));
-    watches_synced().await;
+    namespace_watch_synced(&client, &sim).await;
 
     Api::<Namespace>::all(client.clone())
         .delete(&ns.name, &DeleteParams::default())
@@ -341,7 +410,7 @@ async fn an_unreachable_api_never_stops_the_controllers() {
     sim.shutdown().await;
     let nodes = tokio::spawn(node_delete::run(ctx.clone()));
     let namespaces = tokio::spawn(namespace_delete::run(ctx.clone()));
-    watches_synced().await;
+    watches_probably_synced().await;
     delete_node(&client, &node).await;
     Api::<Namespace>::all(client.clone())
         .delete(&ns.name, &DeleteParams::default())

@@ -313,11 +313,12 @@ async fn node_label_resync_applies_changes_made_while_stopped() {
         .unwrap();
     let controller = start(
         &sim,
-        &["-node-label-resync-delay", "2s", "-node-label-resync-interval", "1s"],
+        &["-node-label-resync-delay", "10s", "-node-label-resync-interval", "1s"],
         node_label::run,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A negative window well inside the 10 s delay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(writes(&sim).is_empty(), "nothing before the resync delay");
     wait_node_labels(
         &sim,

@@ -516,7 +516,8 @@ async fn latency_beyond_the_timeout_is_a_timeout_error() {
     let took = started.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
     assert!(err.is_retryable());
-    assert!(took >= SHORT && took < Duration::from_millis(1200), "{took:?}");
+    // Timed out before the server answered (1.5 s); the upper bound is that, not a tight figure.
+    assert!(took >= SHORT && took < Duration::from_millis(1500), "{took:?}");
 
     // Latency below the timeout only slows the call down.
     sim.set_faults(Faults {
