@@ -2,7 +2,8 @@
 # Every test tier, as CI runs it:
 #   1. unit (pure: CRDs, rendering, flag parsing, ...)
 #   2. API (the StorageOS client against the in-process simulator)
-#   3. integration, against a real local Kubernetes control plane (hack/k8s.sh)
+#   3. integration, against a real local Kubernetes control plane (hack/k8s.sh), including the
+#      OLM bundle installed by OLM's own operator (hack/olm.sh)
 # The control plane is built on first use (cached under ~/.cache/storageos-operator) and
 # started if it is not running; a plane this script started is stopped again at the end.
 set -euo pipefail
@@ -21,6 +22,10 @@ eval "$(hack/k8s.sh env)"
 export KUBECONFIG
 # Integration tests never skip: the test support uses this plane (and refuses any cluster that
 # hack/k8s.sh did not start, by the marker it writes next to the kubeconfig).
+
+# The OLM bundle against OLM's own validators (built once by hack/olm.sh): any error or warning
+# fails the run, with the validator's messages.
+hack/olm.sh validate olm
 
 cargo build --bins
 cargo test --all-targets --no-fail-fast -- --test-threads "${TEST_THREADS:-4}"

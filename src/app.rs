@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
 use crate::{apimanager, crd, install, operator, render, sim};
@@ -79,5 +79,23 @@ fn crds(args: &CrdsArgs) -> Result<(), Error> {
 
 fn manifests(args: &ManifestsArgs) -> Result<(), Error> {
     let yaml = install::operator_yaml(&args.image)?;
-    emit(args.out_dir.as_ref().map(|d| d.join(install::OPERATOR_YAML)), &yaml)
+    emit(args.out_dir.as_ref().map(|d| d.join(install::OPERATOR_YAML)), &yaml)?;
+    let olm_dir = args.olm_dir.clone().or_else(|| {
+        args.out_dir
+            .as_ref()
+            .map(|d| d.parent().unwrap_or(Path::new("")).join("olm"))
+    });
+    if let Some(dir) = olm_dir {
+        for (file, text) in install::olm::bundle_files(&args.image)? {
+            let path = dir.join(file);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|source| Error::Write {
+                    path: parent.display().to_string(),
+                    source,
+                })?;
+            }
+            emit(Some(path), &text)?;
+        }
+    }
+    Ok(())
 }

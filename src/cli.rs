@@ -53,7 +53,7 @@ pub enum Command {
     Crds(CrdsArgs),
 
     /// Write the install manifests: `operator.yaml` (CRDs, namespace, RBAC, Deployment and
-    /// metrics Service), as committed under `deploy/`.
+    /// metrics Service), as committed under `deploy/`, and the OLM bundle, as under `olm/`.
     Manifests(ManifestsArgs),
 
     /// Run the StorageOS control-plane API simulator, for demos and tests.
@@ -146,6 +146,11 @@ pub struct ManifestsArgs {
     /// `operator.yaml`.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+
+    /// Write the OLM bundle (`manifests/`, `metadata/`, `bundle.Dockerfile`) into this directory.
+    /// Default with `--out-dir`: `olm` next to it (`--out-dir deploy` writes `olm/`).
+    #[arg(long)]
+    pub olm_dir: Option<PathBuf>,
 
     /// Image of the operator the Deployment runs.
     #[arg(long, default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]

@@ -112,3 +112,76 @@ fn the_operator_may_create_every_role_the_all_fields_cluster_renders() {
         }
     }
 }
+
+/// Every file under `dir`, relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn olm_bundle_is_what_the_manifests_command_writes() {
+    let generated = install::olm::bundle_files(DEFAULT_OPERATOR_IMAGE).unwrap();
+    let olm = Path::new(env!("CARGO_MANIFEST_DIR")).join("olm");
+    let mut expected: Vec<String> = generated.iter().map(|(f, _)| f.clone()).collect();
+    expected.sort();
+    assert_eq!(
+        files_under(&olm),
+        expected,
+        "olm/ holds other files than the bundle; regenerate it with `cargo run -- manifests --out-dir deploy`"
+    );
+    for (file, text) in generated {
+        assert!(
+            repo(&format!("olm/{file}")) == text,
+            "olm/{file} is out of date; regenerate it with `cargo run -- manifests --out-dir deploy`"
+        );
+    }
+}
+
+#[test]
+fn the_bundle_crds_are_the_crds_and_the_csv_carries_the_install_rbac() {
+    let docs = documents(&repo(&format!("olm/manifests/{}", install::olm::CSV_FILE)));
+    let csv = &docs[0];
+    let strategy = &csv["spec"]["install"]["spec"];
+    let i = install::build(DEFAULT_OPERATOR_IMAGE).unwrap();
+    assert_eq!(
+        strategy["clusterPermissions"][0]["rules"],
+        serde_json::to_value(i.cluster_role.rules.unwrap()).unwrap()
+    );
+    assert_eq!(
+        strategy["deployments"][0]["spec"],
+        serde_json::to_value(i.deployment.spec.unwrap()).unwrap()
+    );
+    assert!(!rbac::has_wildcard(
+        &serde_json::from_value::<Vec<PolicyRule>>(strategy["clusterPermissions"][0]["rules"].clone()).unwrap()
+    ));
+    assert!(
+        csv["spec"].get("webhookdefinitions").is_none(),
+        "webhooks stay operator-managed"
+    );
+    for (file, _) in storageos_operator::crd::all() {
+        assert_eq!(
+            documents(&repo(&format!("olm/manifests/{file}"))),
+            documents(&repo(&format!("crds/{file}"))),
+            "olm/manifests/{file} differs from crds/{file}"
+        );
+    }
+    // alm-examples are valid objects of the owned kinds.
+    let examples: Vec<Value> =
+        serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
+    let _: storageos_operator::crd::StorageOSCluster = serde_json::from_value(examples[0].clone()).unwrap();
+    let _: storageos_operator::crd::StorageOSUpgrade = serde_json::from_value(examples[1].clone()).unwrap();
+    let _: storageos_operator::crd::Job = serde_json::from_value(examples[2].clone()).unwrap();
+}

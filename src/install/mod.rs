@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 use crate::render::images::{API_MANAGER_ENV, BUILTIN_IMAGES};
 use crate::{crd, rbac};
 
+pub mod olm;
+
 /// Namespace the operator is installed in.
 pub const NAMESPACE: &str = "storageos-operator";
 /// Name of the ServiceAccount, ClusterRole(Binding) and Deployment.

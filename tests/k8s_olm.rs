@@ -1,0 +1,361 @@
+//! Integration tier: the OLM bundle (`olm/`) installed by OLM's own `olm` operator (built by
+//! `hack/olm.sh`, run as a local process) on the local plane. OLM's CRDs, the bundle's CRDs, an
+//! all-namespaces OperatorGroup and the CSV are created, with the ServiceAccount and RBAC of the
+//! CSV's permissions made the way OLM's catalog operator makes them (names, owner labels and
+//! references); the CSV reaches `Succeeded`. The operator binary, started with the args and env of
+//! the Deployment OLM created and acting as that ServiceAccount, takes the `alm-examples`
+//! StorageOSCluster to `3/3 Running` with no forbidden error. Deleting the CSV leaves no operator
+//! RBAC behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::install::{self, olm};
+use storageos_operator::sim::{self, Simulator};
+use support::identity::{Identity, apply_as_admin as apply};
+use support::install::{ExampleCluster, Operator, kubectl_ok, ready, repo};
+use support::wait_for;
+
+const SETTLE: Duration = Duration::from_secs(180);
+
+fn csv_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "operators.coreos.com",
+        "v1alpha1",
+        "ClusterServiceVersion",
+    ));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// The directory `hack/olm.sh` built OLM's tools into (building them the first time).
+fn olm_tools() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(support::repo_root().join("hack/olm.sh"))
+        .arg("bin")
+        .output()
+        .expect("run hack/olm.sh bin");
+    assert!(
+        out.status.success(),
+        "hack/olm.sh bin failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The `olm` process. Dropping it deletes every CSV first (only a running olm removes their
+/// `csv-cleanup` finalizer), then stops it, then deletes the test namespace.
+struct Olm {
+    child: Child,
+    log: PathBuf,
+    namespace: String,
+}
+
+impl Olm {
+    fn start(tools: &Path, log: PathBuf, namespace: &str) -> Self {
+        // olm v0.42.0 always listens on :8080; a second olm on this machine would fail there.
+        if let Err(e) = std::net::TcpListener::bind("0.0.0.0:8080") {
+            panic!("port 8080 is taken ({e}): is another olm running? Only one may run on a machine.");
+        }
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(tools.join("olm"))
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("start olm");
+        Self {
+            child,
+            log,
+            namespace: namespace.to_string(),
+        }
+    }
+}
+
+impl Drop for Olm {
+    fn drop(&mut self) {
+        let kubectl = |args: &[&str]| {
+            let _ = support::install::kubectl(args);
+        };
+        let ns = self.namespace.as_str();
+        kubectl(&["delete", "csv", "--all", "-n", ns, "--wait", "--timeout=90s"]);
+        kubectl(&["delete", "operatorgroups", "--all", "-n", ns, "--wait", "--timeout=30s"]);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The OperatorGroup's aggregated admin/edit/view roles for the provided APIs.
+        let og_roles = format!("olm.owner.kind=OperatorGroup,olm.owner.namespace={ns}");
+        kubectl(&["delete", "clusterroles", "-l", &og_roles]);
+        kubectl(&["delete", "namespace", ns, "--wait=false"]);
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("--- olm log (last lines) ---");
+            for line in log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+fn short_hash(v: &impl serde::Serialize) -> String {
+    let digest = Sha256::digest(serde_json::to_vec(v).unwrap());
+    digest.iter().take(10).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The ServiceAccount, Roles and ClusterRoles (with bindings) OLM's catalog operator creates for
+/// a CSV's `permissions` and `clusterPermissions` (olm `pkg/controller/registry/resolver/rbac.go`):
+/// namespaced objects owned by the CSV, cluster-scoped ones carrying its owner labels.
+fn rbac_for_csv(csv: &DynamicObject) -> Vec<Value> {
+    let (name, ns, uid) = (csv.name_any(), csv.namespace().unwrap(), csv.uid().unwrap());
+    let owner = json!([{"apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+        "name": name, "uid": uid, "controller": false, "blockOwnerDeletion": false}]);
+    let labels = |hash: &str| {
+        json!({"olm.owner": name, "olm.owner.namespace": ns,
+               "olm.owner.kind": "ClusterServiceVersion", "olm.permissions.hash": hash, "olm.managed": "true"})
+    };
+    let strategy = &csv.data["spec"]["install"]["spec"];
+    let mut out = vec![];
+    let mut accounts = std::collections::BTreeSet::new();
+    for (key, cluster) in [("permissions", false), ("clusterPermissions", true)] {
+        for p in strategy[key].as_array().cloned().unwrap_or_default() {
+            let sa = p["serviceAccountName"].as_str().unwrap().to_string();
+            if accounts.insert(sa.clone()) {
+                out.push(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": sa, "namespace": ns, "ownerReferences": owner}}));
+            }
+            let hash = short_hash(&p);
+            let subjects = json!([{"kind": "ServiceAccount", "name": sa, "namespace": ns}]);
+            if cluster {
+                let role = format!("{name}-{hash}");
+                out.push(
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": role, "labels": labels(&hash)}, "rules": p["rules"]}),
+                );
+                out.push(
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": role, "labels": labels(&hash)},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": subjects}),
+                );
+            } else {
+                let role = format!("{name}-{sa}-{hash}");
+                let meta = json!({"name": role, "namespace": ns, "labels": labels(&hash), "ownerReferences": owner});
+                out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": meta, "rules": p["rules"]}));
+                out.push(
+                    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": meta,
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                    "subjects": subjects}),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn yaml_file(path: &str) -> Value {
+    serde_yaml::from_str(&std::fs::read_to_string(repo(path)).unwrap()).unwrap()
+}
+
+/// Names of the RBAC objects and ServiceAccounts still there for the CSV.
+async fn leftover_rbac(admin: &Client, csv: &str, ns: &str) -> Vec<String> {
+    let owned = ListParams::default().labels(&format!("olm.owner={csv}"));
+    let mut left = vec![];
+    for r in Api::<ClusterRole>::all(admin.clone()).list(&owned).await.unwrap() {
+        left.push(format!("ClusterRole/{}", r.name_any()));
+    }
+    for b in Api::<ClusterRoleBinding>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        let to_us = b.subjects.iter().flatten().any(|s| s.namespace.as_deref() == Some(ns));
+        if to_us || b.labels().get("olm.owner").map(String::as_str) == Some(csv) {
+            left.push(format!("ClusterRoleBinding/{}", b.name_any()));
+        }
+    }
+    for r in Api::<Role>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        left.push(format!("Role/{}", r.name_any()));
+    }
+    for b in Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        left.push(format!("RoleBinding/{}", b.name_any()));
+    }
+    if Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .get_opt(install::NAME)
+        .await
+        .unwrap()
+        .is_some()
+    {
+        left.push(format!("ServiceAccount/{}", install::NAME));
+    }
+    left
+}
+
+#[tokio::test]
+async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the_csv_permissions() {
+    let _lock = support::cluster_lock();
+    support::logs();
+    let admin = support::client().await;
+    let tools = olm_tools();
+    let dir = tempfile::tempdir().unwrap();
+
+    // OLM's CRDs, copied CSVs off (they would only add noise to every namespace), then olm.
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &tools.join("crds.yaml").display().to_string(),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/clusterserviceversions.operators.coreos.com",
+        "crd/operatorgroups.operators.coreos.com",
+        "crd/olmconfigs.operators.coreos.com",
+    ]);
+    apply(
+        &admin,
+        &json!({"apiVersion": "operators.coreos.com/v1", "kind": "OLMConfig",
+        "metadata": {"name": "cluster"}, "spec": {"features": {"disableCopiedCSVs": true}}}),
+    )
+    .await;
+    let ns: &'static str = Box::leak(format!("storageos-olm-{}", support::suffix()).into_boxed_str());
+    kubectl_ok(&["create", "namespace", ns]);
+    let _olm = Olm::start(&tools, dir.path().join("olm.log"), ns);
+
+    // What installing the bundle creates: its CRDs, an all-namespaces OperatorGroup, the CSV,
+    // the bundle's other objects, and the ServiceAccount and RBAC of the CSV's permissions.
+    for (file, _) in storageos_operator::crd::all() {
+        kubectl_ok(&["apply", "--server-side", "-f", &repo(&format!("olm/manifests/{file}"))]);
+    }
+    apply(
+        &admin,
+        &json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
+        "metadata": {"name": "storageos", "namespace": ns}, "spec": {}}),
+    )
+    .await;
+    let mut csv_obj: DynamicObject =
+        serde_json::from_value(yaml_file(&format!("olm/manifests/{}", olm::CSV_FILE))).unwrap();
+    csv_obj.metadata.namespace = Some(ns.to_string());
+    let csvs = csv_api(&admin, ns);
+    let csv = csvs.create(&PostParams::default(), &csv_obj).await.unwrap();
+    let mut service = yaml_file("olm/manifests/storageos-operator-metrics_v1_service.yaml");
+    service["metadata"]["namespace"] = json!(ns);
+    apply(&admin, &service).await;
+    for obj in rbac_for_csv(&csv) {
+        apply(&admin, &obj).await;
+    }
+
+    let name = olm::csv_name();
+    wait_for("OLM to take the CSV to Succeeded", SETTLE, || async {
+        let c = csvs.get(&name).await.ok()?;
+        (c.data["status"]["phase"] == "Succeeded").then_some(())
+    })
+    .await;
+    // All namespaces: OLM itself widens the namespaced permissions (leader election) to a
+    // ClusterRole and binding of the same name, owned by the CSV like the clusterPermissions.
+    let owned = ListParams::default().labels(&format!("olm.owner={name},olm.owner.namespace={ns}"));
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    wait_for(
+        "OLM's cluster-wide copy of the CSV's namespaced permissions",
+        SETTLE,
+        || async {
+            let names: Vec<String> = roles.list(&owned).await.ok()?.iter().map(|r| r.name_any()).collect();
+            (names.len() == 2).then_some(())
+        },
+    )
+    .await;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
+        .get(install::NAME)
+        .await
+        .unwrap();
+
+    // The operator as the ServiceAccount OLM's permissions were granted to, with exactly the
+    // args and env of the Deployment OLM created.
+    let who = Identity {
+        namespace: ns,
+        name: install::NAME,
+    };
+    let kubeconfig = support::identity::kubeconfig_file(dir.path(), who).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let _sync = sim.sync_with_kubernetes(admin.clone());
+    let operator = Operator::start(&deployment, ns, &kubeconfig, &sim, dir.path().join("operator.log"));
+
+    // The alm-examples as the console offers them: every one is accepted by the CRDs; the
+    // StorageOSCluster runs.
+    let examples: Vec<Value> = serde_json::from_str(csv.annotations()["alm-examples"].as_str()).unwrap();
+    let _cluster = ExampleCluster;
+    kubectl_ok(&["apply", "-f", &repo("deploy/examples/storageos-secret.yaml")]);
+    for example in &examples {
+        let path = dir.path().join(format!("{}.json", example["kind"].as_str().unwrap()));
+        std::fs::write(&path, example.to_string()).unwrap();
+        let path = path.display().to_string();
+        if example["kind"] == "StorageOSCluster" {
+            kubectl_ok(&["apply", "-n", "default", "-f", &path]);
+        } else {
+            kubectl_ok(&["apply", "-n", "default", "--dry-run=server", "-f", &path]);
+        }
+    }
+    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), "default");
+    wait_for(
+        "the alm-examples cluster to be 3/3 Running and Ready",
+        SETTLE,
+        || async {
+            let (phase, members, cond) = ready(&clusters.get("storageos").await.ok()?)?;
+            (phase == "Running" && members == "3/3" && cond.starts_with("True")).then_some(())
+        },
+    )
+    .await;
+    let log = operator.log();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the operator was refused something under the CSV's permissions:\n{}",
+        log.lines()
+            .filter(|l| l.to_lowercase().contains("forbidden"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // Uninstall: the cluster first (the operator removes what it created), then the CSV.
+    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the operator to finish deleting the cluster", SETTLE, || async {
+        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    drop(operator);
+    csvs.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the CSV to be gone", SETTLE, || async {
+        csvs.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_for("no operator RBAC or ServiceAccount left behind", SETTLE, || async {
+        let left = leftover_rbac(&admin, &name, ns).await;
+        let deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
+            .get_opt(install::NAME)
+            .await
+            .ok()?;
+        (left.is_empty() && deployment.is_none()).then_some(())
+    })
+    .await;
+}
