@@ -205,7 +205,7 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Er
     inputs.default_images = ctx.config.default_images.clone();
     inputs.node_env = ctx.config.node_env.clone();
     inputs.secret = get_secret(ctx, &spec.secret_ref_namespace, &spec.secret_ref_name).await?;
-    if let Some((ns, name)) = render::defaults::etcd_tls_secret_ref(spec) {
+    if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(spec) {
         inputs.etcd_tls_secret = get_secret(ctx, &ns, &name).await?;
     }
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
@@ -227,6 +227,17 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
             spec.secret_ref_namespace, spec.secret_ref_name
         );
         not_ready(cluster, api, ctx, "SecretNotFound", msg).await?;
+        return Ok(Action::requeue(Duration::from_secs(15)));
+    }
+    // The node pods mount the copy of the etcd TLS Secret: without its source, applying would
+    // leave the copy out and prune it, and no node pod could start again. Wait instead.
+    if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(&cluster.spec)
+        && inputs.etcd_tls_secret.is_none()
+    {
+        let msg = format!(
+            "Secret {ns}/{name} with the etcd TLS client certificate does not exist; create it (or remove tlsEtcdSecretRefName); nothing is changed meanwhile"
+        );
+        not_ready(cluster, api, ctx, "EtcdTLSSecretNotFound", msg).await?;
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
     let objects = match render::build(&inputs) {
@@ -262,7 +273,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
             Err(e) => {
                 // Make the failure visible on the cluster, then retry with backoff.
                 let message = format!("cannot apply {}: {e}", obj.describe());
-                not_ready(cluster, api, ctx, "ApplyFailed", message).await?;
+                not_ready(cluster, api, ctx, e.reason(), message).await?;
                 return Err(e.into());
             }
         };
