@@ -13,6 +13,10 @@ pub struct Error {
     pub reason: String,
 }
 
+/// The longest duration accepted: ten years. Longer values overflow clock arithmetic (a
+/// deadline of now + u64::MAX seconds panics), and are never meant.
+pub const MAX: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Parses Go-style durations (`300s`, `5m`, `1h`, `1500ms`, `1m30s`, `30m0s`) or a bare number
 /// of seconds, as the Go flags of the api-manager accept.
 pub fn parse(value: &str) -> Result<Duration, Error> {
@@ -24,8 +28,10 @@ pub fn parse(value: &str) -> Result<Duration, Error> {
     if s.is_empty() {
         return Err(invalid("it is empty"));
     }
+    let too_long = || invalid("longer than ten years (87600h)");
     if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+        let d = Duration::from_secs(secs);
+        return if d > MAX { Err(too_long()) } else { Ok(d) };
     }
     let mut total = Duration::ZERO;
     let mut rest = s;
@@ -48,6 +54,9 @@ pub fn parse(value: &str) -> Result<Duration, Error> {
             _ => return Err(invalid("unknown unit; use ms, s, m or h")),
         };
         total = total.saturating_add(part);
+        if total > MAX {
+            return Err(too_long());
+        }
     }
     Ok(total)
 }
@@ -55,6 +64,16 @@ pub fn parse(value: &str) -> Result<Duration, Error> {
 /// [`parse`] for clap's `value_parser`.
 pub fn parse_flag(value: &str) -> Result<Duration, String> {
     parse(value).map_err(|e| e.to_string())
+}
+
+/// [`parse_flag`] for an interval something is retried or polled at: zero would spin.
+pub fn parse_interval_flag(value: &str) -> Result<Duration, String> {
+    match parse_flag(value)? {
+        d if d.is_zero() => Err(format!(
+            "invalid interval {value:?}: it must be more than 0s, for example 5s"
+        )),
+        d => Ok(d),
+    }
 }
 
 #[cfg(test)]
@@ -69,5 +88,15 @@ mod tests {
         assert_eq!(parse("0s").unwrap(), Duration::ZERO);
         assert!(parse("5 minutes").is_err());
         assert!(parse("-5s").is_err());
+    }
+
+    #[test]
+    fn l4_durations_are_bounded_at_parse_time() {
+        let e = parse_flag("99999999h").unwrap_err();
+        assert!(e.contains("longer than ten years"), "{e}");
+        assert!(parse("18446744073709551615").is_err());
+        assert_eq!(parse("87600h").unwrap(), MAX);
+        assert!(parse_interval_flag("0s").unwrap_err().contains("more than 0s"));
+        assert_eq!(parse_interval_flag("200ms").unwrap(), Duration::from_millis(200));
     }
 }

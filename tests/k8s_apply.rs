@@ -188,3 +188,72 @@ async fn immutable_storage_class_fields_are_replaced_but_workloads_are_not() {
     let uid_before = ns.api::<DaemonSet>().get("ds").await.unwrap().metadata.uid;
     assert!(uid_before.is_some(), "the DaemonSet must still exist");
 }
+
+/// M4: a StorageClass someone else made under the name we render (a common name like `fast`)
+/// is neither force-applied over nor deleted and recreated when it differs in immutable fields.
+#[tokio::test]
+async fn m4_a_foreign_storage_class_is_never_taken_over_or_replaced() {
+    let ns = TestNamespace::new("foreign-sc").await;
+    let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> = kube::Api::all(ns.client.clone());
+    let name = format!("{}-fast", ns.name);
+    let theirs: k8s_openapi::api::storage::v1::StorageClass = serde_json::from_value(
+        json!({"metadata": {"name": name}, "provisioner": "example.com/other", "parameters": {"tier": "gold"}}),
+    )
+    .unwrap();
+    let before = classes
+        .create(&kube::api::PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let ours = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "storageos-operator"}},
+        "provisioner": "csi.storageos.com", "parameters": {"fstype": "ext4"}});
+    let err = Applier::new(ns.client.clone()).apply(&ours, None).await.unwrap_err();
+    assert_eq!(err.reason(), "ForeignObject", "{err}");
+    assert!(
+        err.to_string().contains("not created by the StorageOS operator"),
+        "{err}"
+    );
+    let after = classes.get(&name).await.unwrap();
+    assert_eq!(after.metadata.uid, before.metadata.uid, "replaced");
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "written to"
+    );
+    assert_eq!(after.provisioner, "example.com/other");
+    let _ = classes.delete(&name, &DeleteParams::default()).await;
+}
+
+/// M8, L7: an object that carries our labels but that we never wrote (copied with kubectl, a
+/// restored backup) is never pruned nor deleted; ours with the same labels is.
+#[tokio::test]
+async fn m8_a_user_object_with_our_labels_is_never_pruned() {
+    let ns = TestNamespace::new("foreign-cm").await;
+    let applier = Applier::new(ns.client.clone());
+    let owner = ns.name.clone();
+    applier
+        .apply(&config_map(&ns.name, "ours", "1", &owner), None)
+        .await
+        .unwrap();
+    let copy: ConfigMap = serde_json::from_value(config_map(&ns.name, "user-cm", "1", &owner)).unwrap();
+    let cms = ns.api::<ConfigMap>();
+    cms.create(&kube::api::PostParams::default(), &copy).await.unwrap();
+    let selector = format!("test-owner={owner}");
+    let listed = applier.list(KINDS, &selector).await.unwrap();
+    assert_eq!(listed.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["ours"]);
+    let pruned = applier.prune(KINDS, &selector, &BTreeSet::new()).await.unwrap();
+    assert_eq!(pruned.len(), 1);
+    assert!(cms.get_opt("ours").await.unwrap().is_none());
+    assert!(
+        cms.get_opt("user-cm").await.unwrap().is_some(),
+        "a user's object was pruned"
+    );
+    // A user's DaemonSet under a name we use (the upgrade puller's) is not deleted either.
+    let user_ds: DaemonSet = serde_json::from_value(daemon_set(&ns.name, &owner)).unwrap();
+    ns.api::<DaemonSet>()
+        .create(&kube::api::PostParams::default(), &user_ds)
+        .await
+        .unwrap();
+    let key = storageos_operator::runtime::apply::ObjectKey::of(&daemon_set(&ns.name, &owner)).unwrap();
+    assert!(!applier.delete_ours(&key).await.unwrap());
+    assert!(ns.api::<DaemonSet>().get_opt("ds").await.unwrap().is_some());
+}

@@ -44,6 +44,23 @@ fn cluster_json(ns: &str, name: &str) -> serde_json::Value {
     })
 }
 
+/// The cluster controller's context, talking to `sim`.
+fn context(client: &kube::Client, sim: &sim::SimHandle) -> Arc<Context> {
+    let config = OperatorConfig {
+        operator_image: "registry.invalid/storageos-operator:test".into(),
+        default_images: DefaultImages::default(),
+        node_env: Default::default(),
+        storageos_endpoint: Some(sim.url()),
+        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+    };
+    Arc::new(Context::new(
+        client.clone(),
+        config,
+        ReconcileMetrics::register(&mut Registry::default()),
+        None,
+    ))
+}
+
 async fn secret(ns: &TestNamespace) {
     let s: Secret = from_json(json!({
         "metadata": {"name": "storageos-api"},
@@ -122,21 +139,11 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
 
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let _sync = sim.sync_with_kubernetes(client.clone());
-    let config = OperatorConfig {
-        operator_image: "registry.invalid/storageos-operator:test".into(),
-        default_images: DefaultImages::default(),
-        node_env: Default::default(),
-        storageos_endpoint: Some(sim.url()),
-        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
-    };
     // The operator acts as its ServiceAccount, with the RBAC of deploy/operator.yaml.
-    let ctx = Arc::new(Context::new(
-        support::operator_client().await,
-        config,
-        ReconcileMetrics::register(&mut Registry::default()),
-        None,
+    let operator = tokio::spawn(cluster::run(
+        context(&support::operator_client().await, &sim),
+        std::future::pending(),
     ));
-    let operator = tokio::spawn(cluster::run(ctx, std::future::pending()));
 
     // Install.
     secret(&ns).await;
@@ -479,4 +486,80 @@ async fn versions_by_selector(client: &kube::Client, selector: &str) -> Vec<Stri
         }
     }
     out
+}
+
+/// M2 and L2: a cluster with a 70-character name (its label values are hashed) installs; when
+/// its etcd TLS source Secret goes missing, the copy the node pods mount is kept (no apply, no
+/// prune) and the cluster says why; deleting the cluster finishes (the finalizer's selector is
+/// valid).
+#[tokio::test]
+async fn m2_missing_etcd_tls_source_never_prunes_the_copy_and_l2_long_names_delete() {
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("etcd-tls").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let operator = tokio::spawn(cluster::run(
+        context(&support::operator_client().await, &sim),
+        std::future::pending(),
+    ));
+    secret(&ns).await;
+    let etcd: Secret = from_json(json!({
+        "metadata": {"name": "etcd-client-tls"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": "cert", "tls.key": "key", "etcd-client-ca.crt": "ca"}
+    }));
+    let secrets = ns.api::<Secret>();
+    secrets.create(&PostParams::default(), &etcd).await.unwrap();
+    let name = format!("storageos-{}", "x".repeat(60));
+    let mut c = cluster_json(&ns.name, &name);
+    c["spec"]["kvBackend"] = json!({"address": "https://etcd.example:2379"});
+    c["spec"]["tlsEtcdSecretRefName"] = json!("etcd-client-tls");
+    c["spec"]["tlsEtcdSecretRefNamespace"] = json!(ns.name);
+    let clusters: Api<StorageOSCluster> = ns.api();
+    clusters.create(&PostParams::default(), &from_json(c)).await.unwrap();
+    let copy = wait_for("the etcd TLS copy", SETTLE, || async {
+        secrets.get_opt("storageos-tls-etcd").await.ok()?
+    })
+    .await;
+    wait_for("the node DaemonSet", SETTLE, || async {
+        ns.api::<DaemonSet>().get_opt("storageos-daemonset").await.ok()?
+    })
+    .await;
+    let labels = copy.metadata.labels.clone().unwrap();
+    assert!(labels["storageos.com/cluster"].len() <= 63, "{labels:?}");
+
+    secrets
+        .delete("etcd-client-tls", &DeleteParams::default())
+        .await
+        .unwrap();
+    let reason = wait_for("the cluster to say the etcd Secret is missing", SETTLE, || async {
+        let c = clusters.get(&name).await.ok()?;
+        let conds = c.status?.conditions?;
+        conds
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "EtcdTLSSecretNotFound")
+    })
+    .await;
+    assert!(reason.message.contains("etcd-client-tls"), "{}", reason.message);
+    let kept = secrets.get_opt("storageos-tls-etcd").await.unwrap();
+    assert_eq!(
+        kept.and_then(|s| s.metadata.uid),
+        copy.metadata.uid,
+        "the copy the node pods mount was pruned"
+    );
+
+    // Deleting the cluster completes: its finalizer finds and removes the children.
+    clusters.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the cluster to be deleted", SETTLE, || async {
+        clusters.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        ns.api::<DaemonSet>()
+            .get_opt("storageos-daemonset")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    operator.abort();
 }

@@ -393,3 +393,24 @@ async fn faults_and_the_request_log_over_http() {
         .unwrap();
     assert_eq!(log, json!([]));
 }
+
+/// L8: the request log keeps small bodies, never large ones (it holds up to 10,000 requests).
+#[tokio::test]
+async fn l8_large_request_bodies_are_not_kept_in_the_log() {
+    let api = Api::start().await;
+    let token = api.login().await;
+    let small = json!({"name": "small"});
+    let large = json!({"name": "large", "labels": {"pad": "x".repeat(64 * 1024)}});
+    api.call("POST", "/v2/namespaces", Some(&token), Some(small.clone()))
+        .await;
+    api.call("POST", "/v2/namespaces", Some(&token), Some(large)).await;
+    let posts: Vec<_> = api
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == "/v2/namespaces")
+        .collect();
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[0].body.as_ref(), Some(&small));
+    assert_eq!(posts[1].body, None, "a 64 KiB body was kept");
+}

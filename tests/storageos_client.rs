@@ -614,3 +614,23 @@ async fn failover_moves_the_master_and_the_nfs_endpoint() {
     assert!(lonely.is_healthy());
     let _: BTreeMap<String, String> = lonely.unreserved_labels();
 }
+
+/// L6: a response larger than the client's cap is refused, not buffered; a small one is read.
+#[tokio::test]
+async fn l6_responses_over_the_size_cap_are_refused() {
+    let sim = sim().await;
+    for i in 0..50 {
+        sim.add_node(&format!("node-with-a-long-name-{i:03}"), Health::Online)
+            .unwrap();
+    }
+    let capped = |limit: usize| {
+        let mut config = Config::new(sim.url(), "storageos", "storageos").with_timeouts(SHORT, SHORT);
+        config.max_response_bytes = limit;
+        Client::new(config).unwrap()
+    };
+    match capped(4096).list_nodes().await {
+        Err(e @ Error::TooLarge { .. }) => assert!(e.to_string().contains("more than 4096 bytes"), "{e}"),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(capped(1 << 20).list_nodes().await.unwrap().len(), 50);
+}

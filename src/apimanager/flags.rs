@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use crate::duration::parse_flag as duration;
+use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
 
 /// Arguments of `storageos-operator api-manager`.
 #[derive(Args, Debug, Clone)]
@@ -18,10 +18,10 @@ pub struct ApiManagerArgs {
     #[arg(long, default_value = "/etc/storageos/secrets/api")]
     pub api_secret_path: PathBuf,
     /// How often the API token is refreshed.
-    #[arg(long, default_value = "1m", value_parser = duration)]
+    #[arg(long, default_value = "1m", value_parser = interval)]
     pub api_refresh_interval: Duration,
     /// How long to wait between attempts to connect to the StorageOS API at start-up.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = interval)]
     pub api_retry_interval: Duration,
     /// Elect a leader so that only one replica runs the controllers (webhooks run on all).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
@@ -36,7 +36,7 @@ pub struct ApiManagerArgs {
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
     pub enable_pvc_label_sync: bool,
     /// How often to check whether an object the shared volume controller created exists yet.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    #[arg(long, default_value = "1s", value_parser = interval)]
     pub k8s_create_poll_interval: Duration,
     /// How long to wait for an object the shared volume controller created.
     #[arg(long, default_value = "20s", value_parser = duration)]
@@ -72,7 +72,7 @@ pub struct ApiManagerArgs {
     #[arg(long, default_value = "1h", value_parser = duration)]
     pub node_expiry_interval: Duration,
     /// How long the fencer waits before retrying a node.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = interval)]
     pub node_fencer_retry_interval: Duration,
     /// How long one fencing attempt may take.
     #[arg(long, default_value = "25s", value_parser = duration)]
@@ -105,10 +105,10 @@ pub struct ApiManagerArgs {
     #[arg(long, default_value = "storageos-scheduler")]
     pub scheduler_name: String,
     /// How often StorageOS volumes are polled by the shared volume controller.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = interval)]
     pub volume_poll_interval: Duration,
     /// How often the webhook certificate is checked and re-issued if needed.
-    #[arg(long, default_value = "30m", value_parser = duration)]
+    #[arg(long, default_value = "30m", value_parser = interval)]
     pub webhook_cert_refresh_interval: Duration,
     /// Validity of the webhook serving certificate (re-issued at half-life).
     #[arg(long, default_value = "8760h", value_parser = duration)]
@@ -306,6 +306,11 @@ mod tests {
     fn invalid_values_are_rejected_with_a_clear_message() {
         let e = parse("-api-retry-interval=5minutes").unwrap_err().to_string();
         assert!(e.contains("api-retry-interval") && e.contains("unknown unit"), "{e}");
+        // L4: durations that would overflow clock arithmetic, or spin, are refused.
+        let e = parse("-webhook-cert-validity=99999999h").unwrap_err().to_string();
+        assert!(e.contains("webhook-cert-validity") && e.contains("ten years"), "{e}");
+        let e = parse("-node-fencer-retry-interval=0s").unwrap_err().to_string();
+        assert!(e.contains("more than 0s"), "{e}");
         let e = parse("-node-fencer-workers=0").unwrap_err().to_string();
         assert!(e.contains("node-fencer-workers"), "{e}");
         let e = parse("-enable-leader-election=maybe").unwrap_err().to_string();

@@ -103,6 +103,8 @@ pub struct ApplyFailure {
     pub object: String,
     /// The apiserver's answer.
     pub reason: String,
+    /// The condition reason for this failure alone (`ApplyFailed`, `ForeignObject`).
+    pub condition: &'static str,
 }
 
 /// The Ready=False message of a pass in which `failures` of `total` objects were refused.
@@ -278,7 +280,7 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Er
     inputs.default_images = ctx.config.default_images.clone();
     inputs.node_env = ctx.config.node_env.clone();
     inputs.secret = get_secret(ctx, &spec.secret_ref_namespace, &spec.secret_ref_name).await?;
-    if let Some((ns, name)) = render::defaults::etcd_tls_secret_ref(spec) {
+    if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(spec) {
         inputs.etcd_tls_secret = get_secret(ctx, &ns, &name).await?;
     }
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
@@ -300,6 +302,17 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
             spec.secret_ref_namespace, spec.secret_ref_name
         );
         not_ready(cluster, api, ctx, "SecretNotFound", msg).await?;
+        return Ok(Action::requeue(Duration::from_secs(15)));
+    }
+    // The node pods mount the copy of the etcd TLS Secret: without its source, applying would
+    // leave the copy out and prune it, and no node pod could start again. Wait instead.
+    if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(&cluster.spec)
+        && inputs.etcd_tls_secret.is_none()
+    {
+        let msg = format!(
+            "Secret {ns}/{name} with the etcd TLS client certificate does not exist; create it (or remove tlsEtcdSecretRefName); nothing is changed meanwhile"
+        );
+        not_ready(cluster, api, ctx, "EtcdTLSSecretNotFound", msg).await?;
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
     let objects = match render::build(&inputs) {
@@ -346,6 +359,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
                 failures.push(ApplyFailure {
                     object: obj.describe(),
                     reason: e.apiserver_reason(),
+                    condition: e.reason(),
                 });
             }
         }
@@ -354,7 +368,12 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         // Pruning now could delete something still wanted (a half-applied switch of the CSI
         // strategy, say): nothing is pruned until a pass applies everything. Retried with backoff.
         let message = apply_failed_message(&failures, objects.len());
-        not_ready(cluster, api, ctx, "ApplyFailed", message.clone()).await?;
+        // A more telling reason (ForeignObject) when every failure has it.
+        let reason = match failures.first().map(|f| f.condition) {
+            Some(first) if failures.iter().all(|f| f.condition == first) => first,
+            _ => "ApplyFailed",
+        };
+        not_ready(cluster, api, ctx, reason, message.clone()).await?;
         return Err(Error::ApplyFailed {
             failed: failures.len(),
             message,
@@ -517,10 +536,12 @@ mod tests {
             ApplyFailure {
                 object: "DaemonSet ns/storageos-daemonset".into(),
                 reason: "403 Forbidden: denied by policy".into(),
+                condition: "ApplyFailed",
             },
             ApplyFailure {
                 object: "Service ns/storageos".into(),
                 reason: "422 Invalid: duplicate port".into(),
+                condition: "ApplyFailed",
             },
         ];
         let m = apply_failed_message(&failures, 40);

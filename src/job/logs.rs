@@ -59,25 +59,18 @@ impl LogCursor {
         }
         let mut lines: Vec<&str> = chunk.split('\n').collect();
         // The element after the last newline is empty, or a line still being written/cut off.
-        if let Some(last) = lines.pop()
-            && !truncated
-            && !last.is_empty()
-        {
-            lines.push(last);
+        let mut cut = None;
+        if let Some(last) = lines.pop() {
+            match truncated {
+                false if !last.is_empty() => lines.push(last),
+                true => cut = Some(last),
+                false => {}
+            }
         }
         let mut skipped_at_last = 0;
+        let mut progressed = false;
         for raw in lines {
-            let line = raw.strip_suffix('\r').unwrap_or(raw);
-            let (ts, content) = match line.split_once(' ') {
-                Some((ts, content)) => match ts.parse::<Timestamp>() {
-                    Ok(ts) => (Some(ts), content),
-                    Err(_) => (None, line),
-                },
-                None => match line.parse::<Timestamp>() {
-                    Ok(ts) => (Some(ts), ""),
-                    Err(_) => (None, line),
-                },
-            };
+            let (ts, content) = split_line(raw);
             match (ts, self.last) {
                 (Some(ts), Some(last)) if ts < last => continue,
                 (Some(ts), Some(last)) if ts == last => {
@@ -96,12 +89,47 @@ impl LogCursor {
                 // A line without a timestamp cannot move the cursor; it is only checked.
                 (None, _) => {}
             }
+            progressed = true;
             if contains_token(content, word) {
                 self.finished = true;
                 return true;
             }
         }
+        if let Some(cut) = cut.filter(|_| !progressed) {
+            // Nothing new fit in the byte limit: one line (or one second of output) is longer
+            // than a whole read, and every read from this second would return the same bytes.
+            // Check what arrived of it (without its last, possibly cut, token), then move on
+            // to the next second; the rest of this second is not read.
+            let (ts, content) = split_line(cut);
+            let whole = content.rsplit_once(char::is_whitespace).map_or("", |(w, _)| w);
+            if contains_token(whole, word) {
+                self.finished = true;
+                return true;
+            }
+            if let Some(next) = ts
+                .or(self.last)
+                .and_then(|t| Timestamp::from_second(t.as_second() + 1).ok())
+            {
+                self.last = Some(next);
+                self.seen_at_last = 0;
+            }
+        }
         false
+    }
+}
+
+/// A log line read with `timestamps=true`: its timestamp, if it has one, and its content.
+fn split_line(raw: &str) -> (Option<Timestamp>, &str) {
+    let line = raw.strip_suffix('\r').unwrap_or(raw);
+    match line.split_once(' ') {
+        Some((ts, content)) => match ts.parse::<Timestamp>() {
+            Ok(ts) => (Some(ts), content),
+            Err(_) => (None, line),
+        },
+        None => match line.parse::<Timestamp>() {
+            Ok(ts) => (Some(ts), ""),
+            Err(_) => (None, line),
+        },
     }
 }
 
@@ -186,6 +214,27 @@ mod tests {
         assert!(!c.feed(&format!("{T1} a\n{T2} do"), "done", true));
         assert_eq!(c.last, Some(T1.parse().unwrap()));
         assert!(c.feed(&format!("{T1} a\n{T2} done\n"), "done", false));
+    }
+
+    #[test]
+    fn l5_a_line_longer_than_a_read_never_stalls_the_cursor() {
+        let mut c = LogCursor::default();
+        let long = format!("{T1} {}", "x".repeat(2 << 20));
+        // Each read returns the first MiB of the long line only.
+        let first = &long[..READ_LIMIT_BYTES as usize];
+        assert!(!c.feed(first, "done", true));
+        let since = c.since().unwrap();
+        assert!(
+            since > T1.parse::<Timestamp>().unwrap(),
+            "the cursor must move past the long line"
+        );
+        // The next read starts after it and finds the word.
+        assert!(c.feed(&format!("{T3} done\n"), "done", false));
+        // The word inside a cut line counts only as a whole token before the cut.
+        let mut c = LogCursor::default();
+        assert!(c.feed(&format!("{T1} cleaning done {}", "y".repeat(64)), "done", true));
+        let mut c = LogCursor::default();
+        assert!(!c.feed(&format!("{T1} cleaning do"), "done", true));
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! An idle cluster must cost nothing, so an object is only re-applied when what we want changed
 //! or the live object changed under us (its `generation` for objects that have one, so that
 //! status updates by other controllers do not trigger writes; its `resourceVersion` otherwise).
+//!
+//! Only objects of ours are ever taken over, replaced or deleted ([`is_ours`]): an object that
+//! exists already must carry `app.kubernetes.io/managed-by=storageos-operator` (which the Go
+//! operator set too) or have been written by our field manager before we force-apply over it or
+//! replace it; pruning needs our field manager. A user's StorageClass `fast`, or a copy of one
+//! of our objects made with `kubectl`, is never touched.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -25,6 +31,12 @@ pub enum Error {
     /// A rendered object lacks apiVersion, kind or name (a template bug).
     #[error("rendered object is missing {0}; this is a bug in the templates")]
     Malformed(&'static str),
+    /// The object exists but is not ours: it is left alone.
+    #[error(
+        "{0} exists and was not created by the StorageOS operator; it is left alone: delete or rename it, \
+         or label it app.kubernetes.io/managed-by=storageos-operator to let the operator take it over"
+    )]
+    Foreign(ObjectKey),
     /// The apiserver refused a request.
     #[error("{verb} {kind} {name}: {source}")]
     Kube {
@@ -45,9 +57,36 @@ impl Error {
                 kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
                 other => other.to_string(),
             },
-            Self::Malformed(_) => self.to_string(),
+            _ => self.to_string(),
         }
     }
+
+    /// The condition reason a reconciler reports for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Foreign(_) => "ForeignObject",
+            _ => "ApplyFailed",
+        }
+    }
+}
+
+/// Whether our field manager ever wrote the object.
+pub fn written_by_us(meta: &ObjectMeta) -> bool {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER))
+}
+
+/// Whether the object may be taken over by a forced apply: written by us, or labelled as managed
+/// by this operator (also by the Go operator, whose objects are adopted).
+pub fn is_ours(meta: &ObjectMeta) -> bool {
+    written_by_us(meta)
+        || meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::render::labels::MANAGED_BY.0))
+            .is_some_and(|v| v == crate::render::labels::MANAGED_BY.1)
 }
 
 /// Identity of one object.
@@ -93,6 +132,10 @@ impl ObjectKey {
 /// describe how new volumes are made, so existing volumes and pods are unaffected.
 pub const REPLACEABLE_KINDS: &[&str] = &["StorageClass", "CSIDriver"];
 
+/// Kinds applied without the ownership check: the operand Namespace often exists already (it is
+/// `kube-system` by default); applying only adds our labels to it, and it is never pruned.
+pub const SHARED_KINDS: &[&str] = &["Namespace"];
+
 fn is_immutable_rejection(s: &kube::core::Status) -> bool {
     s.code == 422 && s.message.contains("field is immutable")
 }
@@ -119,6 +162,17 @@ pub struct Applier {
     client: Client,
     /// (desired hash, live marker) of the last successful apply of each object.
     applied: Mutex<HashMap<ObjectKey, (u64, String)>>,
+}
+
+/// Background deletion of exactly the object `meta` describes.
+fn only(meta: &ObjectMeta) -> DeleteParams {
+    DeleteParams {
+        preconditions: meta.uid.clone().map(|uid| kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    }
 }
 
 fn hash_of(v: &Value) -> u64 {
@@ -191,12 +245,21 @@ impl Applier {
             source: Box::new(source),
         };
 
-        if let Some((last_hash, last_marker)) = self.remembered(&key)
-            && last_hash == hash
-        {
-            let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
-            if live.is_some_and(|l| live_marker(&l.metadata) == last_marker) {
-                return Ok((key, Outcome::Unchanged));
+        match self.remembered(&key) {
+            Some((last_hash, last_marker)) if last_hash == hash => {
+                let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
+                if live.is_some_and(|l| live_marker(&l.metadata) == last_marker) {
+                    return Ok((key, Outcome::Unchanged));
+                }
+            }
+            Some(_) => {}
+            None if SHARED_KINDS.contains(&key.kind.as_str()) => {}
+            None => {
+                // Not applied by this process yet: never force-apply over someone else's object.
+                let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
+                if live.is_some_and(|l| !is_ours(&l.metadata)) {
+                    return Err(Error::Foreign(key));
+                }
             }
         }
         let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -205,10 +268,15 @@ impl Applier {
             Err(kube::Error::Api(s))
                 if is_immutable_rejection(&s) && REPLACEABLE_KINDS.contains(&key.kind.as_str()) =>
             {
-                // Immutable fields of a template-like object changed: replace it. Never done
-                // for workloads, whose replacement would restart storage.
+                // Immutable fields of a template-like object changed: replace it, if it is ours
+                // (only that very object). Never done for workloads, whose replacement would
+                // restart storage.
+                let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
+                let Some(live) = live.filter(|l| is_ours(&l.metadata)) else {
+                    return Err(Error::Foreign(key));
+                };
                 tracing::warn!(object = %key, "immutable fields changed; deleting and recreating");
-                api.delete(&key.name, &DeleteParams::background())
+                api.delete(&key.name, &only(&live.metadata))
                     .await
                     .map_err(|e| kube_err("delete", e))?;
                 for _ in 0..100 {
@@ -251,7 +319,9 @@ impl Applier {
         Ok(deleted)
     }
 
-    /// Every object of `kinds` matching `selector`, in all namespaces.
+    /// Every object of `kinds` matching `selector`, in all namespaces, that our field manager
+    /// wrote: an object someone else made with the same labels is never listed (so never pruned
+    /// or finalized).
     pub async fn list(&self, kinds: &[PruneKind], selector: &str) -> Result<Vec<ObjectKey>, Error> {
         let mut out = Vec::new();
         for k in kinds {
@@ -275,7 +345,7 @@ impl Applier {
                     });
                 }
             };
-            for item in list.items {
+            for item in list.items.into_iter().filter(|i| written_by_us(&i.metadata)) {
                 out.push(ObjectKey {
                     api_version: k.api_version.into(),
                     kind: k.kind.into(),
@@ -291,12 +361,43 @@ impl Applier {
         Ok(out)
     }
 
+    /// Deletes one object if it is ours ([`written_by_us`]), only that very object (a UID
+    /// precondition); a missing object counts as deleted, a foreign one is left alone
+    /// (`Ok(false)`).
+    pub async fn delete_ours(&self, key: &ObjectKey) -> Result<bool, Error> {
+        let api = self.api(key);
+        let live = match api.get_metadata_opt(&key.name).await {
+            Ok(live) => live,
+            Err(source) => {
+                return Err(Error::Kube {
+                    verb: "get",
+                    kind: key.kind.clone(),
+                    name: key.name.clone(),
+                    source: Box::new(source),
+                });
+            }
+        };
+        match live {
+            None => Ok(true),
+            Some(l) if !written_by_us(&l.metadata) => {
+                tracing::warn!(object = %key, "not deleting an object the operator did not write");
+                Ok(false)
+            }
+            Some(l) => self.delete_with(key, &only(&l.metadata)).await.map(|()| true),
+        }
+    }
+
     /// Deletes one object (foreground for workloads is not needed: their pods are garbage
     /// collected). A missing object counts as deleted.
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), Error> {
-        match self.api(key).delete(&key.name, &DeleteParams::background()).await {
+        self.delete_with(key, &DeleteParams::background()).await
+    }
+
+    async fn delete_with(&self, key: &ObjectKey, params: &DeleteParams) -> Result<(), Error> {
+        match self.api(key).delete(&key.name, params).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // Gone, or replaced by another object of the same name since it was read.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(source) => {
                 return Err(Error::Kube {
                     verb: "delete",

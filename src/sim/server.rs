@@ -54,6 +54,9 @@ fn ok<T: Serialize>(value: &T) -> Answer {
     Ok(json(StatusCode::OK, value))
 }
 
+/// Request bodies larger than this are not kept in the request log.
+pub const MAX_LOGGED_BODY: usize = 4096;
+
 /// Parses a JSON body; an empty body reads as all fields missing.
 pub(crate) fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -163,8 +166,9 @@ async fn api_layer(AxState(sh): Sh, req: Request, next: Next) -> Response {
             }
         }
     };
-    // Login and refresh bodies carry credentials: never keep them.
-    let logged_body = if path.starts_with("/v2/auth/") {
+    // Login and refresh bodies carry credentials: never keep them. Nor large ones: the log
+    // holds up to 10,000 requests, which must not grow to gigabytes.
+    let logged_body = if path.starts_with("/v2/auth/") || bytes.len() > MAX_LOGGED_BODY {
         None
     } else {
         serde_json::from_slice(&bytes).ok()

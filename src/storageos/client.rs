@@ -22,6 +22,9 @@ pub const DEFAULT_PORT: u16 = 5705;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Login timeout of the Go clients.
 pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// The largest response body read by default (64 MiB: a volume list of a large cluster fits
+/// many times over).
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// How to reach and authenticate to StorageOS.
 #[derive(Debug, Clone)]
@@ -36,6 +39,8 @@ pub struct Config {
     pub login_timeout: Duration,
     /// Sent on every request, so StorageOS logs name the caller.
     pub user_agent: String,
+    /// Responses longer than this are refused (default [`MAX_RESPONSE_BYTES`]).
+    pub max_response_bytes: usize,
 }
 
 impl Config {
@@ -50,6 +55,7 @@ impl Config {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             login_timeout: DEFAULT_LOGIN_TIMEOUT,
             user_agent: crate::runtime::identity::user_agent(None),
+            max_response_bytes: MAX_RESPONSE_BYTES,
         }
     }
 
@@ -138,6 +144,7 @@ struct Inner {
     login_lock: tokio::sync::Mutex<()>,
     request_timeout: Duration,
     login_timeout: Duration,
+    max_response_bytes: usize,
     metrics: Option<ApiMetrics>,
 }
 
@@ -175,6 +182,7 @@ impl Client {
                 login_lock: tokio::sync::Mutex::new(()),
                 request_timeout: config.request_timeout,
                 login_timeout: config.login_timeout,
+                max_response_bytes: config.max_response_bytes,
                 metrics,
             }),
         })
@@ -344,12 +352,21 @@ impl Client {
             m.in_flight.inc();
             InFlight(m)
         });
+        let limit = self.inner.max_response_bytes;
         let result = async {
-            let resp = req.send().await?;
+            let mut resp = req.send().await?;
             let status = resp.status();
             let headers = resp.headers().clone();
-            let body = resp.bytes().await?;
-            Ok::<_, reqwest::Error>((status, headers, body.to_vec()))
+            // Read at most `max_response_bytes`: a broken or hostile endpoint cannot make the
+            // process buffer without bound.
+            let mut body = Vec::new();
+            while let Some(chunk) = resp.chunk().await? {
+                if body.len() + chunk.len() > limit {
+                    return Ok((status, headers, None));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, reqwest::Error>((status, headers, Some(body)))
         }
         .await;
         drop(in_flight);
@@ -371,6 +388,13 @@ impl Client {
         if let Some(m) = &self.inner.metrics {
             m.observe(&method, status.as_u16(), started.elapsed().as_secs_f64());
         }
+        let Some(body) = body else {
+            return Err(Error::TooLarge {
+                method: method.to_string(),
+                path,
+                limit,
+            });
+        };
         if status.as_u16() >= 400 {
             let message = serde_json::from_slice::<ErrorBody>(&body)
                 .ok()

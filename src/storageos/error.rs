@@ -86,6 +86,9 @@ pub enum Error {
         path: String,
         message: String,
     },
+    /// The answer was larger than the client reads (`limit` bytes).
+    #[error("StorageOS answered {method} {path} with more than {limit} bytes; refusing to read it")]
+    TooLarge { method: String, path: String, limit: usize },
     /// No answer within the timeout.
     #[error("StorageOS did not answer {method} {path} within {timeout:?}; check that the API is up and reachable")]
     Timeout {

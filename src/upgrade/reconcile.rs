@@ -367,7 +367,9 @@ async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) 
                 .apply(&value, owner.as_ref().map(|o| (o, ns.as_str())))
                 .await?;
         }
-        Act::DeletePuller => ctx.applier.delete(&puller_key(up)).await?,
+        Act::DeletePuller => {
+            ctx.applier.delete_ours(&puller_key(up)).await?;
+        }
         Act::Pause => set_paused_by(ctx, &cluster, Some(&up.name_any()), None).await?,
         Act::ScaleDown(app) => apps::scale_down(client, app).await?,
         Act::ScaleUp(app) => apps::restore(client, app).await?,
@@ -433,7 +435,7 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
         tracing::info!(upgrade = %key(up), cluster = %cluster.name_any(), "un-pausing the cluster");
         set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
     }
-    ctx.applier.delete(&puller_key(up)).await?;
+    ctx.applier.delete_ours(&puller_key(up)).await?;
     let finalizers: Vec<String> = up.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": up.resource_version()}});
     api.patch(&up.name_any(), &patch_params(), &Patch::Merge(&patch))
