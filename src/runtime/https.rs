@@ -33,9 +33,13 @@ use tokio_rustls::TlsAcceptor;
 pub struct Limits {
     /// The TLS handshake must finish within this.
     pub handshake: Duration,
-    /// Each request's headers must arrive within this (HTTP/1), and a connection on which
-    /// nothing arrives for this long is closed.
+    /// Each request's headers must arrive within this (HTTP/1), and a new connection that
+    /// sends nothing for this long is closed.
     pub headers: Duration,
+    /// A connection that served requests and then sends nothing for this long is closed. Longer
+    /// than the apiserver's own idle timeout (90 s), so that the client, not the server, closes
+    /// an idle connection: a request racing the server's close would fail.
+    pub idle: Duration,
     /// A connection is closed after this long, whatever it does (the client reconnects).
     pub lifetime: Duration,
     /// Connections served at once; further ones wait in the listen backlog.
@@ -47,6 +51,7 @@ impl Default for Limits {
         Self {
             handshake: Duration::from_secs(10),
             headers: Duration::from_secs(10),
+            idle: Duration::from_secs(120),
             lifetime: Duration::from_secs(300),
             connections: 1024,
         }
@@ -123,23 +128,28 @@ fn server_config(certs: CertSlot) -> Result<ServerConfig, Error> {
     Ok(config)
 }
 
-/// A connection whose reads fail once nothing has arrived for `idle`: hyper's own header
-/// timeout only starts with the first byte of a request, so a client that never sends one
-/// would hold its slot until the connection's lifetime ends.
+/// A connection whose reads fail once nothing has arrived for `first` (before anything was
+/// read) or `idle` (afterwards): hyper's own header timeout only starts with the first byte of
+/// a request, so a client that never sends one would hold its slot until the connection's
+/// lifetime ends.
 struct IdleTimeout<S> {
     inner: S,
+    first: Duration,
     idle: Duration,
     deadline: Pin<Box<tokio::time::Sleep>>,
     waiting: bool,
+    has_read: bool,
 }
 
 impl<S> IdleTimeout<S> {
-    fn new(inner: S, idle: Duration) -> Self {
+    fn new(inner: S, first: Duration, idle: Duration) -> Self {
         Self {
             inner,
+            first,
             idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
+            deadline: Box::pin(tokio::time::sleep(first)),
             waiting: false,
+            has_read: false,
         }
     }
 }
@@ -150,12 +160,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
                 this.waiting = false;
+                this.has_read = true;
                 Poll::Ready(r)
             }
             Poll::Pending => {
                 if !this.waiting {
                     this.waiting = true;
-                    let at = tokio::time::Instant::now() + this.idle;
+                    let wait = if this.has_read { this.idle } else { this.first };
+                    let at = tokio::time::Instant::now() + wait;
                     this.deadline.as_mut().reset(at);
                 }
                 match this.deadline.as_mut().poll(cx) {
@@ -250,7 +262,7 @@ pub async fn serve_with(
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.headers);
             builder.http2().timer(TokioTimer::new()).max_concurrent_streams(64);
-            let io = TokioIo::new(IdleTimeout::new(tls, limits.headers));
+            let io = TokioIo::new(IdleTimeout::new(tls, limits.headers, limits.idle));
             let serving = builder.serve_connection(io, service);
             tokio::pin!(serving);
             let ended = tokio::select! {
@@ -302,6 +314,7 @@ mod tests {
         let limits = Limits {
             handshake: Duration::from_millis(300),
             headers: Duration::from_millis(300),
+            idle: Duration::from_secs(60),
             lifetime: Duration::from_secs(60),
             connections: 8,
         };
