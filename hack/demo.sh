@@ -24,7 +24,8 @@ METRICS_ADDR=${DEMO_METRICS_ADDR:-127.0.0.1:18080}
 API_MANAGER_METRICS_ADDR=${DEMO_API_MANAGER_METRICS_ADDR:-127.0.0.1:18081}
 WEBHOOK_ADDR=${DEMO_WEBHOOK_ADDR:-127.0.0.1:19443}
 KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
-BIN=$ROOT/target/debug/storageos-operator
+# STORAGEOS_OPERATOR_BIN runs another build (for example target/release/storageos-operator).
+BIN=${STORAGEOS_OPERATOR_BIN:-$ROOT/target/debug/storageos-operator}
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 

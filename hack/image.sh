@@ -41,7 +41,7 @@ strip "$ROOTFS/usr/local/bin/storageos-operator" 2>/dev/null || true
 
 say "collecting shared libraries"
 # Every library the binary needs, and the dynamic loader, at their own paths.
-ldd "$BIN_SRC" | awk '/=> \//{print $3} /^\s*\//{print $1}' | sort -u | while read -r lib; do
+ldd "$BIN_SRC" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
   mkdir -p "$ROOTFS$(dirname "$lib")"
   cp -L "$lib" "$ROOTFS$lib"
 done

@@ -125,13 +125,21 @@ async fn one_rejected_object_leaves_the_others_applied_and_nothing_pruned() {
     })
     .await;
 
-    // A stale object of the cluster, which a clean pass would prune.
-    let stale: ConfigMap = from_json(json!({
+    // A stale object of the cluster, which a clean pass would prune: applied earlier by the
+    // operator (its field manager), as only objects the operator wrote are ever pruned.
+    let stale = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "stale", "labels": labels::pruning("storageos", &ns.name)},
         "data": {"k": "v"}
-    }));
+    });
     let cms = ns.api::<ConfigMap>();
-    cms.create(&PostParams::default(), &stale).await.unwrap();
+    cms.patch(
+        "stale",
+        &kube::api::PatchParams::apply(storageos_operator::runtime::apply::FIELD_MANAGER),
+        &kube::api::Patch::Apply(&stale),
+    )
+    .await
+    .unwrap();
 
     let secret: Secret = from_json(json!({
         "metadata": {"name": "storageos-api", "namespace": ns.name},

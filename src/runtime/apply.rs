@@ -78,10 +78,25 @@ pub fn written_by_us(meta: &ObjectMeta) -> bool {
         .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER))
 }
 
-/// Whether the object may be taken over by a forced apply: written by us, or labelled as managed
-/// by this operator (also by the Go operator, whose objects are adopted).
+/// Field manager of the Go operator v2.4.2 (a controller-runtime client's plain creates), whose
+/// objects are adopted (docs/adoption.md).
+pub const GO_FIELD_MANAGER: &str = "cluster-operator";
+
+/// The StorageOS CSI driver's name: a CSIDriver of that name belongs to StorageOS whoever
+/// created it (the Go operator created it without labels).
+const STORAGEOS_CSI_DRIVER: &str = "csi.storageos.com";
+
+/// Whether the object may be taken over by a forced apply: written by us or by the Go operator,
+/// labelled as managed by this operator (as the Go operator labelled most children), or the
+/// StorageOS CSIDriver.
 pub fn is_ours(meta: &ObjectMeta) -> bool {
     written_by_us(meta)
+        || meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|f| f.manager.as_deref() == Some(GO_FIELD_MANAGER))
+        || meta.name.as_deref() == Some(STORAGEOS_CSI_DRIVER)
         || meta
             .labels
             .as_ref()

@@ -447,8 +447,8 @@ impl Drop for ClusterObjects {
 /// maintenance left by a killed run, and logs.
 pub async fn exclusive() -> ClusterLock {
     let lock = cluster_lock();
-    // As where the api-manager runs: without the CRD, maintenance cannot be read and the
-    // controllers hold back their deletes.
+    // As where the api-manager runs: the StorageOSCluster CRD is installed, so maintenance is
+    // read from real objects (without it, every read would mean "no upgrade").
     install_crds(&client().await).await;
     no_maintenance().await;
     logs();
