@@ -412,3 +412,16 @@ fn m6_the_pod_mutator_skips_system_namespaces_and_pods_without_pvcs() {
     assert_eq!(selector(plain)["values"], selector(encrypted)["values"]);
     assert_eq!(plain["clientConfig"], encrypted["clientConfig"]);
 }
+
+#[test]
+fn our_api_manager_has_health_probes_and_the_go_image_none() {
+    let probes = |objs: &[Value]| {
+        let c = pod_spec(get(objs, "Deployment", "storageos-api-manager"))["containers"][0].clone();
+        (
+            c["livenessProbe"]["httpGet"]["path"].clone(),
+            c["readinessProbe"]["httpGet"]["path"].clone(),
+        )
+    };
+    assert_eq!(probes(&objects("defaults")), (json!("/healthz"), json!("/readyz")));
+    assert_eq!(probes(&objects("go-api-manager")), (Value::Null, Value::Null));
+}

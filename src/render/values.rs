@@ -230,6 +230,10 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             "args": am_args,
             "affinity": api_manager_affinity,
             "podSecurityContext": restricted_pod_security(openshift),
+            // Our api-manager serves /healthz and /readyz (ready once logged in to StorageOS and
+            // serving webhooks with its certificate) on the metrics port; the Go image's probe
+            // endpoints differ, so it keeps none.
+            "probes": !is_go_api_manager(&images.api_manager_container),
         },
         "scheduler": {
             "enabled": !r.disable_scheduler,
