@@ -159,7 +159,7 @@ async fn node_labels_sync_compute_only_and_unreserved_labels() {
         classes: vec![],
     };
     // The StorageOS node already holds a reserved label: later unreserved updates must carry it
-    // (regression for the Go payload bug, research §11.1).
+    // (regression for the Go payload bug, docs/api-manager.md).
     sim.add_node_with(NodeSeed {
         name: name.clone(),
         labels: labels(&[("storageos.com/computeonly", "true"), ("stale", "x")]),
@@ -562,7 +562,7 @@ async fn pvc_label_resync_matches_pv_names_and_skips_a_changed_class() {
     add_storage_nodes(&sim);
     storage_class(&client, &class).await;
     // Made before the controller runs: the PVC name differs from the PV name, which the Go
-    // resync confused (research §11.2).
+    // resync confused (docs/api-manager.md).
     bound_pvc(&ns, &sim, &class, "db", &pv1, json!({"tier": "gold"}), json!({})).await;
     // Annotated with another class's UID, as if the class had been recreated.
     let mismatch = json!({"storageos.com/storageclass": "0000-not-the-class"});

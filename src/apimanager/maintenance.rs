@@ -1,6 +1,6 @@
 //! Maintenance mode: while a `StorageOSUpgrade` runs, fencing and node delete must not act.
 //!
-//! The StorageOS v2 API has no maintenance endpoint (research/storageos-api.md §2), so the signal
+//! The StorageOS v2 API has no maintenance endpoint (docs/api-manager.md), so the signal
 //! lives in Kubernetes: the upgrade controller annotates the StorageOSCluster it pauses with
 //! `storageos.com/paused-by-upgrade=<upgrade>`. Any cluster carrying it means "in maintenance".
 //! The check is a fresh list each time (rare, only before a destructive action), and a failed

@@ -1,4 +1,4 @@
-//! The api-manager's own metrics (research/api-manager.md §8): one duration and one outcome per
+//! The api-manager's own metrics (docs/api-manager.md): one duration and one outcome per
 //! StorageOS helper call, and the shared volume pass duration.
 //!
 //! The Go api-manager put the raw error string in the `error` label, so its cardinality was
@@ -103,7 +103,7 @@ impl ApiManagerMetrics {
             .inc();
     }
 
-    /// Runs one helper call named `function` (research §8 names: `list_nodes`, `delete_node`,
+    /// Runs one helper call named `function` (the Go names: `list_nodes`, `delete_node`,
     /// `ensure_replicas`, ...), recording its duration and outcome.
     pub async fn track<T>(
         &self,

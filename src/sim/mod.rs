@@ -1,5 +1,5 @@
 //! StorageOS control-plane API simulator: an in-memory, faithful subset of the v2 REST API
-//! (see `research/storageos-api.md` §8) for tests (in-process, through [`SimHandle`]) and demos
+//! (see docs/api-manager.md) for tests (in-process, through [`SimHandle`]) and demos
 //! (`storageos-operator simulate`, controlled over HTTP under `/_sim/`).
 
 mod control;

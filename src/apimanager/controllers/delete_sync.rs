@@ -13,7 +13,7 @@
 //! - Where maintenance applies (node delete), nothing is deleted while an upgrade runs; queued
 //!   deletes wait and say so once.
 //!
-//! The Go api-manager panicked on transport errors here (research §11.8); every StorageOS error
+//! The Go api-manager panicked on transport errors here (docs/api-manager.md); every StorageOS error
 //! is just a retry.
 
 use std::collections::{BTreeMap, HashSet};

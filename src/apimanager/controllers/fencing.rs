@@ -1,4 +1,4 @@
-//! The fencer (controller `fencer`, research/api-manager.md §3.2): when StorageOS reports a node
+//! The fencer (controller `fencer`, docs/api-manager.md): when StorageOS reports a node
 //! `offline`, pods on it that opted in (`storageos.com/fenced=true`) and use StorageOS volumes
 //! whose masters are all online elsewhere are deleted with grace period 0, with their
 //! VolumeAttachments on that node, so that a StatefulSet can start them on another node without
@@ -11,7 +11,7 @@
 //! - An episode retries every `-node-fencer-retry-interval` while pods remain to be fenced and
 //!   the node stays offline, for at most `-node-fencer-timeout`. At most `-node-fencer-workers`
 //!   nodes are worked on at once. Episodes are tasks owned by the controller: they end with it
-//!   (the Go fencer's actions outlived it, research §11.11).
+//!   (the Go fencer's actions outlived it).
 //! - Nothing is fenced while more than half of the StorageOS nodes are offline at once (a
 //!   partition or an API fault is likelier than half the cluster dying): running episodes stop,
 //!   the StorageOSCluster gets one `FencingHeld` event, `storageos_fencer_held_passes_total`

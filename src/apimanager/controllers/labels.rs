@@ -2,7 +2,7 @@
 //! reserved `storageos.com/` key means, the pure decision of what to write, failure sorting and
 //! the watch filter that turns label changes into reconciles.
 //!
-//! Fixes of the Go api-manager (research/api-manager.md §11): an invalid value is reported and
+//! Fixes of the Go api-manager (docs/api-manager.md): an invalid value is reported and
 //! leaves the current setting alone (Go reset replicas to 0 and compute-only to false);
 //! create-time-only keys are ignored instead of failing every sync; unknown reserved keys are
 //! reported, never retried.

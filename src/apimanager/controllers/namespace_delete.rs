@@ -1,5 +1,5 @@
 //! Namespace delete (controller `namespace-delete`): when a Kubernetes Namespace is deleted, the
-//! StorageOS namespace of the same name is deleted too (research/api-manager.md §3.4), and a
+//! StorageOS namespace of the same name is deleted too (docs/api-manager.md), and a
 //! periodic garbage collection deletes StorageOS namespaces that no Kubernetes Namespace is named
 //! after. StorageOS creates namespaces when volumes are provisioned and never removes them.
 //!

@@ -1,5 +1,5 @@
 //! Node delete (controller `node-delete`): when a Kubernetes Node that ran StorageOS is deleted,
-//! the StorageOS node of the same name is deleted too (research/api-manager.md §3.3), and a
+//! the StorageOS node of the same name is deleted too (docs/api-manager.md), and a
 //! periodic garbage collection deletes StorageOS nodes that no Kubernetes Node is named after.
 //!
 //! StorageOS refuses while the node is online (409), while its lock has not expired (423, about

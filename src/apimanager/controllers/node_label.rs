@@ -4,7 +4,7 @@
 //! `storageos.com/computeonly` goes through `PUT /nodes/{id}/compute-only` (missing = false,
 //! invalid = reported and unchanged); unreserved labels are sent as one set together with the
 //! node's current reserved labels (the Go api-manager sent only the unreserved ones, which the API
-//! rejects once a node holds a reserved label, research §11.1); other `storageos.com/` keys are
+//! rejects once a node holds a reserved label, docs/api-manager.md); other `storageos.com/` keys are
 //! reported, never sent. A node StorageOS does not know is left alone.
 //!
 //! Only nodes whose CSI annotation names StorageOS are synced: before the StorageOS CSI node

@@ -5,7 +5,7 @@
 //! `storageos.com/replicas` and `storageos.com/failure-mode` go through their own endpoints,
 //! only when they differ (invalid values are reported and change nothing); create-time-only keys
 //! (nocache, nocompress, encryption, topology) are ignored, not retried forever as in Go
-//! (research §11.3); unreserved labels are sent as one set with the volume's reserved labels.
+//! (docs/api-manager.md); unreserved labels are sent as one set with the volume's reserved labels.
 //!
 //! The StorageClass must be the one the volume was made from: the PVC annotation
 //! `storageos.com/storageclass` holds its UID. On a mismatch the PVC is skipped with an event
@@ -13,7 +13,7 @@
 //! recorded there, a newer one means skip.
 //!
 //! The resync loop lists StorageOS namespaces and volumes once per pass, matches them by PVC
-//! namespace and PV name (Go used the PVC name and could never match, §11.2), compares only the
+//! namespace and PV name (Go used the PVC name and could never match, docs/api-manager.md), compares only the
 //! settings this controller manages and reconciles only the PVCs that differ.
 
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! is told to stop as soon as the node is seen in any other state (`unknown` is never fenced).
 //! A node that stays offline is not fenced again until `-node-expiry-interval` after its episode
 //! started (the Go fencer's cache expiry), so a busy node list does not re-fence constantly
-//! (research §11.17: the Go cache compared whole objects, capacity included).
+//! (the Go cache compared whole objects, capacity included).
 
 use std::collections::HashMap;
 use std::time::Duration;
