@@ -21,8 +21,7 @@ use super::status::phase;
 use crate::crd::StorageOSCluster;
 use crate::runtime::conditions;
 
-/// The CSI driver name of StorageOS volumes.
-pub const CSI_DRIVER: &str = "csi.storageos.com";
+pub use crate::storageos::CSI_DRIVER;
 
 /// Whether `pv` is a StorageOS volume (provisioned by its CSI driver).
 pub fn is_storageos_volume(pv: &PersistentVolume) -> bool {

@@ -259,23 +259,19 @@ impl Install {
     /// Every object as JSON (with apiVersion and kind), in apply order: the namespace, then
     /// identity and RBAC, then the workload.
     pub fn objects(&self) -> Vec<Value> {
-        fn with_kind<K: kube::Resource<DynamicType = ()> + serde::Serialize>(o: &K) -> Value {
-            let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
-            if let Some(map) = v.as_object_mut() {
-                map.insert("apiVersion".into(), K::api_version(&()).into());
-                map.insert("kind".into(), K::kind(&()).into());
-            }
-            v
+        // k8s-openapi serialises apiVersion and kind with every top-level object.
+        fn value<K: serde::Serialize>(o: &K) -> Value {
+            serde_json::to_value(o).unwrap_or(Value::Null)
         }
         vec![
-            with_kind(&self.namespace),
-            with_kind(&self.service_account),
-            with_kind(&self.cluster_role),
-            with_kind(&self.cluster_role_binding),
-            with_kind(&self.role),
-            with_kind(&self.role_binding),
-            with_kind(&self.deployment),
-            with_kind(&self.service),
+            value(&self.namespace),
+            value(&self.service_account),
+            value(&self.cluster_role),
+            value(&self.cluster_role_binding),
+            value(&self.role),
+            value(&self.role_binding),
+            value(&self.deployment),
+            value(&self.service),
         ]
     }
 }

@@ -82,10 +82,6 @@ pub fn written_by_us(meta: &ObjectMeta) -> bool {
 /// objects are adopted (docs/adoption.md).
 pub const GO_FIELD_MANAGER: &str = "cluster-operator";
 
-/// The StorageOS CSI driver's name: a CSIDriver of that name belongs to StorageOS whoever
-/// created it (the Go operator created it without labels).
-const STORAGEOS_CSI_DRIVER: &str = "csi.storageos.com";
-
 /// Whether the object may be taken over by a forced apply: written by us or by the Go operator,
 /// labelled as managed by this operator (as the Go operator labelled most children), or the
 /// StorageOS CSIDriver.
@@ -96,7 +92,9 @@ pub fn is_ours(meta: &ObjectMeta) -> bool {
             .iter()
             .flatten()
             .any(|f| f.manager.as_deref() == Some(GO_FIELD_MANAGER))
-        || meta.name.as_deref() == Some(STORAGEOS_CSI_DRIVER)
+        // A CSIDriver named after the StorageOS driver belongs to StorageOS whoever created it
+        // (the Go operator created it without labels).
+        || meta.name.as_deref() == Some(crate::storageos::CSI_DRIVER)
         || meta
             .labels
             .as_ref()

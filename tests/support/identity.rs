@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -199,13 +199,6 @@ pub async fn api_manager_kubeconfig(dir: &Path, webhook_config: &str) -> PathBuf
 pub async fn api_manager_client_for(webhook_config: &str) -> Client {
     install_api_manager_rbac_for(&client().await, webhook_config).await;
     client_as(API_MANAGER).await
-}
-
-/// Deletes a Namespace (helper for tests that made their own identities).
-pub async fn delete_namespace(admin: &Client, name: &str) {
-    let _ = Api::<Namespace>::all(admin.clone())
-        .delete(name, &Default::default())
-        .await;
 }
 
 /// Creates (or replaces the rules of) a ClusterRole.
