@@ -167,18 +167,16 @@ async fn report(cluster: &StorageOSCluster, ctx: &Context, e: &Error) {
     }
 }
 
-async fn reconcile_steps(cluster: &Arc<StorageOSCluster>, ctx: &Arc<Context>) -> Result<Action, Error> {
-    let ctx = ctx.clone();
-    let cluster = cluster.clone();
+async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let all = Api::<StorageOSCluster>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await?;
-    let is_active = active(&all.items).is_some_and(|a| same(a, &cluster));
+    let is_active = active(&all.items).is_some_and(|a| same(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {
-        return finalize::finalize(&cluster, is_active, &ctx).await;
+        return finalize::finalize(cluster, is_active, ctx).await;
     }
     if !cluster.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = cluster.finalizers().to_vec();
@@ -190,13 +188,13 @@ async fn reconcile_steps(cluster: &Arc<StorageOSCluster>, ctx: &Arc<Context>) ->
         return Ok(Action::await_change());
     }
     if !is_active {
-        return pending(&cluster, &api, &ctx).await;
+        return pending(cluster, &api, ctx).await;
     }
     if cluster.spec.pause == Some(true) || cluster.annotations().contains_key(PAUSED_BY_ANNOTATION) {
         tracing::info!(cluster = %cluster.name_any(), "paused; not reconciling");
         return Ok(Action::await_change());
     }
-    deploy(&cluster, &api, &ctx).await
+    deploy(cluster, &api, ctx).await
 }
 
 /// Marks a cluster that is not the active one, once, and checks back for a takeover.
