@@ -208,6 +208,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         namespace: namespace.clone(),
         reconcile_metrics,
         metrics: helper_metrics.clone(),
+        storageos_state: Default::default(),
     });
     let controllers = lead(ctx);
     tokio::pin!(controllers);

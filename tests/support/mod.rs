@@ -280,6 +280,7 @@ pub async fn api_manager_context_as(
         namespace: "default".into(),
         reconcile_metrics: ReconcileMetrics::register(&mut registry),
         metrics: ApiManagerMetrics::register(&mut registry),
+        storageos_state: Default::default(),
     })
 }
 

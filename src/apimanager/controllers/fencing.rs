@@ -5,8 +5,9 @@
 //! waiting for the lost node. A pod with any volume not known to be healthy is left alone (the
 //! node may hold the only copy of its data) and gets a warning event saying why.
 //!
-//! - StorageOS nodes are polled every `-node-poll-interval` (at least 5 s). A node that goes
-//!   offline starts one *episode* ([`episodes`]); `unknown` is never fenced, and a node without a
+//! - StorageOS nodes come from the shared poll (`-node-poll-interval`, at least 5 s,
+//!   [`storageos_state`]); each new node list is looked at at once. A node that goes offline
+//!   starts one *episode* ([`episodes`]); `unknown` is never fenced, and a node without a
 //!   Kubernetes Node of its name is left alone.
 //! - An episode retries every `-node-fencer-retry-interval` while pods remain to be fenced and
 //!   the node stays offline, for at most `-node-fencer-timeout`. At most `-node-fencer-workers`
@@ -39,6 +40,7 @@ use tokio::time::Instant;
 
 use super::Context;
 use crate::apimanager::maintenance::Maintenance;
+use crate::apimanager::storageos_state;
 use crate::crd::StorageOSCluster;
 use crate::runtime::controller::Kit;
 use crate::storageos::models::{Namespace, Volume};
@@ -68,39 +70,37 @@ pub async fn run(ctx: Arc<Context>) {
     let mut episodes = Episodes::new(ctx.args.node_expiry_interval);
     let mut running: JoinSet<(String, u64)> = JoinSet::new();
     let mut held = false;
-    let mut tick = tokio::time::interval(ctx.args.node_poll());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                let nodes = match ctx.metrics.track("list_nodes", ctx.api.list_nodes()).await {
-                    Ok(nodes) => nodes,
-                    Err(e) => {
-                        tracing::warn!(controller = CONTROLLER, error = %e, "cannot list StorageOS nodes; trying again at the next poll");
+    let mut nodes = ctx.storageos_state.nodes();
+    let work = async {
+        loop {
+            tokio::select! {
+                snapshot = storageos_state::next(&mut nodes) => {
+                    let Some(snapshot) = snapshot else { break };
+                    // A failed read says nothing about any node: nothing starts or stops.
+                    let Some(nodes) = snapshot.ok() else { continue };
+                    if let Some((offline, total)) = episodes::too_many_offline(nodes) {
+                        ctx.metrics.count_fencing_held();
+                        episodes.hold_all();
+                        if !held {
+                            held = true;
+                            announce_hold(&ctx, &kit, offline, total).await;
+                        }
                         continue;
                     }
-                };
-                if let Some((offline, total)) = episodes::too_many_offline(&nodes) {
-                    ctx.metrics.count_fencing_held();
-                    episodes.hold_all();
-                    if !held {
-                        held = true;
-                        announce_hold(&ctx, &kit, offline, total).await;
+                    held = false;
+                    for start in episodes.observe(nodes, Instant::now()) {
+                        tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
+                        running.spawn(episode(ctx.clone(), kit.clone(), workers.clone(), start));
                     }
-                    continue;
                 }
-                held = false;
-                for start in episodes.observe(&nodes, Instant::now()) {
-                    tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
-                    running.spawn(episode(ctx.clone(), kit.clone(), workers.clone(), start));
-                }
+                Some(ended) = running.join_next(), if !running.is_empty() => match ended {
+                    Ok((node, id)) => episodes.ended(&node, id),
+                    Err(e) => tracing::error!(controller = CONTROLLER, error = %e, "a fencing task failed"),
+                },
             }
-            Some(ended) = running.join_next(), if !running.is_empty() => match ended {
-                Ok((node, id)) => episodes.ended(&node, id),
-                Err(e) => tracing::error!(controller = CONTROLLER, error = %e, "a fencing task failed"),
-            },
         }
-    }
+    };
+    tokio::join!(ctx.storageos_state.drive(&ctx), work);
 }
 
 /// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are

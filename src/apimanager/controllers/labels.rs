@@ -521,7 +521,13 @@ pub async fn run<K, R, RF, E, P, PF>(
             let _ = queue.unbounded_send(obj);
         }
     };
-    tokio::join!(controller, periodic(schedule, pass));
+    // The resync reads StorageOS from the shared poll.
+    let polls = st.ctx.clone();
+    tokio::join!(
+        controller,
+        periodic(schedule, pass),
+        polls.storageos_state.drive(&polls)
+    );
 }
 
 #[cfg(test)]

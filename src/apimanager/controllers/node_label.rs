@@ -24,6 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 use super::labels::{self, Failures, LabelSync, NodePlan, plan_node, runs_storageos};
+use crate::apimanager::storageos_state;
 use crate::storageos;
 
 /// The controller's name in metrics, logs and events.
@@ -110,16 +111,17 @@ async fn apply(
         .map_err(|f| api_error(node, f))
 }
 
-/// One node list, then the Kubernetes nodes that run StorageOS (the same scope as [`sync`])
-/// whose StorageOS node differs.
+/// The next node list of the shared poll, then the Kubernetes nodes that run StorageOS (the
+/// same scope as [`sync`]) whose StorageOS node differs.
 async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<NodeMeta>>) -> Vec<ObjectRef<NodeMeta>> {
-    let ctx = &st.ctx;
-    let nodes = match ctx.metrics.track("list_nodes", ctx.api.list_nodes()).await {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::warn!(controller = NAME, error = %e, "node label resync cannot list StorageOS nodes; the next pass retries");
-            return Vec::new();
-        }
+    let mut polls = st.ctx.storageos_state.nodes();
+    let snapshot = storageos_state::next(&mut polls).await;
+    let Some(nodes) = snapshot.as_ref().and_then(|s| s.ok()) else {
+        tracing::warn!(
+            controller = NAME,
+            "node label resync cannot list StorageOS nodes; the next pass retries"
+        );
+        return Vec::new();
     };
     let by_name: HashMap<&str, &storageos::models::Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     cached

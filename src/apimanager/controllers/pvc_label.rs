@@ -12,7 +12,7 @@
 //! (remove the annotation to sync again); without the annotation, a class older than the PVC is
 //! recorded there, a newer one means skip.
 //!
-//! The resync loop lists StorageOS namespaces and volumes once per pass, matches them by PVC
+//! The resync loop takes the next volume snapshot of the shared poll, matches them by PVC
 //! namespace and PV name (Go used the PVC name and could never match, docs/api-manager.md), compares only the
 //! settings this controller manages and reconciles only the PVCs that differ.
 
@@ -30,6 +30,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::Context;
 use super::labels::{self, Failures, LabelSync, VolumePlan, plan_volume, provisioned_by_storageos};
 use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
+use crate::apimanager::storageos_state;
 use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
 use crate::storageos;
 use crate::storageos::models::{Labels, Volume};
@@ -309,8 +310,8 @@ async fn apply(
         .map_err(|f| api_error(pvc, f))
 }
 
-/// The StorageClasses and StorageOS namespaces once, each namespace's volumes once, then the
-/// bound PVCs whose volume differs.
+/// The StorageClasses once and the next volume snapshot of the shared poll, then the bound PVCs
+/// whose volume differs.
 async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<PersistentVolumeClaim>>) -> Vec<ObjectRef<PersistentVolumeClaim>> {
     let mut by_namespace: HashMap<String, Vec<Arc<PersistentVolumeClaim>>> = HashMap::new();
     for pvc in cached {
@@ -336,27 +337,32 @@ async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<PersistentVolumeClaim>>) -> 
             return due;
         }
     };
-    let namespaces = match ctx.metrics.track("list_namespaces", ctx.api.list_namespaces()).await {
-        Ok(n) => n,
-        Err(e) => {
-            warn("list StorageOS namespaces", &e);
+    let mut polls = ctx.storageos_state.volumes();
+    let snapshot = storageos_state::next(&mut polls).await;
+    let listing = match snapshot.as_ref().map(|s| &s.read) {
+        Some(Ok(l)) => l,
+        Some(Err(e)) => {
+            warn("list StorageOS volumes", e);
             return due;
         }
+        None => return due,
     };
-    for ns in namespaces {
-        let Some(pvcs) = by_namespace.get(&ns.name) else {
-            continue;
-        };
-        let volumes = match ctx.metrics.track("list_volumes", ctx.api.list_volumes(&ns.id)).await {
-            Ok(v) => v,
-            Err(e) => {
-                warn("list StorageOS volumes", &e);
-                continue;
-            }
-        };
-        let by_name: HashMap<&str, &Volume> = volumes.iter().map(|v| (v.name.as_str(), v)).collect();
+    for (namespace, e) in &listing.failed {
+        warn(&format!("list the StorageOS volumes of namespace {namespace}"), e);
+    }
+    let names: HashMap<&str, &str> = listing
+        .namespaces
+        .iter()
+        .map(|n| (n.id.as_str(), n.name.as_str()))
+        .collect();
+    let by_key: HashMap<(&str, &str), &Volume> = listing
+        .volumes
+        .iter()
+        .filter_map(|v| Some(((*names.get(v.namespace_id.as_str())?, v.name.as_str()), v)))
+        .collect();
+    for (namespace, pvcs) in &by_namespace {
         for pvc in pvcs {
-            let Some(volume) = pv_name(pvc).and_then(|pv| by_name.get(pv)) else {
+            let Some(volume) = pv_name(pvc).and_then(|pv| by_key.get(&(namespace.as_str(), pv))) else {
                 continue;
             };
             if let ClassCheck::Use { parameters, .. } = check_class(pvc, &classes)

@@ -3,7 +3,8 @@
 //! NFS server through Endpoints of the same name; once both are read back as wanted, the
 //! Service's `<ClusterIP>:2049` is published as the volume's mount endpoint.
 //!
-//! StorageOS is polled every `-volume-poll-interval`. Kubernetes is read from caches (PVCs, and
+//! Each pass runs on a new volume snapshot of the shared StorageOS poll (every
+//! `-volume-poll-interval`, `apimanager::storageos_state`). Kubernetes is read from caches (PVCs, and
 //! the Services and Endpoints labelled `storageos.com/volume-id`), so a steady state costs the
 //! apiserver nothing; a cached difference is re-read fresh before anything is written. The
 //! ClusterIP is never changed (clients would get "Stale NFS filehandle"): a failover only
@@ -13,7 +14,6 @@
 pub mod desired;
 
 use std::collections::HashSet;
-use std::future::ready;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,21 +22,20 @@ use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::Context;
+use super::{Context, reflect};
+use crate::apimanager::storageos_state::{self, VolumeSnapshot};
 use crate::runtime::controller::Kit;
-use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT, Volume};
+use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
 use desired::{Candidate, Fix, SharedVolume};
 
 /// The controller name in metrics and logs.
 pub const CONTROLLER: &str = "shared-volume";
-/// The shortest poll interval (`-volume-poll-interval 0s` would otherwise spin).
-pub const MIN_POLL: Duration = Duration::from_secs(1);
 /// How many volumes are reconciled at once (a new Service may wait for its ClusterIP).
 const CONCURRENCY: usize = 8;
 
@@ -84,20 +83,17 @@ impl From<storageos::Error> for Error {
 /// Runs the controller until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
     let (caches, watches) = Caches::start(&ctx.kube);
+    let mut volumes = ctx.storageos_state.volumes();
     let work = async {
         caches.ready().await;
         let kit = ctx.kit(CONTROLLER);
-        let every = ctx.args.volume_poll_interval.max(MIN_POLL);
-        tracing::info!(controller = CONTROLLER, every = ?every, "polling StorageOS for shared volumes");
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tracing::info!(controller = CONTROLLER, every = ?ctx.args.volume_poll_interval.max(storageos_state::MIN_VOLUME_POLL), "reconciling shared volumes at every StorageOS volume poll");
         let mut reported = HashSet::new();
-        loop {
-            tick.tick().await;
-            pass(&ctx, &kit, &caches, &mut reported).await;
+        while let Some(snapshot) = storageos_state::next(&mut volumes).await {
+            pass(&ctx, &kit, &caches, &snapshot, &mut reported).await;
         }
     };
-    tokio::join!(watches, work);
+    tokio::join!(watches, ctx.storageos_state.drive(&ctx), work);
 }
 
 /// Caches of the Kubernetes objects a pass looks at.
@@ -107,33 +103,16 @@ struct Caches {
     endpoints: Store<Endpoints>,
 }
 
-/// Keeps a reflector of `api` going forever, logging (and backing off on) watch errors.
-fn reflect<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Future<Output = ()>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let kind = K::kind(&());
-    let drive = reflector::reflector(writer, watcher(api, config).modify(|o| o.managed_fields_mut().clear()))
-        .default_backoff()
-        .for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(controller = CONTROLLER, %kind, error = %e, "watch failed; retrying");
-            }
-            ready(())
-        });
-    (store, drive)
-}
-
 impl Caches {
     fn start(client: &kube::Client) -> (Self, impl Future<Output = ()>) {
         let ours = watcher::Config::default().labels(desired::VOLUME_ID_LABEL);
-        let (pvcs, a) = reflect(
+        let watch = |api, config| reflect(CONTROLLER, watcher(api, config));
+        let (pvcs, a) = watch(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             watcher::Config::default(),
         );
-        let (services, b) = reflect(Api::<Service>::all(client.clone()), ours.clone());
-        let (endpoints, c) = reflect(Api::<Endpoints>::all(client.clone()), ours);
+        let (services, b) = reflect(CONTROLLER, watcher(Api::<Service>::all(client.clone()), ours.clone()));
+        let (endpoints, c) = reflect(CONTROLLER, watcher(Api::<Endpoints>::all(client.clone()), ours));
         let drive = async move {
             tokio::join!(a, b, c);
         };
@@ -164,34 +143,11 @@ where
     store.get(&ObjectRef::new(&sv.service_name).within(&sv.namespace))
 }
 
-/// Every StorageOS volume, and the namespaces whose volumes could not be listed.
-struct Listing {
-    volumes: Vec<Volume>,
-    failed: Vec<(String, storageos::Error)>,
-}
-
-/// Lists the volumes of every StorageOS namespace. A namespace whose listing fails is reported
-/// and skipped (this controller draws no conclusion from a volume's absence).
-async fn list_shared_volumes(ctx: &Context) -> Result<Listing, storageos::Error> {
-    let namespaces = ctx.api.list_namespaces().await?;
-    let mut listing = Listing {
-        volumes: Vec::new(),
-        failed: Vec::new(),
-    };
-    for ns in namespaces {
-        match ctx.metrics.track("list_volumes", ctx.api.list_volumes(&ns.id)).await {
-            Ok(v) => listing.volumes.extend(v),
-            Err(e) if e.is_not_found() => {} // deleted since it was listed
-            Err(e) => listing.failed.push((ns.name, e)),
-        }
-    }
-    Ok(listing)
-}
-
-/// One poll: list, then reconcile every shared volume.
-async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, reported: &mut HashSet<String>) {
+/// One poll: reconcile every shared volume of the snapshot. A namespace whose listing failed is
+/// reported and skipped (this controller draws no conclusion from a volume's absence).
+async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, snapshot: &VolumeSnapshot, reported: &mut HashSet<String>) {
     let started = Instant::now();
-    match ctx.metrics.track("list_shared_volumes", list_shared_volumes(ctx)).await {
+    match &snapshot.read {
         Err(e) => {
             tracing::warn!(controller = CONTROLLER, error = %e, "cannot list StorageOS volumes; retrying at the next poll");
         }
@@ -215,7 +171,7 @@ async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, reported: &mut HashSet<
             }
             // Report each invalid volume once while it stays invalid; with namespaces missing
             // from the listing, nothing can be known to have been fixed.
-            if listing.failed.is_empty() {
+            if listing.complete() {
                 *reported = invalid;
             } else {
                 reported.extend(invalid);
