@@ -62,6 +62,8 @@ fn operator_yaml_lists_crds_first_then_the_install_objects() {
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Namespace",
             "ServiceAccount",
             "ClusterRole",

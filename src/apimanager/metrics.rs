@@ -1,5 +1,6 @@
 //! The api-manager's own metrics (docs/api-manager.md): one duration and one outcome per
-//! StorageOS helper call, and the shared volume pass duration.
+//! StorageOS helper call, the shared volume pass duration and the mirror's sync durations (the
+//! Go v1.2 `storageos_{sync,save,delete}_node_duration_seconds`, and their volume twins).
 //!
 //! The Go api-manager put the raw error string in the `error` label, so its cardinality was
 //! unbounded; here the label is a short, fixed error kind (empty on success).
@@ -38,7 +39,50 @@ pub struct ApiManagerMetrics {
     helper_total: Family<OutcomeLabels, Counter>,
     shared_volume_pass: Histogram,
     fencing_held: Counter,
+    mirror: [Histogram; 6],
 }
+
+/// One timed step of the `api.storageos.com` mirror.
+#[derive(Clone, Copy, Debug)]
+pub enum MirrorStep {
+    /// One pass over every node of a snapshot.
+    SyncNode = 0,
+    /// Writing one node mirror.
+    SaveNode = 1,
+    /// Deleting one orphaned node mirror.
+    DeleteNode = 2,
+    SyncVolume = 3,
+    SaveVolume = 4,
+    DeleteVolume = 5,
+}
+
+/// Metric names (after `storageos_`) and help of each [`MirrorStep`], in its order.
+const MIRROR_METRICS: [(&str, &str); 6] = [
+    (
+        "sync_node_duration_seconds",
+        "Duration of one mirror pass over the StorageOS nodes",
+    ),
+    (
+        "save_node_duration_seconds",
+        "Duration of writing one nodes.api.storageos.com object",
+    ),
+    (
+        "delete_node_duration_seconds",
+        "Duration of deleting one orphaned nodes.api.storageos.com object",
+    ),
+    (
+        "sync_volume_duration_seconds",
+        "Duration of one mirror pass over the StorageOS volumes",
+    ),
+    (
+        "save_volume_duration_seconds",
+        "Duration of writing one volumes.api.storageos.com object",
+    ),
+    (
+        "delete_volume_duration_seconds",
+        "Duration of deleting one orphaned volumes.api.storageos.com object",
+    ),
+];
 
 /// The bounded `error` label of a failed helper call.
 pub fn error_kind(error: &storageos::Error) -> &'static str {
@@ -67,6 +111,7 @@ impl ApiManagerMetrics {
             helper_total: Family::default(),
             shared_volume_pass: Histogram::new(buckets()),
             fencing_held: Counter::default(),
+            mirror: std::array::from_fn(|_| Histogram::new(buckets())),
         };
         let stos = registry.sub_registry_with_prefix("storageos");
         stos.register(
@@ -89,7 +134,15 @@ impl ApiManagerMetrics {
             "Fencer polls that fenced nothing because more than half of the StorageOS nodes were offline",
             m.fencing_held.clone(),
         );
+        for ((name, help), h) in MIRROR_METRICS.iter().zip(&m.mirror) {
+            stos.register(*name, *help, h.clone());
+        }
         m
+    }
+
+    /// Records the duration of one mirror step.
+    pub fn observe_mirror(&self, step: MirrorStep, seconds: f64) {
+        self.mirror[step as usize].observe(seconds);
     }
 
     /// Counts one outcome of `function` (`error` empty on success), for calls that are not a

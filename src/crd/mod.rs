@@ -1,15 +1,18 @@
-//! The custom resources of group `storageos.com/v1` and their CRDs.
+//! The custom resources of group `storageos.com/v1`, the `api.storageos.com/v1` mirrors of the
+//! StorageOS API, and their CRDs.
 //!
 //! `storageos-operator crds` prints [`all`]; `crds/` in the repository holds that output and a
 //! test fails when they differ.
 
 mod cluster;
 mod job;
+mod mirror;
 mod upgrade;
 mod validation;
 
 pub use cluster::*;
 pub use job::*;
+pub use mirror::*;
 pub use upgrade::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,6 +24,8 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("storageos.com_storageosclusters.yaml", StorageOSCluster::crd()),
         ("storageos.com_storageosupgrades.yaml", StorageOSUpgrade::crd()),
         ("storageos.com_jobs.yaml", Job::crd()),
+        ("api.storageos.com_nodes.yaml", StorageOSNode::crd()),
+        ("api.storageos.com_volumes.yaml", StorageOSVolume::crd()),
     ]
 }
 

@@ -28,10 +28,14 @@ pub fn csv_name() -> String {
 
 /// The examples the console offers as "create" templates; each is a file of `deploy/examples/`
 /// that the tests apply.
-const EXAMPLES: [&str; 3] = [
+const EXAMPLES: [&str; 5] = [
     include_str!("../../deploy/examples/storageoscluster.yaml"),
     include_str!("../../deploy/examples/storageosupgrade.yaml"),
     include_str!("../../deploy/examples/job-cleanup.yaml"),
+    // OLM's validator wants an example of every owned kind, also of the read-only mirrors the
+    // api-manager writes (listed as internal objects, so the console offers no "create").
+    "{apiVersion: api.storageos.com/v1, kind: Node, metadata: {name: node-1}, spec: {}}",
+    "{apiVersion: api.storageos.com/v1, kind: Volume, metadata: {name: pvc-1}, spec: {}}",
 ];
 
 /// The bundle's icon: a small stack of disks.
@@ -93,7 +97,7 @@ fn resources(kinds: &[(&str, &str)]) -> Vec<Value> {
         .collect()
 }
 
-/// `spec.customresourcedefinitions.owned`: the three CRDs, what they create, and the fields the
+/// `spec.customresourcedefinitions.owned`: the CRDs, what they create, and the fields the
 /// console shows.
 fn owned_crds() -> Value {
     json!([
@@ -168,9 +172,32 @@ fn owned_crds() -> Value {
                 descriptor("completed", "Completed", "Whether every node completed.", &[TEXT]),
                 descriptor("conditions", "Conditions", "Progress and problems.", &[CONDITIONS]),
             ]
+        },
+        {
+            "name": "nodes.api.storageos.com", "version": "v1", "kind": "Node",
+            "displayName": "StorageOS Node (read-only)",
+            "description": "What the StorageOS API reports about a node (health, capacity, labels), \
+                mirrored by the api-manager; read-only.",
+            "statusDescriptors": [
+                descriptor("health", "Health", "online, offline or unknown.", &[TEXT]),
+            ]
+        },
+        {
+            "name": "volumes.api.storageos.com", "version": "v1", "kind": "Volume",
+            "displayName": "StorageOS Volume (read-only)",
+            "description": "What the StorageOS API reports about a volume (health, master, replicas, \
+                attachment), mirrored by the api-manager in its PVC's namespace; read-only.",
+            "statusDescriptors": [
+                descriptor("health", "Health", "healthy, syncing, degraded or unavailable.", &[TEXT]),
+                descriptor("master.node", "Master", "The node holding the master.", &[TEXT]),
+            ]
         }
     ])
 }
+
+/// Kinds only the api-manager writes: the console offers no "create" for them and OLM asks for
+/// no example.
+const INTERNAL_OBJECTS: &str = r#"["nodes.api.storageos.com","volumes.api.storageos.com"]"#;
 
 /// The long description the console shows: what it does and how to start.
 const DESCRIPTION: &str = "\
@@ -236,6 +263,7 @@ fn csv_from(install: &Install, image: &str) -> Result<Value, Error> {
                 "olm.skipRange": format!("<{VERSION}"),
                 "operatorframework.io/suggested-namespace": super::NAMESPACE,
                 "operators.operatorframework.io/builder": "storageos-operator manifests",
+                "operators.operatorframework.io/internal-objects": INTERNAL_OBJECTS,
             },
             "labels": labels(),
         },
@@ -379,7 +407,7 @@ mod tests {
     #[test]
     fn examples_are_one_of_each_owned_kind_without_a_namespace() {
         let kinds: Vec<_> = examples().unwrap().iter().map(|e| e["kind"].clone()).collect();
-        assert_eq!(kinds, ["StorageOSCluster", "StorageOSUpgrade", "Job"]);
+        assert_eq!(kinds, ["StorageOSCluster", "StorageOSUpgrade", "Job", "Node", "Volume"]);
         assert!(
             examples()
                 .unwrap()

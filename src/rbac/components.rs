@@ -54,6 +54,15 @@ pub const API_MANAGER: &[Rule] = &[
     // Maintenance: a StorageOSCluster paused by an upgrade suspends fencing and node delete.
     rule(&["storageos.com"], &["storageosclusters"], &["get", "list", "watch"]),
     rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+    // The StorageOS state mirror: nodes.api.storageos.com and volumes.api.storageos.com are
+    // written by server-side apply (create when new; status through its subresource), orphans
+    // deleted.
+    rule(
+        &["api.storageos.com"],
+        &["nodes", "volumes"],
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    rule(&["api.storageos.com"], &["nodes/status", "volumes/status"], &["patch"]),
     // Leader election: creating a Lease cannot be limited by name; using it can.
     rule(&["coordination.k8s.io"], &["leases"], &["create"]),
     rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"]).named(&[API_MANAGER_LEASE]),

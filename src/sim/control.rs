@@ -9,7 +9,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use serde::Deserialize;
 
 use super::server::{Shared, parse};
@@ -25,6 +25,7 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/_sim/nodes", post(add_node).get(list_nodes))
         .route("/_sim/nodes/{name}/health", put(set_health))
         .route("/_sim/volumes", post(add_volume).get(list_volumes))
+        .route("/_sim/volumes/{namespace}/{name}", delete(remove_volume))
         .route("/_sim/volumes/{namespace}/{name}/nfs", put(set_nfs_endpoint))
         .route("/_sim/faults", put(set_faults).get(get_faults))
         .route("/_sim/tokens/expire", post(expire_tokens))
@@ -79,6 +80,11 @@ async fn add_volume(AxState(sh): Sh, body: Bytes) -> Answer {
     let seed: VolumeSeed = parse(&body)?;
     let v = sh.lock().seed_volume(seed)?;
     Ok((StatusCode::CREATED, axum::Json(v)).into_response())
+}
+
+async fn remove_volume(AxState(sh): Sh, Path((namespace, name)): Path<(String, String)>) -> Answer {
+    let v = sh.lock().remove_volume(&namespace, &name)?;
+    Ok(axum::Json(v).into_response())
 }
 
 /// `{"serviceEndpoint": "ip:port" | null}`.

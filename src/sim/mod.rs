@@ -193,6 +193,11 @@ impl SimHandle {
         Ok(self.shared.lock().seed_volume(seed)?)
     }
 
+    /// Removes a volume by namespace and name, attached or not.
+    pub fn remove_volume(&self, namespace: &str, name: &str) -> Result<Volume, Error> {
+        Ok(self.shared.lock().remove_volume(namespace, name)?)
+    }
+
     /// Replaces the injected faults.
     pub fn set_faults(&self, faults: Faults) {
         self.shared.lock().set_faults(faults);

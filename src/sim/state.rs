@@ -872,6 +872,23 @@ impl State {
         Ok(v.clone())
     }
 
+    /// Removes a volume by namespace and volume name, attached or not, as a test or demo control
+    /// (the API's delete refuses an attached volume).
+    pub fn remove_volume(&mut self, namespace: &str, name: &str) -> Result<Volume, ApiError> {
+        let ns_id = self
+            .namespaces
+            .iter()
+            .find(|n| n.name == namespace)
+            .map(|n| n.id.clone())
+            .ok_or_else(|| ApiError::not_found(&format!("namespace {namespace:?}")))?;
+        let vi = self
+            .volumes
+            .iter()
+            .position(|v| v.namespace_id == ns_id && v.name == name)
+            .ok_or_else(|| ApiError::not_found(&format!("volume {namespace}/{name}")))?;
+        Ok(self.volumes.remove(vi))
+    }
+
     /// `PUT /namespaces/{ns}/volumes/{id}`: description and unreserved labels.
     pub fn update_volume(&mut self, ns_id: &str, id: &str, b: &WriteBody, ignore: bool) -> Result<Volume, ApiError> {
         let vi = self.vol_index(ns_id, id)?;

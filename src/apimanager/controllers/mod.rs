@@ -7,6 +7,7 @@
 pub mod delete_sync;
 pub mod fencing;
 pub mod labels;
+pub mod mirror;
 pub mod namespace_delete;
 pub mod node_delete;
 pub mod node_label;
@@ -16,11 +17,15 @@ pub mod shared_volume;
 use std::future::Future;
 use std::sync::Arc;
 
-use kube::Client;
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
 
 use super::flags::{ApiManagerArgs, Loop};
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
+use super::storageos_state::StorageOSState;
 use crate::runtime::controller::Kit;
 use crate::runtime::metrics::ReconcileMetrics;
 use crate::storageos;
@@ -42,6 +47,8 @@ pub struct Context {
     pub reconcile_metrics: ReconcileMetrics,
     /// StorageOS helper and shared volume metrics.
     pub metrics: ApiManagerMetrics,
+    /// The one StorageOS poll the controllers share (nodes and volumes).
+    pub storageos_state: StorageOSState,
 }
 
 impl Context {
@@ -55,6 +62,28 @@ impl Context {
     pub async fn maintenance(&self) -> Result<Maintenance, kube::Error> {
         maintenance::current(&self.kube).await
     }
+}
+
+/// Keeps a reflector of `events` going forever, logging (and backing off on) watch errors;
+/// `controller` names it in the logs.
+pub fn reflect<K>(
+    controller: &'static str,
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+) -> (Store<K>, impl Future<Output = ()>)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let kind = K::kind(&()).to_string();
+    let drive = reflector::reflector(writer, events.modify(|o| o.managed_fields_mut().clear()))
+        .default_backoff()
+        .for_each(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(controller, %kind, error = %e, "watch failed; retrying");
+            }
+            std::future::ready(())
+        });
+    (store, drive)
 }
 
 /// Runs `pass` after `schedule.delay`, then every `schedule.every`; returns at once (never
@@ -91,6 +120,7 @@ pub async fn run(ctx: Arc<Context>) {
     tokio::join!(
         fencing::run(ctx.clone()),
         shared_volume::run(ctx.clone()),
+        mirror::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),
         node_label,

@@ -1,0 +1,260 @@
+//! The build step of the mirror (pure): the status of each `api.storageos.com` object from a
+//! StorageOS node or volume, and which objects to write or delete.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::crd::{
+    NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
+    VolumeReplica,
+};
+use crate::storageos::models::{
+    Health, LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Node, Volume,
+};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// A time as the mirror writes it (whole seconds, so that a read-back compares equal).
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Bytes as a Kubernetes quantity, rounded down to whole GiB (whole MiB below 1 GiB).
+pub fn quantity(bytes: u64) -> String {
+    if bytes >= GIB {
+        format!("{}Gi", bytes / GIB)
+    } else {
+        format!("{}Mi", bytes / MIB)
+    }
+}
+
+/// The status of the mirror of StorageOS node `n`, seen by the poll `taken`. `previous` is the
+/// mirror's current status; `last_online` the last poll that saw the node online.
+pub fn node_status(
+    n: &Node,
+    previous: Option<&NodeMirrorStatus>,
+    taken: DateTime<Utc>,
+    last_online: Option<DateTime<Utc>>,
+) -> NodeMirrorStatus {
+    let health = n.health.as_str().to_string();
+    let same = previous.filter(|p| p.health == health);
+    let health_since = same
+        .and_then(|p| p.health_since.clone())
+        .unwrap_or_else(|| timestamp(taken));
+    let last_seen_online = match n.health {
+        Health::Online => None,
+        _ => same
+            .and_then(|p| p.last_seen_online.clone())
+            .or_else(|| last_online.map(timestamp)),
+    };
+    NodeMirrorStatus {
+        id: n.id.clone(),
+        health,
+        health_since: Some(health_since),
+        last_seen_online,
+        capacity: Some(NodeCapacity {
+            total: quantity(n.capacity.total),
+            free: quantity(n.capacity.free),
+            available: quantity(n.capacity.available),
+        }),
+        labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        version: n.version.clone(),
+        created_at: Some(timestamp(n.created_at)),
+    }
+}
+
+/// Where a volume's mirror lives: its PVC's namespace and name, and the PV (object) name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The PVC a volume was provisioned for (`None` for a volume CSI did not make).
+pub fn pvc_of(v: &Volume) -> Option<(String, String)> {
+    let ns = v.labels.get(LABEL_CSI_PVC_NAMESPACE).filter(|s| !s.is_empty())?;
+    let name = v.labels.get(LABEL_CSI_PVC_NAME).filter(|s| !s.is_empty())?;
+    Some((ns.clone(), name.clone()))
+}
+
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The status of the mirror of volume `v`; `node_names` maps StorageOS node IDs to names.
+pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>) -> VolumeMirrorStatus {
+    let name_of = |id: &str| node_names.get(id).cloned().unwrap_or_else(|| id.to_string());
+    let wanted: i32 = v.labels.get(LABEL_REPLICAS).and_then(|r| r.parse().ok()).unwrap_or(0);
+    let replicas: Vec<VolumeReplica> = v
+        .replicas
+        .iter()
+        .map(|r| VolumeReplica {
+            node: name_of(&r.node_id),
+            health: r.health.clone(),
+            promotable: r.promotable,
+            sync: (r.sync_progress.bytes_remaining > 0).then(|| SyncProgress {
+                bytes_remaining: i64_of(r.sync_progress.bytes_remaining),
+                throughput_bytes: i64_of(r.sync_progress.throughput_bytes),
+                estimated_seconds_remaining: i64_of(r.sync_progress.estimated_seconds_remaining),
+            }),
+        })
+        .collect();
+    let ready = i32::try_from(replicas.iter().filter(|r| r.health == "ready").count()).unwrap_or(i32::MAX);
+    let syncing = replicas.iter().any(|r| r.health == "syncing" || r.sync.is_some());
+    let health = if v.master.health != Health::Online {
+        "unavailable"
+    } else if ready < wanted && syncing {
+        "syncing"
+    } else if ready < wanted {
+        "degraded"
+    } else {
+        "healthy"
+    };
+    let attachment = match v.attachment_type.as_str() {
+        "" => "detached",
+        other => other,
+    };
+    let nfs = VolumeNfs {
+        service_endpoint: v.nfs.service_endpoint.clone().filter(|e| !e.is_empty()),
+        mount_endpoint: v.labels.get(LABEL_NFS_MOUNT_ENDPOINT).cloned(),
+    };
+    VolumeMirrorStatus {
+        id: v.id.clone(),
+        pvc: pvc.to_string(),
+        health: health.into(),
+        size: quantity(v.size_bytes),
+        size_bytes: i64_of(v.size_bytes),
+        master: VolumeMaster {
+            node: name_of(&v.master.node_id),
+            health: v.master.health.as_str().into(),
+        },
+        replicas_wanted: wanted,
+        replicas_ready: format!("{ready}/{wanted}"),
+        replicas,
+        attachment: VolumeAttachment {
+            type_: attachment.into(),
+            node: (!v.attached_on.is_empty()).then(|| name_of(&v.attached_on)),
+        },
+        nfs: (nfs.service_endpoint.is_some() || nfs.mount_endpoint.is_some()).then_some(nfs),
+        version: v.version.clone(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::storageos::models::{Master, Replica};
+
+    fn node(health: Health) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "id": "id-a", "name": "a", "health": health.as_str(), "version": "v1",
+            "capacity": {"total": 100u64 << 30, "free": (90u64 << 30) + 12345, "available": 5u64 << 20},
+            "labels": {"zone": "z1"}, "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap()
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn node_health_since_and_last_online_change_only_on_transitions() {
+        let t1 = at("2026-02-01T10:00:00.5Z");
+        let first = node_status(&node(Health::Online), None, t1, Some(t1));
+        assert_eq!(first.health, "online");
+        assert_eq!(first.health_since.as_deref(), Some("2026-02-01T10:00:00Z"));
+        assert_eq!(first.last_seen_online, None);
+        let cap = first.capacity.clone().unwrap();
+        assert_eq!(
+            (cap.total.as_str(), cap.free.as_str(), cap.available.as_str()),
+            ("100Gi", "90Gi", "5Mi")
+        );
+
+        // A later poll with nothing changed builds the very same status (no write).
+        let t2 = at("2026-02-01T10:00:05Z");
+        assert_eq!(node_status(&node(Health::Online), Some(&first), t2, Some(t2)), first);
+
+        // Offline: since moves, the last online poll is recorded, and then stays.
+        let t3 = at("2026-02-01T10:00:10Z");
+        let off = node_status(&node(Health::Offline), Some(&first), t3, Some(t2));
+        assert_eq!(off.health_since.as_deref(), Some("2026-02-01T10:00:10Z"));
+        assert_eq!(off.last_seen_online.as_deref(), Some("2026-02-01T10:00:05Z"));
+        let t4 = at("2026-02-01T10:00:15Z");
+        assert_eq!(node_status(&node(Health::Offline), Some(&off), t4, Some(t2)), off);
+    }
+
+    fn volume() -> Volume {
+        let mut v = Volume {
+            id: "vol-1".into(),
+            name: "pvc-123".into(),
+            attachment_type: "nfs".into(),
+            attached_on: "id-a".into(),
+            size_bytes: 5 << 30,
+            master: Master {
+                id: "m".into(),
+                node_id: "id-a".into(),
+                promotable: true,
+                health: Health::Online,
+            },
+            replicas: vec![Replica {
+                id: "r".into(),
+                node_id: "id-b".into(),
+                promotable: true,
+                health: "ready".into(),
+                sync_progress: Default::default(),
+            }],
+            ..Volume::default()
+        };
+        v.labels.insert(LABEL_CSI_PVC_NAMESPACE.into(), "apps".into());
+        v.labels.insert(LABEL_CSI_PVC_NAME.into(), "data".into());
+        v.labels.insert(LABEL_REPLICAS.into(), "2".into());
+        v.labels
+            .insert(LABEL_NFS_MOUNT_ENDPOINT.into(), "10.96.0.7:2049".into());
+        v.nfs.service_endpoint = Some("10.0.0.1:25000".into());
+        v
+    }
+
+    #[test]
+    fn a_volume_shows_health_master_replicas_and_attachment_by_node_name() {
+        let names = HashMap::from([("id-a".to_string(), "a".to_string())]);
+        let v = volume();
+        assert_eq!(pvc_of(&v), Some(("apps".into(), "data".into())));
+        let s = volume_status(&v, "data", &names);
+        assert_eq!(s.health, "degraded", "one of two replicas ready");
+        assert_eq!(s.replicas_ready, "1/2");
+        assert_eq!(s.master.node, "a");
+        assert_eq!(s.replicas[0].node, "id-b", "an unknown node shows its ID");
+        assert_eq!(s.attachment.type_, "nfs");
+        assert_eq!(s.attachment.node.as_deref(), Some("a"));
+        assert_eq!(s.nfs.unwrap().mount_endpoint.as_deref(), Some("10.96.0.7:2049"));
+        assert_eq!(s.size, "5Gi");
+
+        let mut syncing = volume();
+        syncing.replicas[0].health = "syncing".into();
+        syncing.replicas[0].sync_progress.bytes_remaining = 10;
+        assert_eq!(volume_status(&syncing, "data", &names).health, "syncing");
+
+        let mut lost = volume();
+        lost.master.health = Health::Offline;
+        assert_eq!(volume_status(&lost, "data", &names).health, "unavailable");
+
+        let mut fine = volume();
+        fine.labels.insert(LABEL_REPLICAS.into(), "1".into());
+        fine.attachment_type = String::new();
+        fine.attached_on = String::new();
+        let s = volume_status(&fine, "data", &names);
+        assert_eq!(
+            (s.health.as_str(), s.attachment.type_.as_str()),
+            ("healthy", "detached")
+        );
+        assert_eq!(s.attachment.node, None);
+
+        let mut foreign = volume();
+        foreign.labels.remove(LABEL_CSI_PVC_NAME);
+        assert_eq!(pvc_of(&foreign), None);
+    }
+}

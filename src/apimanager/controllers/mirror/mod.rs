@@ -1,0 +1,326 @@
+//! The StorageOS state mirror ("storageos-mirror"): `nodes.api.storageos.com` and
+//! `volumes.api.storageos.com` objects that show in kubectl what the StorageOS API reports
+//! (docs/observability.md).
+//!
+//! - Every node and volume snapshot of the shared poll is compared with the mirror objects, read
+//!   from a watch cache; only a difference is written (server-side apply, status through its
+//!   subresource), so an idle cluster costs no writes.
+//! - A node's mirror is owned by the Kubernetes Node of its name, a volume's (named after its PV,
+//!   in its PVC's namespace) by its PVC: Kubernetes deletes them with their owner.
+//! - Mirrors whose StorageOS object is gone are deleted, only after a complete read (a failed
+//!   node list, or a volume read that missed a namespace, deletes nothing).
+//! - Volumes without a PVC (not made by CSI, or whose PVC is not there) are not mirrored.
+
+pub mod build;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Context, reflect};
+use crate::apimanager::metrics::MirrorStep;
+use crate::apimanager::storageos_state::{self, NodeSnapshot, VolumeSnapshot};
+use crate::crd::{StorageOSNode, StorageOSVolume};
+use crate::storageos::models::Health;
+use build::VolumeKey;
+
+/// The controller name in logs.
+pub const CONTROLLER: &str = "storageos-mirror";
+/// The field manager of the mirror's writes.
+pub const FIELD_MANAGER: &str = "storageos-api-manager";
+
+/// Why one mirror object was not written or deleted; retried at the next snapshot.
+#[derive(Debug, thiserror::Error)]
+#[error("Kubernetes API: {}; retried at the next StorageOS poll (check the api-manager's RBAC on api.storageos.com)", brief(.0))]
+pub struct Error(#[from] kube::Error);
+
+/// The apiserver's message alone (the whole status is noise in a log line).
+fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}
+
+/// Runs the mirror until the future is dropped.
+pub async fn run(ctx: Arc<Context>) {
+    let mut nodes = ctx.storageos_state.nodes();
+    let mut volumes = ctx.storageos_state.volumes();
+    let (caches, watches) = Caches::start(&ctx.kube);
+    let work = async {
+        caches.ready().await;
+        tracing::info!(controller = CONTROLLER, "mirroring StorageOS nodes and volumes");
+        let mut mirror = Mirror {
+            ctx: &ctx,
+            caches: &caches,
+            last_online: HashMap::new(),
+            node_names: None,
+        };
+        loop {
+            tokio::select! {
+                Some(s) = storageos_state::next(&mut nodes) => mirror.nodes(&s).await,
+                Some(s) = storageos_state::next(&mut volumes) => mirror.volumes(&s).await,
+                else => break,
+            }
+        }
+    };
+    tokio::join!(watches, ctx.storageos_state.drive(&ctx), work);
+}
+
+/// What the mirror reads from Kubernetes: its own objects, and the owners' UIDs.
+struct Caches {
+    nodes: Store<StorageOSNode>,
+    volumes: Store<StorageOSVolume>,
+    k8s_nodes: Store<PartialObjectMeta<Node>>,
+    pvcs: Store<PartialObjectMeta<PersistentVolumeClaim>>,
+}
+
+impl Caches {
+    fn start(client: &kube::Client) -> (Self, impl Future<Output = ()>) {
+        let all = watcher::Config::default;
+        let (nodes, a) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
+        let (volumes, b) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
+        let (k8s_nodes, c) = reflect(
+            CONTROLLER,
+            watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), all()),
+        );
+        let (pvcs, d) = reflect(
+            CONTROLLER,
+            watcher(
+                Api::<PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()),
+                all(),
+            ),
+        );
+        let drive = async move {
+            tokio::join!(a, b, c, d);
+        };
+        (
+            Self {
+                nodes,
+                volumes,
+                k8s_nodes,
+                pvcs,
+            },
+            drive,
+        )
+    }
+
+    async fn ready(&self) {
+        let _ = tokio::join!(
+            self.nodes.wait_until_ready(),
+            self.volumes.wait_until_ready(),
+            self.k8s_nodes.wait_until_ready(),
+            self.pvcs.wait_until_ready()
+        );
+    }
+}
+
+/// An owner reference to `owner` (no `blockOwnerDeletion`: that would need rights on the
+/// owner's finalizers, and the mirror must never hold up a Node or PVC delete).
+fn owner_of<K: Resource<DynamicType = ()>>(owner: &PartialObjectMeta<K>) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: owner.name_any(),
+        uid: owner.uid().filter(|u| !u.is_empty())?,
+        ..OwnerReference::default()
+    })
+}
+
+/// Whether the cached mirror already is as wanted.
+fn up_to_date<S: PartialEq>(
+    meta: &kube::api::ObjectMeta,
+    status: Option<&S>,
+    owner: &Option<OwnerReference>,
+    want: &S,
+) -> bool {
+    let owners = meta.owner_references.clone().unwrap_or_default();
+    owners == owner.clone().into_iter().collect::<Vec<_>>() && status == Some(want)
+}
+
+struct Mirror<'a> {
+    ctx: &'a Context,
+    caches: &'a Caches,
+    /// By node name: the last poll that saw it online.
+    last_online: HashMap<String, DateTime<Utc>>,
+    /// StorageOS node ID → name, from the last node list read (volumes wait for one).
+    node_names: Option<HashMap<String, String>>,
+}
+
+impl Mirror<'_> {
+    async fn nodes(&mut self, snapshot: &NodeSnapshot) {
+        // A failed read says nothing: nothing is written or deleted.
+        let Some(nodes) = snapshot.ok() else { return };
+        let started = Instant::now();
+        self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect());
+        for n in nodes.iter().filter(|n| n.health == Health::Online) {
+            self.last_online.insert(n.name.clone(), snapshot.taken);
+        }
+        self.last_online.retain(|name, _| nodes.iter().any(|n| n.name == *name));
+        let api: Api<StorageOSNode> = Api::all(self.ctx.kube.clone());
+        for n in nodes {
+            let cached = self.caches.nodes.get(&ObjectRef::new(&n.name));
+            let previous = cached.as_ref().and_then(|c| c.status.as_ref());
+            let want = build::node_status(n, previous, snapshot.taken, self.last_online.get(&n.name).copied());
+            let owner = self
+                .caches
+                .k8s_nodes
+                .get(&ObjectRef::new(&n.name))
+                .and_then(|k| owner_of(&k));
+            if cached
+                .as_ref()
+                .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want))
+            {
+                continue;
+            }
+            let saved = Instant::now();
+            match save(&api, &n.name, &owner, "Node", &want).await {
+                Ok(()) => {
+                    tracing::debug!(controller = CONTROLLER, node = %n.name, health = %want.health, "node mirror written")
+                }
+                Err(e) => {
+                    tracing::warn!(controller = CONTROLLER, node = %n.name, error = %e, "cannot write the node mirror")
+                }
+            }
+            self.observe(MirrorStep::SaveNode, saved);
+        }
+        let known: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        for orphan in self.caches.nodes.state() {
+            if !known.contains(orphan.name_any().as_str()) {
+                let deleted = Instant::now();
+                remove(&api, orphan.as_ref()).await;
+                self.observe(MirrorStep::DeleteNode, deleted);
+            }
+        }
+        self.observe(MirrorStep::SyncNode, started);
+    }
+
+    async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
+        let Some(list) = snapshot.ok() else { return };
+        let Some(node_names) = self.node_names.as_ref() else {
+            tracing::debug!(controller = CONTROLLER, "volume mirrors wait for a node list");
+            return;
+        };
+        let started = Instant::now();
+        let mut wanted: HashSet<VolumeKey> = HashSet::new();
+        for v in &list.volumes {
+            let Some((namespace, pvc)) = build::pvc_of(v) else {
+                continue;
+            };
+            let Some(owner) = self
+                .caches
+                .pvcs
+                .get(&ObjectRef::new(&pvc).within(&namespace))
+                .and_then(|p| owner_of(&p))
+            else {
+                continue;
+            };
+            let key = VolumeKey {
+                namespace,
+                name: v.name.clone(),
+            };
+            let want = build::volume_status(v, &pvc, node_names);
+            let owner = Some(owner);
+            let cached = self
+                .caches
+                .volumes
+                .get(&ObjectRef::new(&key.name).within(&key.namespace));
+            let done = cached
+                .as_ref()
+                .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want));
+            if !done {
+                let api: Api<StorageOSVolume> = Api::namespaced(self.ctx.kube.clone(), &key.namespace);
+                let saved = Instant::now();
+                match save(&api, &key.name, &owner, "Volume", &want).await {
+                    Ok(()) => {
+                        tracing::debug!(controller = CONTROLLER, volume = %key.name, namespace = %key.namespace, health = %want.health, "volume mirror written")
+                    }
+                    Err(e) => {
+                        tracing::warn!(controller = CONTROLLER, volume = %key.name, namespace = %key.namespace, error = %e, "cannot write the volume mirror")
+                    }
+                }
+                self.observe(MirrorStep::SaveVolume, saved);
+            }
+            wanted.insert(key);
+        }
+        if list.complete() {
+            for orphan in self.caches.volumes.state() {
+                let key = VolumeKey {
+                    namespace: orphan.namespace().unwrap_or_default(),
+                    name: orphan.name_any(),
+                };
+                if !wanted.contains(&key) {
+                    let api: Api<StorageOSVolume> = Api::namespaced(self.ctx.kube.clone(), &key.namespace);
+                    let deleted = Instant::now();
+                    remove(&api, orphan.as_ref()).await;
+                    self.observe(MirrorStep::DeleteVolume, deleted);
+                }
+            }
+        }
+        self.observe(MirrorStep::SyncVolume, started);
+    }
+
+    fn observe(&self, step: MirrorStep, since: Instant) {
+        self.ctx.metrics.observe_mirror(step, since.elapsed().as_secs_f64());
+    }
+}
+
+/// Writes one mirror: its metadata (owner) and empty spec, then its status.
+async fn save<K, S>(
+    api: &Api<K>,
+    name: &str,
+    owner: &Option<OwnerReference>,
+    kind: &str,
+    status: &S,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: Serialize,
+{
+    let api_version = K::api_version(&());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let object = json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "ownerReferences": owner.iter().collect::<Vec<_>>()},
+        "spec": {},
+    });
+    api.patch(name, &params, &Patch::Apply(&object)).await?;
+    let status = json!({"apiVersion": api_version, "kind": kind, "status": status});
+    api.patch_status(name, &params, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+/// Deletes an orphaned mirror (only this very object: a newer one of the same name stays).
+async fn remove<K>(api: &Api<K>, orphan: &K)
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = orphan.meta().name.clone().unwrap_or_default();
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: orphan.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            tracing::info!(controller = CONTROLLER, kind = %K::kind(&()), %name, "StorageOS no longer reports it: mirror deleted")
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+        Err(e) => {
+            tracing::warn!(controller = CONTROLLER, kind = %K::kind(&()), %name, error = %Error(e), "cannot delete the orphaned mirror; retried at the next poll")
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Integration tier: the api-manager's shared StorageOS poll and the `api.storageos.com` mirror
+//! (nodes and volumes in kubectl) on the real control plane with an in-process simulator.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use storageos_operator::apimanager::controllers::{self, mirror};
+use storageos_operator::crd::{StorageOSNode, StorageOSVolume};
+use storageos_operator::sim::{self, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::storageos::models::Health;
+use support::identity::{API_MANAGER, writes_by};
+use support::{TestNamespace, from_json, logs, wait_for};
+
+/// The plane's three kwok nodes, registered in the simulator as StorageOS nodes.
+const NODES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+/// The fencer's floor, and the default.
+const NODE_POLL: Duration = Duration::from_secs(5);
+const FLAGS: &[&str] = &["-node-poll-interval", "5s", "-volume-poll-interval", "1s"];
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// `kubectl get <what>` on the plane, as a user would type it.
+fn kubectl_get(args: &[&str]) -> String {
+    let out = std::process::Command::new(support::kubectl())
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .arg("get")
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl get {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The row of `name` in kubectl's table output, split into columns.
+fn row(table: &str, name: &str) -> Vec<String> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|cols| cols.iter().any(|c| c == name))
+        .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
+}
+
+async fn node_mirror(api: &Api<StorageOSNode>, name: &str, health: &str) -> StorageOSNode {
+    wait_for(
+        &format!("nodes.api.storageos.com/{name} to be {health}"),
+        SETTLE,
+        || async {
+            let n = api.get_opt(name).await.ok()??;
+            (n.status.as_ref()?.health == health).then_some(n)
+        },
+    )
+    .await
+}
+
+fn seed(sim: &SimHandle, ns: &TestNamespace, pv: &str, pvc: &str) {
+    sim.add_volume(VolumeSeed {
+        namespace: ns.name.clone(),
+        name: pv.into(),
+        pvc_name: pvc.into(),
+        pvc_namespace: ns.name.clone(),
+        master_node: NODES[0].into(),
+        replicas: 1,
+        size_bytes: 2 << 30,
+        ..VolumeSeed::default()
+    })
+    .unwrap();
+}
+
+/// The Must-show of the mirror: the three nodes with their health; a node marked offline in the
+/// simulator shows within one poll; a volume seeded for a PVC appears in the PVC's namespace
+/// (owned by it, with its master and replica health) and disappears when removed; an idle
+/// minute makes no writes. The mirror runs as the api-manager's ServiceAccount.
+#[tokio::test]
+async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
+    logs();
+    let client = support::client().await;
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    for n in NODES {
+        sim.add_node(n, Health::Online).unwrap();
+    }
+    let ns = TestNamespace::new("mirror").await;
+    let pvc: PersistentVolumeClaim = from_json(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "t-mirror-none",
+                 "resources": {"requests": {"storage": "2Gi"}}}
+    }));
+    let pvc = ns
+        .api::<PersistentVolumeClaim>()
+        .create(&PostParams::default(), &pvc)
+        .await
+        .unwrap();
+    let ctx = support::api_manager_context(&sim, FLAGS).await;
+    let controller = tokio::spawn(mirror::run(ctx));
+    let nodes: Api<StorageOSNode> = Api::all(client.clone());
+    let k8s_nodes: Api<Node> = Api::all(client.clone());
+
+    // The three nodes, online, each owned by its Kubernetes Node.
+    for name in NODES {
+        let m = node_mirror(&nodes, name, "online").await;
+        let owner = &m.owner_references()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", name));
+        assert_eq!(Some(owner.uid.clone()), k8s_nodes.get(name).await.unwrap().uid());
+        let status = m.status.unwrap();
+        assert_eq!(status.capacity.unwrap().total, "100Gi");
+        assert_eq!(status.last_seen_online, None);
+    }
+    let table = kubectl_get(&["nodes.api.storageos.com"]);
+    println!("$ kubectl get nodes.api.storageos.com\n{table}");
+    for name in NODES {
+        assert_eq!(row(&table, name)[1], "online", "{table}");
+    }
+
+    // Offline in StorageOS: shown at the first poll after it (healthSince is that poll's time).
+    let marked = chrono::Utc::now();
+    sim.set_health(NODES[2], Health::Offline).unwrap();
+    let m = node_mirror(&nodes, NODES[2], "offline").await;
+    let status = m.status.unwrap();
+    let since: chrono::DateTime<chrono::Utc> = status.health_since.unwrap().parse().unwrap();
+    let slack = chrono::Duration::from_std(NODE_POLL + Duration::from_secs(2)).unwrap();
+    assert!(
+        since <= marked + slack,
+        "seen offline by the poll of {since}, marked at {marked}: more than one poll later"
+    );
+    assert!(status.last_seen_online.is_some(), "the last online poll is recorded");
+    assert_eq!(row(&kubectl_get(&["nodes.api.storageos.com"]), NODES[2])[1], "offline");
+
+    // A volume seeded for the PVC appears in its namespace, owned by it; one without a PVC does not.
+    let pv = format!("pvc-{}", support::suffix());
+    seed(&sim, &ns, &pv, "data");
+    seed(&sim, &ns, &format!("{pv}-orphan"), "no-such-claim");
+    let volumes: Api<StorageOSVolume> = ns.api();
+    let v = wait_for("the volume mirror", SETTLE, || async {
+        volumes.get_opt(&pv).await.ok()?
+    })
+    .await;
+    assert_eq!(v.owner_references()[0].uid, pvc.uid().unwrap());
+    assert_eq!(v.owner_references()[0].kind, "PersistentVolumeClaim");
+    let status = v.status.unwrap();
+    assert_eq!((status.pvc.as_str(), status.master.node.as_str()), ("data", NODES[0]));
+    assert_eq!(
+        (status.health.as_str(), status.replicas_ready.as_str()),
+        ("healthy", "1/1")
+    );
+    assert_eq!(
+        status.replicas[0].node, NODES[1],
+        "the replica is on the other online node"
+    );
+    assert_eq!(status.size, "2Gi");
+
+    // The replica's node goes offline: the volume shows degraded, its master stays.
+    sim.set_health(NODES[2], Health::Online).unwrap();
+    node_mirror(&nodes, NODES[2], "online").await;
+    sim.set_health(NODES[1], Health::Offline).unwrap();
+    let degraded = wait_for("the volume to show degraded", SETTLE, || async {
+        let v = volumes.get_opt(&pv).await.ok()??;
+        (v.status.as_ref()?.health == "degraded").then_some(v)
+    })
+    .await;
+    assert_eq!(degraded.status.unwrap().master.node, NODES[0]);
+    let table = kubectl_get(&["volumes.api.storageos.com", "-A"]);
+    println!("$ kubectl get volumes.api.storageos.com -A\n{table}");
+    let cols = row(&table, &pv);
+    assert_eq!(
+        cols[..6],
+        [ns.name.as_str(), pv.as_str(), "data", "degraded", NODES[0], "0/1"],
+        "{table}"
+    );
+    assert!(
+        !table.contains(&format!("{pv}-orphan")),
+        "no mirror without a PVC: {table}"
+    );
+    node_mirror(&nodes, NODES[1], "offline").await;
+
+    // An idle minute: nothing is written.
+    let idle_from = chrono::Utc::now();
+    sim.clear_requests();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let writes = writes_by(API_MANAGER, idle_from);
+    let reads = sim.requests().len();
+    println!("idle minute: {} writes, {reads} StorageOS requests", writes.len());
+    assert!(writes.is_empty(), "writes at idle: {writes:#?}");
+
+    // Removed from StorageOS: the mirror goes.
+    sim.remove_volume(&ns.name, &pv).unwrap();
+    wait_for("the volume mirror to be deleted", SETTLE, || async {
+        volumes.get_opt(&pv).await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    controller.abort();
+    for name in NODES {
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// `GET /v2/namespaces/<id>/volumes` → `GET /v2/namespaces/{id}/volumes`.
+fn route(method: &str, path: &str) -> String {
+    let templated: Vec<&str> = path
+        .split('/')
+        .map(|seg| {
+            if seg.len() == 36 && seg.matches('-').count() == 4 {
+                "{id}"
+            } else {
+                seg
+            }
+        })
+        .collect();
+    format!("{method} {}", templated.join("/"))
+}
+
+/// StorageOS requests of every api-manager controller over one idle minute, by route: 3 nodes,
+/// one namespace holding two volumes (one shared), six namespaces whose volumes are gone. The
+/// node and namespace GCs are off (hourly by default; they would delete the test's namespaces).
+/// A measurement, printed for docs and reviews: `cargo test --test k8s_mirror -- --ignored
+/// --nocapture storageos_reads_at_idle`.
+#[tokio::test]
+#[ignore = "a one-minute measurement"]
+async fn storageos_reads_at_idle() {
+    logs();
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    for n in ["idle-a", "idle-b", "idle-c"] {
+        sim.add_node(n, Health::Online).unwrap();
+    }
+    for (name, nfs) in [("pvc-idle-1", None), ("pvc-idle-2", Some("10.0.0.1:25000"))] {
+        sim.add_volume(VolumeSeed {
+            namespace: "idle-app".into(),
+            name: name.into(),
+            pvc_name: name.into(),
+            master_node: "idle-a".into(),
+            replicas: 1,
+            nfs_service_endpoint: nfs.map(str::to_string),
+            ..VolumeSeed::default()
+        })
+        .unwrap();
+    }
+    for i in 0..6 {
+        sim.add_namespace(&format!("idle-empty-{i}")).unwrap();
+    }
+    let flags = ["-namespace-delete-gc-interval", "0s", "-node-delete-gc-interval", "0s"];
+    let ctx = support::api_manager_context(&sim, &flags).await;
+    let all = tokio::spawn(controllers::run(ctx));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    sim.clear_requests();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let mut by_route: BTreeMap<String, usize> = BTreeMap::new();
+    for r in sim.requests() {
+        *by_route.entry(route(&r.method, &r.path)).or_default() += 1;
+    }
+    all.abort();
+    let total: usize = by_route.values().sum();
+    println!("StorageOS requests in one idle minute: {total}");
+    for (route, n) in &by_route {
+        println!("  {n:4}  {route}");
+    }
+}
