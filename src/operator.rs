@@ -87,6 +87,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         node_env: render::node_env_from_process(),
         storageos_endpoint: args.storageos_endpoint.clone(),
         storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
+        operator_namespace: args.leader_election_namespace.clone(),
     };
     let jobs =
         Arc::new(job::Context::new(client.clone(), metrics.clone()).with_host_paths(args.job_host_paths.clone()));

@@ -52,6 +52,7 @@ fn context(client: &kube::Client, sim: &sim::SimHandle) -> Arc<Context> {
         node_env: Default::default(),
         storageos_endpoint: Some(sim.url()),
         storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+        operator_namespace: storageos_operator::install::NAMESPACE.into(),
     };
     Arc::new(Context::new(
         client.clone(),

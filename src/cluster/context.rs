@@ -29,6 +29,8 @@ pub struct OperatorConfig {
     pub storageos_endpoint: Option<String>,
     /// Timeouts of StorageOS API requests (request, login).
     pub storageos_timeouts: (Duration, Duration),
+    /// The operator's own namespace (its metrics Service is scraped from there).
+    pub operator_namespace: String,
 }
 
 /// Shared state of the cluster controller.

@@ -277,6 +277,7 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Er
     let mut inputs = Inputs::new(cluster.clone(), ctx.config.operator_image.clone());
     inputs.default_images = ctx.config.default_images.clone();
     inputs.node_env = ctx.config.node_env.clone();
+    inputs.operator_namespace = ctx.config.operator_namespace.clone();
     inputs.secret = get_secret(ctx, &spec.secret_ref_namespace, &spec.secret_ref_name).await?;
     if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(spec) {
         inputs.etcd_tls_secret = get_secret(ctx, &ns, &name).await?;

@@ -33,6 +33,8 @@ pub struct Inputs {
     pub default_images: DefaultImages,
     /// Whether the ServiceMonitor CRD (monitoring.coreos.com/v1) exists.
     pub service_monitor_crd: bool,
+    /// The operator's namespace: the ServiceMonitor scrapes its metrics Service there too.
+    pub operator_namespace: String,
     /// Operator environment forwarded into the node ConfigMap (see [`FORWARDED_NODE_ENV`]).
     pub node_env: BTreeMap<String, String>,
 }
@@ -48,6 +50,7 @@ impl Inputs {
             operator_image: operator_image.into(),
             default_images: DefaultImages::default(),
             service_monitor_crd: false,
+            operator_namespace: crate::install::NAMESPACE.into(),
             node_env: BTreeMap::new(),
         }
     }

@@ -32,8 +32,19 @@ pub struct ServiceMonitor {
 pub struct ServiceMonitorSpec {
     /// Services to scrape.
     pub selector: LabelSelector,
+    /// Namespaces to look for them in (default: the ServiceMonitor's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<ServiceMonitorNamespaces>,
     /// Ports of those Services.
     pub endpoints: Vec<ServiceMonitorEndpoint>,
+}
+
+/// The namespaces a ServiceMonitor selects Services in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceMonitorNamespaces {
+    /// These namespaces only.
+    pub match_names: Vec<String>,
 }
 
 /// A scraped port.

@@ -63,6 +63,7 @@ impl ClusterOperator {
             node_env: Default::default(),
             storageos_endpoint: Some(storageos.sim.url()),
             storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+            operator_namespace: storageos_operator::install::NAMESPACE.into(),
         };
         let mut registry = Registry::default();
         let metrics = ReconcileMetrics::register(&mut registry);
