@@ -6,6 +6,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 
 use crate::cli::RunArgs;
+use crate::cluster::metrics::ClusterMetrics;
 use crate::cluster::{self, Context, OperatorConfig};
 use crate::job;
 use crate::render;
@@ -55,12 +56,32 @@ pub async fn shutdown_signal() {
     tokio::select! { () = ctrl_c => {}, () = term => {} }
 }
 
+/// Every metric family `run` serves on `/metrics`.
+pub struct OperatorMetrics {
+    pub reconcile: ReconcileMetrics,
+    pub api: ApiMetrics,
+    pub cluster: ClusterMetrics,
+}
+
+/// Registers every metric family of `run` in `registry` (also used by the test that checks the
+/// dashboard and alerts name only metrics that exist).
+pub fn register_metrics(registry: &mut Registry) -> OperatorMetrics {
+    OperatorMetrics {
+        reconcile: ReconcileMetrics::register(registry),
+        api: ApiMetrics::register(registry),
+        cluster: ClusterMetrics::register(registry),
+    }
+}
+
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let client = crate::runtime::identity::kube_client(None).await?;
     let mut registry = Registry::default();
-    let metrics = ReconcileMetrics::register(&mut registry);
-    let api_metrics = ApiMetrics::register(&mut registry);
+    let OperatorMetrics {
+        reconcile: metrics,
+        api: api_metrics,
+        cluster: cluster_metrics,
+    } = register_metrics(&mut registry);
     let health = Health::new(registry);
 
     health
@@ -93,7 +114,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         Arc::new(job::Context::new(client.clone(), metrics.clone()).with_host_paths(args.job_host_paths.clone()));
     let upgrades =
         Arc::new(upgrade::Context::new(client.clone(), metrics.clone()).with_step_delay(args.upgrade_step_delay));
-    let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)));
+    let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)).with_cluster_metrics(cluster_metrics));
     tracing::info!(identity = %identity, "starting controllers");
     let controllers = async {
         tokio::join!(

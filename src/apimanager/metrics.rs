@@ -11,6 +11,7 @@ use std::time::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -39,7 +40,25 @@ pub struct ApiManagerMetrics {
     helper_total: Family<OutcomeLabels, Counter>,
     shared_volume_pass: Histogram,
     fencing_held: Counter,
+    fencer_outcomes: Family<OutcomeOnly, Counter>,
+    cert_expiry: Gauge,
     mirror: [Histogram; 6],
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeOnly {
+    outcome: &'static str,
+}
+
+/// What the fencer did about a pod (or, for `Suspended`, a node) on an offline node.
+#[derive(Clone, Copy, Debug)]
+pub enum FencerOutcome {
+    /// The pod was deleted (event `Fenced`).
+    Fenced,
+    /// The pod was left alone: a volume was not known to be safe (event `FencingSkipped`).
+    Skipped,
+    /// An upgrade holds the cluster in maintenance (event `FencingSuspended`, once per episode).
+    Suspended,
 }
 
 /// One timed step of the `api.storageos.com` mirror.
@@ -111,6 +130,8 @@ impl ApiManagerMetrics {
             helper_total: Family::default(),
             shared_volume_pass: Histogram::new(buckets()),
             fencing_held: Counter::default(),
+            fencer_outcomes: Family::default(),
+            cert_expiry: Gauge::default(),
             mirror: std::array::from_fn(|_| Histogram::new(buckets())),
         };
         let stos = registry.sub_registry_with_prefix("storageos");
@@ -134,10 +155,39 @@ impl ApiManagerMetrics {
             "Fencer polls that fenced nothing because more than half of the StorageOS nodes were offline",
             m.fencing_held.clone(),
         );
+        // At zero from the start, so that an alert on `increase()` sees the first one.
+        for outcome in ["fenced", "skipped", "suspended"] {
+            let _ = m.fencer_outcomes.get_or_create(&OutcomeOnly { outcome });
+        }
+        stos.register(
+            "fencer_outcomes",
+            "What the fencer did on offline nodes: fenced and skipped pods, suspended episodes",
+            m.fencer_outcomes.clone(),
+        );
+        stos.register(
+            "webhook_certificate_expiry_timestamp_seconds",
+            "When the webhook serving certificate in use expires (Unix time)",
+            m.cert_expiry.clone(),
+        );
         for ((name, help), h) in MIRROR_METRICS.iter().zip(&m.mirror) {
             stos.register(*name, *help, h.clone());
         }
         m
+    }
+
+    /// Counts one fencer outcome.
+    pub fn count_fencer(&self, outcome: FencerOutcome) {
+        let outcome = match outcome {
+            FencerOutcome::Fenced => "fenced",
+            FencerOutcome::Skipped => "skipped",
+            FencerOutcome::Suspended => "suspended",
+        };
+        self.fencer_outcomes.get_or_create(&OutcomeOnly { outcome }).inc();
+    }
+
+    /// Records when the serving certificate in use expires.
+    pub fn set_cert_expiry(&self, not_after: chrono::DateTime<chrono::Utc>) {
+        self.cert_expiry.set(not_after.timestamp());
     }
 
     /// Records the duration of one mirror step.

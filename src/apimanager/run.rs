@@ -137,15 +137,36 @@ async fn ensure_certs(manager: &CertManager, retry: Duration) -> crate::runtime:
     }
 }
 
+/// Every metric family the api-manager serves on `/metrics`.
+pub struct Metrics {
+    pub api: ApiMetrics,
+    pub webhook: WebhookMetrics,
+    pub helper: ApiManagerMetrics,
+    pub reconcile: ReconcileMetrics,
+}
+
+/// Registers every metric family of the api-manager in `registry` (also used by the test that
+/// checks the dashboard and alerts name only metrics that exist).
+pub fn register_metrics(registry: &mut Registry) -> Metrics {
+    Metrics {
+        api: ApiMetrics::register(registry),
+        webhook: WebhookMetrics::register(registry),
+        helper: ApiManagerMetrics::register(registry),
+        reconcile: ReconcileMetrics::register(registry),
+    }
+}
+
 /// Runs the api-manager until SIGTERM/SIGINT.
 pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     let client = kube_client(&args).await?;
     let namespace = resolve_namespace(&args.namespace, Path::new(SERVICE_ACCOUNT_NAMESPACE));
     let mut registry = Registry::default();
-    let api_metrics = ApiMetrics::register(&mut registry);
-    let webhook_metrics = WebhookMetrics::register(&mut registry);
-    let helper_metrics = ApiManagerMetrics::register(&mut registry);
-    let reconcile_metrics = ReconcileMetrics::register(&mut registry);
+    let Metrics {
+        api: api_metrics,
+        webhook: webhook_metrics,
+        helper: helper_metrics,
+        reconcile: reconcile_metrics,
+    } = register_metrics(&mut registry);
     let health = Health::new(registry);
 
     let metrics_addr = args.metrics_socket_addr();
@@ -178,6 +199,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         cert = ensure_certs(&manager, args.api_retry_interval) => cert,
         () = shutdown_signal() => return Ok(()),
     };
+    helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
     let state = WebhookState::new(
         KubeLookups(client.clone()),
@@ -230,7 +252,10 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 result?;
             }
             _ = cert_tick.tick() => match refresh_cert(&manager, &slot, &current).await {
-                Ok(Some(new)) => current = new,
+                Ok(Some(new)) => {
+                    helper_metrics.set_cert_expiry(new.not_after);
+                    current = new;
+                }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
             },

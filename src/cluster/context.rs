@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use kube::Client;
 
+use super::metrics::ClusterMetrics;
 use crate::crd::StorageOSCluster;
 use crate::render::DefaultImages;
 use crate::runtime::apply::Applier;
@@ -41,6 +42,8 @@ pub struct Context {
     pub kit: Kit,
     pub config: OperatorConfig,
     pub api_metrics: Option<storageos::ApiMetrics>,
+    /// `storageos_cluster_ready` (unregistered unless [`Context::with_cluster_metrics`]).
+    pub cluster_metrics: ClusterMetrics,
     /// One StorageOS client per (endpoint, username, password), so tokens are reused.
     api_clients: Mutex<HashMap<(String, String, String), storageos::Client>>,
 }
@@ -59,8 +62,15 @@ impl Context {
             client,
             config,
             api_metrics,
+            cluster_metrics: ClusterMetrics::default(),
             api_clients: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reports the clusters' readiness in `metrics` (registered by the process).
+    pub fn with_cluster_metrics(mut self, metrics: ClusterMetrics) -> Self {
+        self.cluster_metrics = metrics;
+        self
     }
 
     /// A (cached) StorageOS API client for `endpoint` with these credentials.

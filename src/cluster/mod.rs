@@ -7,6 +7,7 @@ pub mod adopt;
 pub mod config;
 pub mod context;
 pub mod finalize;
+pub mod metrics;
 pub mod reconcile;
 pub mod select;
 pub mod status;

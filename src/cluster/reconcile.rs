@@ -224,16 +224,19 @@ async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &
         &now,
     );
     status.conditions = Some(conds);
-    write_status(api, cluster, &previous, status).await?;
+    write_status(ctx, api, cluster, &previous, status).await?;
     Ok(Action::requeue(Duration::from_secs(5)))
 }
 
 async fn write_status(
+    ctx: &Context,
     api: &Api<StorageOSCluster>,
     cluster: &StorageOSCluster,
     previous: &StorageOSClusterStatus,
     status: StorageOSClusterStatus,
 ) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
     if &status == previous {
         return Ok(());
     }
@@ -262,7 +265,7 @@ async fn not_ready(
     if news {
         ctx.event(cluster, true, "FailedCreation", message).await;
     }
-    write_status(api, cluster, &previous, status).await
+    write_status(ctx, api, cluster, &previous, status).await
 }
 
 async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
@@ -477,7 +480,7 @@ async fn update_status(
         };
         ctx.event(cluster, !all, "ChangedStatus", note).await;
     }
-    write_status(api, cluster, &previous, status.clone()).await?;
+    write_status(ctx, api, cluster, &previous, status.clone()).await?;
     Ok(status)
 }
 

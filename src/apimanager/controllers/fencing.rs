@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use super::Context;
 use crate::apimanager::maintenance::Maintenance;
+use crate::apimanager::metrics::FencerOutcome;
 use crate::apimanager::storageos_state;
 use crate::crd::StorageOSCluster;
 use crate::runtime::controller::Kit;
@@ -254,6 +255,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                     "StorageOS reports node {name} offline, but upgrade {upgrade} is in progress: {} pod(s) are not fenced while it runs",
                     targets.len()
                 );
+                ctx.metrics.count_fencer(FencerOutcome::Suspended);
                 kit.event(node, true, "FencingSuspended", note).await;
             }
             return Ok(false);
@@ -275,6 +277,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                 let note = format!(
                     "StorageOS reports node {name} offline, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
                 );
+                ctx.metrics.count_fencer(FencerOutcome::Skipped);
                 kit.event(&pod, true, "FencingSkipped", note).await;
             }
             continue;
@@ -434,6 +437,7 @@ async fn fence_pod(
         note.push_str(&format!("; could not delete VolumeAttachments: {}", failed.join(", ")));
     }
     tracing::info!(controller = CONTROLLER, node, pod = %pod.name_any(), namespace = ?pod.namespace(), attachments = ?deleted, failed = ?failed, "pod fenced");
+    ctx.metrics.count_fencer(FencerOutcome::Fenced);
     kit.event(pod, true, "Fenced", note).await;
     Ok(())
 }

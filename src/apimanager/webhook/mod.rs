@@ -104,6 +104,13 @@ impl WebhookMetrics {
             "Encrypted PVCs denied (to be retried) because their keys could not be made",
             m.failed_closed.clone(),
         );
+        // At zero from the start, so that an alert on `increase()` sees the first one.
+        for webhook in ["pod", "pvc"] {
+            let _ = m.failed_open.get_or_create(&WebhookLabels {
+                webhook: webhook.into(),
+            });
+        }
+        let _ = m.failed_closed.get_or_create(&WebhookLabels { webhook: "pvc".into() });
         m
     }
 }

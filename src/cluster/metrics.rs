@@ -1,0 +1,49 @@
+//! `storageos_cluster_ready{namespace,name}`: 1 while a StorageOSCluster's Ready condition is
+//! True, else 0, so that an alert can fire on a cluster that stays not Ready.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::crd::StorageOSClusterStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    namespace: String,
+    name: String,
+}
+
+/// The cluster controller's own metrics.
+#[derive(Clone, Default)]
+pub struct ClusterMetrics {
+    ready: Family<ClusterLabels, Gauge>,
+}
+
+impl ClusterMetrics {
+    /// Registers the metric families in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "storageos_cluster_ready",
+            "1 while the StorageOSCluster's Ready condition is True, else 0",
+            m.ready.clone(),
+        );
+        m
+    }
+
+    /// Records the Ready condition of `namespace/name` as written in `status`.
+    pub fn observe(&self, namespace: &str, name: &str, status: &StorageOSClusterStatus) {
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        self.ready
+            .get_or_create(&ClusterLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+            })
+            .set(i64::from(ready));
+    }
+}
