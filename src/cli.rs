@@ -49,7 +49,8 @@ pub enum Command {
     /// Print every object the operator would apply for a StorageOSCluster, without a cluster.
     Render(RenderArgs),
 
-    /// Print the CustomResourceDefinitions of StorageOSCluster, StorageOSUpgrade and Job.
+    /// Print the CustomResourceDefinitions (StorageOSCluster, StorageOSUpgrade, Job and the
+    /// read-only api.storageos.com Node and Volume mirrors).
     Crds(CrdsArgs),
 
     /// Write the install manifests: `operator.yaml` (CRDs, namespace, RBAC, Deployment and
