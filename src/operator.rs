@@ -16,8 +16,8 @@ use crate::runtime::signal;
 use crate::storageos::ApiMetrics;
 use crate::upgrade;
 
-/// The Lease the operator's replicas elect a leader on.
-pub const LEASE_NAME: &str = "storageos-operator-lease";
+/// The Lease the operator's replicas elect a leader on (its RBAC grants exactly this name).
+pub use crate::rbac::operator::LEASE as LEASE_NAME;
 
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]

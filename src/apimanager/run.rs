@@ -23,8 +23,9 @@ use crate::runtime::metrics::ReconcileMetrics;
 use crate::runtime::signal;
 use crate::storageos::{self, ApiMetrics};
 
-/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID).
-pub const LEASE_NAME: &str = "storageos-api-manager-lease";
+/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID;
+/// its RBAC grants exactly this name).
+pub use crate::rbac::components::API_MANAGER_LEASE as LEASE_NAME;
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 

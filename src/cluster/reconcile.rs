@@ -134,11 +134,37 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
     if !is_active {
         return pending(cluster, &api, ctx).await;
     }
-    if cluster.spec.pause == Some(true) || cluster.annotations().contains_key(PAUSED_BY_ANNOTATION) {
-        tracing::info!(cluster = %cluster.name_any(), "paused; not reconciling");
+    if let Some((reason, message)) = paused(cluster) {
+        tracing::info!(cluster = %cluster.name_any(), reason, "paused; not reconciling");
+        let previous = cluster.status.clone().unwrap_or_default();
+        let mut status = previous.clone();
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        conditions::set(conds, PAUSED, true, reason, message, cluster.meta().generation, &now());
+        write_status(&api, cluster, &previous, status).await?;
         return Ok(Action::await_change());
     }
     deploy(cluster, &api, ctx).await
+}
+
+/// The condition that says a cluster is paused: nothing is applied or repaired meanwhile.
+pub const PAUSED: &str = "Paused";
+
+/// Why `cluster` is paused (condition reason and message), or None when it is not.
+pub fn paused(cluster: &StorageOSCluster) -> Option<(&'static str, String)> {
+    if cluster.spec.pause == Some(true) {
+        return Some((
+            "SpecPause",
+            "spec.pause is true: changes are not applied and deleted objects are not recreated until it is false"
+                .into(),
+        ));
+    }
+    let upgrade = cluster.annotations().get(PAUSED_BY_ANNOTATION)?;
+    Some((
+        "UpgradeInProgress",
+        format!(
+            "StorageOSUpgrade {upgrade} is upgrading the cluster; reconciling resumes when it completes or is deleted"
+        ),
+    ))
 }
 
 /// Marks a cluster that is not the active one, once, and checks back for a takeover.
@@ -418,6 +444,20 @@ async fn update_status(
     if let Some(message) = news {
         ctx.event(cluster, EventType::Normal, adopt::GO_DEFAULTS_CONDITION, message)
             .await;
+    }
+    // Only a cluster that was paused carries the condition; it now says it is not.
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    if conds.iter().any(|c| c.type_ == PAUSED) {
+        let generation = cluster.meta().generation;
+        conditions::set(
+            conds,
+            PAUSED,
+            false,
+            "Resumed",
+            "the cluster is reconciled again",
+            generation,
+            &now,
+        );
     }
     if status.ready != previous.ready {
         let ready = status.ready.clone().unwrap_or_default();

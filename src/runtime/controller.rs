@@ -81,6 +81,7 @@ impl Kit {
             controller: component.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        metrics.declare(name);
         Self {
             name,
             recorder: Recorder::new(client, reporter),
