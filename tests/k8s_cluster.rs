@@ -97,9 +97,9 @@ fn api_writes(sim: &sim::SimHandle) -> Vec<String> {
 
 /// resourceVersions of every object labelled for the cluster, and of the cluster itself.
 async fn versions(client: &kube::Client, c: &StorageOSCluster) -> BTreeMap<String, String> {
-    let selector = cluster::reconcile::children_selector(c);
+    let selector = cluster::ownership::children_selector(c);
     let mut out = BTreeMap::new();
-    for k in cluster::reconcile::owned_kinds() {
+    for k in cluster::ownership::owned_kinds() {
         let (group, version) = k.api_version.split_once('/').unwrap_or(("", k.api_version));
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, k.kind));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
@@ -385,7 +385,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
                  "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
     }));
     ns.api::<Pod>().create(&PostParams::default(), &app).await.unwrap();
-    let selector = cluster::reconcile::children_selector(&running);
+    let selector = cluster::ownership::children_selector(&running);
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
     let held = wait_for(
         "deletion to be held by the pod using a StorageOS volume",
@@ -473,7 +473,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
 
 async fn versions_by_selector(client: &kube::Client, selector: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for k in cluster::reconcile::owned_kinds() {
+    for k in cluster::ownership::owned_kinds() {
         let (group, version) = k.api_version.split_once('/').unwrap_or(("", k.api_version));
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, k.kind));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);

@@ -1,5 +1,5 @@
 //! The flags of the Go api-manager v1.2.12, with the same names and defaults, so existing
-//! Deployments keep working (`-flag` is rewritten to `--flag` by `cli::normalize_go_flags`).
+//! Deployments keep working (`-flag` is rewritten to `--flag` by `go_flag`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -220,6 +220,24 @@ impl ApiManagerArgs {
     }
 }
 
+/// The Go flag spelling `-flag[=value]` as `--flag[=value]`; a lone `-`, a negative number and
+/// anything already `--` are returned unchanged.
+pub fn go_flag(arg: String) -> String {
+    let is_go_flag = arg.len() > 2
+        && arg.starts_with('-')
+        && !arg.starts_with("--")
+        && arg[1..].starts_with(|c: char| c.is_ascii_alphabetic());
+    if is_go_flag { format!("-{arg}") } else { arg }
+}
+
+/// The api-manager's flags on their own, for [`ApiManagerArgs::from_flags`].
+#[derive(clap::Parser)]
+#[command(name = "api-manager")]
+struct Standalone {
+    #[command(flatten)]
+    args: ApiManagerArgs,
+}
+
 impl ApiManagerArgs {
     /// Parses api-manager flags as the Go api-manager took them (`-flag value`, `--flag=value`),
     /// for embedding the controllers (tests, tools).
@@ -230,18 +248,8 @@ impl ApiManagerArgs {
     {
         use clap::Parser;
 
-        use crate::cli::{Cli, Command, normalize_go_flags};
-
-        let argv = ["storageos-operator".to_string(), "api-manager".to_string()]
-            .into_iter()
-            .chain(flags.into_iter().map(Into::into));
-        match Cli::try_parse_from(normalize_go_flags(argv))?.command {
-            Command::ApiManager(a) => Ok(*a),
-            _ => Err(clap::Error::raw(
-                clap::error::ErrorKind::InvalidSubcommand,
-                "expected api-manager flags",
-            )),
-        }
+        let argv = std::iter::once("api-manager".to_string()).chain(flags.into_iter().map(|f| go_flag(f.into())));
+        Ok(Standalone::try_parse_from(argv)?.args)
     }
 }
 

@@ -117,9 +117,9 @@ impl Kit {
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.
-    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, warning: bool, reason: &str, note: String) {
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
         let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
+            type_,
             reason: reason.into(),
             note: Some(note),
             action: "Reconcile".into(),
