@@ -518,8 +518,10 @@ async fn storageos_api_down_for_60s_nothing_fenced_or_deleted_then_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = support::operator_kubeconfig(dir.path()).await;
     let _operator = faults::operator(&kubeconfig, &w.sim, "outage", &[]);
-    faults::create_cluster(&w.ns, OLD_IMAGE).await;
-    faults::wait_running(&w.ns, SETTLE).await;
+    // The cluster's operands in a namespace of their own (its webhook Service is not ours).
+    let cluster_ns = TestNamespace::new("fault-outage-c").await;
+    faults::create_cluster(&cluster_ns, OLD_IMAGE).await;
+    faults::wait_running(&cluster_ns, SETTLE).await;
     w.polled().await;
     let nodes_before: Vec<String> = w.sim.nodes().into_iter().map(|n| n.name).collect();
     let namespaces_before: Vec<String> = w.sim.namespaces().into_iter().map(|n| n.name).collect();
@@ -550,7 +552,7 @@ async fn storageos_api_down_for_60s_nothing_fenced_or_deleted_then_recovers() {
     );
 
     // Back: the cluster is Ready again, then fencing works.
-    faults::wait_running(&w.ns, Duration::from_secs(300) + Duration::from_secs(60)).await;
+    faults::wait_running(&cluster_ns, Duration::from_secs(300) + Duration::from_secs(60)).await;
     wait_for("the fencer to poll again", SETTLE, || async {
         w.sim.requests()[back_from..]
             .iter()
@@ -577,7 +579,7 @@ async fn storageos_api_down_for_60s_nothing_fenced_or_deleted_then_recovers() {
         (!w.pod_exists("app").await).then_some(())
     })
     .await;
-    faults::delete_cluster(&w.ns).await;
+    faults::delete_cluster(&cluster_ns).await;
     sync.abort();
 }
 
