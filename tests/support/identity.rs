@@ -263,7 +263,8 @@ pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Strin
         .collect()
 }
 
-/// The audit events of `who` from `since` on, as the apiserver logged them.
+/// The audit events (JSON, as the apiserver wrote them) of every request `who` made from
+/// `since` on, for a test that needs more than [`audited`] shows (such as the response code).
 pub fn audit_events(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
     let log = kubeconfig_path()
         .parent()
