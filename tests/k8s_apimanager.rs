@@ -17,6 +17,16 @@ use serde_json::json;
 use storageos_operator::sim::{self, Simulator};
 use support::{TestNamespace, from_json, wait_for};
 
+/// The `/metrics` text of a replica.
+async fn metrics_text(port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -263,6 +273,28 @@ async fn without_leader_election_every_replica_runs_the_controllers() {
             .is_none(),
         "no Lease is taken without leader election"
     );
+    // Each controller reports its reconciles under its own name, as controller-runtime does.
+    let metrics = metrics_text(a.metrics_port).await;
+    for controller in [
+        "fencer",
+        "shared-volume",
+        "node-delete",
+        "namespace-delete",
+        "node-label",
+        "pvc-label",
+    ] {
+        for family in [
+            "controller_runtime_reconcile_total{",
+            "controller_runtime_reconcile_errors_total{",
+            "controller_runtime_reconcile_time_seconds_count{",
+        ] {
+            let series = format!(r#"{family}controller="{controller}""#);
+            assert!(
+                metrics.contains(&series),
+                "{series} is missing from /metrics:\n{metrics}"
+            );
+        }
+    }
 
     assert!(a.stop().await.success());
     assert!(b.stop().await.success());

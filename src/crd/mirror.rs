@@ -62,8 +62,11 @@ pub struct NodeMirrorStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCapacity {
+    /// All storage of the node.
     pub total: String,
+    /// Storage not written to, in whole GiB.
     pub free: String,
+    /// Storage that can still be provisioned, in whole GiB.
     pub available: String,
 }
 
@@ -153,8 +156,11 @@ pub struct VolumeReplica {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncProgress {
+    /// Bytes still to copy.
     pub bytes_remaining: i64,
+    /// Copy rate, bytes per second.
     pub throughput_bytes: i64,
+    /// Estimated time to finish, in seconds.
     pub estimated_seconds_remaining: i64,
 }
 

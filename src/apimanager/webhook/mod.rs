@@ -8,6 +8,7 @@
 
 pub mod encryption;
 pub mod keys;
+pub mod lookups;
 pub mod mutate;
 #[cfg(test)]
 mod testing;
@@ -29,7 +30,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
 
-use mutate::{LookupError, Lookups};
+use lookups::{LookupError, Lookups};
 
 /// Lookups through the Kubernetes API.
 #[derive(Clone)]
@@ -295,8 +296,10 @@ mod tests {
     use super::*;
 
     fn class() -> StorageClass {
-        serde_json::from_value(json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": mutate::PROVISIONER}))
-            .unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": crate::storageos::CSI_DRIVER}),
+        )
+        .unwrap()
     }
 
     /// The response to a PVC CREATE of `labels` through the router, and the fail-open count.
