@@ -329,6 +329,34 @@ async fn namespace_delete_with_volumes_is_409() {
 }
 
 #[tokio::test]
+async fn the_control_api_removes_a_volume_even_attached() {
+    let api = Api::start().await;
+    let token = api.login().await;
+    api.call("POST", "/_sim/nodes", None, Some(json!({"name": "n1"}))).await;
+    let seed = json!({"namespace": "apps", "name": "pvc-1", "pvcName": "data", "masterNode": "n1",
+                      "nfsServiceEndpoint": "10.0.0.1:25000"});
+    api.call("POST", "/_sim/volumes", None, Some(seed)).await;
+    let removed = api.call("DELETE", "/_sim/volumes/apps/pvc-1", None, None).await;
+    assert_eq!(removed.status(), StatusCode::OK);
+    let namespaces: Value = api
+        .call("GET", "/v2/namespaces", Some(&token), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ns_id = namespaces[0]["id"].as_str().unwrap();
+    let volumes: Value = api
+        .call("GET", &format!("/v2/namespaces/{ns_id}/volumes"), Some(&token), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(volumes, json!([]));
+    let msg = error_body(api.call("DELETE", "/_sim/volumes/apps/pvc-1", None, None).await, 404).await;
+    assert!(msg.contains("apps/pvc-1"), "{msg}");
+}
+
+#[tokio::test]
 async fn faults_and_the_request_log_over_http() {
     let api = Api::start().await;
     let token = api.login().await;
