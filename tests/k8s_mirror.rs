@@ -141,8 +141,9 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     seed(&sim, &ns, &pv, "data");
     seed(&sim, &ns, &format!("{pv}-orphan"), "no-such-claim");
     let volumes: Api<StorageOSVolume> = ns.api();
+    // Written in two steps (the object, then its status): wait for both.
     let v = wait_for("the volume mirror", SETTLE, || async {
-        volumes.get_opt(&pv).await.ok()?
+        volumes.get_opt(&pv).await.ok()?.filter(|v| v.status.is_some())
     })
     .await;
     assert_eq!(v.owner_references()[0].uid, pvc.uid().unwrap());

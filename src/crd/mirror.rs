@@ -87,7 +87,7 @@ pub struct NodeCapacity {
     printcolumn = r#"{"name":"Master","type":"string","jsonPath":".status.master.node","description":"The node holding the master."}"#,
     printcolumn = r#"{"name":"Replicas","type":"string","jsonPath":".status.replicasReady","description":"Ready replicas out of those wanted."}"#,
     printcolumn = r#"{"name":"Attached","type":"string","jsonPath":".status.attachment.type","description":"host, nfs or detached."}"#,
-    printcolumn = r#"{"name":"On","type":"string","jsonPath":".status.attachment.node","description":"The node it is attached on."}"#,
+    printcolumn = r#"{"name":"Attached-On","type":"string","jsonPath":".status.attachment.node","description":"The node it is attached on."}"#,
     printcolumn = r#"{"name":"Size","type":"string","jsonPath":".status.size"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     doc = "A StorageOS volume as the StorageOS API reports it; written by the api-manager, read-only for users."
