@@ -9,6 +9,7 @@ pub mod spans;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::filter::{FilterExt, filter_fn};
+use tracing_subscriber::layer::Filter;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::cli::LogFormat;
@@ -72,7 +73,7 @@ pub fn init(format: LogFormat, level: &str, service: Option<&str>) -> Result<Tel
             .with_tracked_inactivity(false)
             .with_filter(filter_fn(spans::is_trace))
     });
-    let logs = filter.and(filter_fn(|m| !spans::is_trace(m)));
+    let logs = logs_filter(filter);
     let registry = tracing_subscriber::registry().with(otel);
     let result = match format {
         LogFormat::Console => registry
@@ -85,6 +86,12 @@ pub fn init(format: LogFormat, level: &str, service: Option<&str>) -> Result<Tel
     result.map_err(|e| Error::Init(e.to_string()))?;
     report(decision, built.map(|b| b.map(|_| ())));
     Ok(Telemetry { provider })
+}
+
+/// What the log layer writes: what `filter` enables, except the exported spans, which only the
+/// OpenTelemetry layer takes (with tracing off, nothing enables them and they cost nothing).
+fn logs_filter<S>(filter: EnvFilter) -> impl Filter<S> {
+    filter.and(filter_fn(|m| !spans::is_trace(m)))
 }
 
 /// Says at start-up whether and where spans go, and why not when a variable was ignored.
@@ -101,8 +108,25 @@ fn report(
                 sampler = ?s.sampling, "tracing: exporting spans over OTLP/HTTP");
         }
         (_, Some(Err(e))) => tracing::error!(error = %e, "tracing is off: cannot build the OTLP exporter"),
-        (Some(Ok(config::Decision::Off(Some(note)))), _) => tracing::warn!("tracing is off: {note}"),
+        (Some(Ok(config::Decision::Off(Some(note)))), _) => tracing::info!("tracing is off: {note}"),
         (Some(Err(e)), _) => tracing::error!("tracing is off: {e}"),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_tracing_the_exported_spans_are_disabled_and_stay_out_of_the_logs() {
+        let logs = fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(logs_filter(EnvFilter::new("trace")));
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(logs), || {
+            assert!(spans::reconcile("storageoscluster", "default", "storageos").is_disabled());
+            assert!(spans::storageos_request("GET", "/nodes").is_disabled());
+            assert!(!tracing::info_span!("a log span").is_disabled());
+        });
     }
 }

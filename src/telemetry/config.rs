@@ -115,8 +115,8 @@ pub fn from_env(env: impl Fn(&str) -> Option<String>, service: &str) -> Result<D
         }
     } else {
         let note = var("JAEGER_ENDPOINT").map(|_| {
-            "JAEGER_ENDPOINT is set but JAEGER_DISABLED is not \"false\": tracing stays off \
-             (set JAEGER_DISABLED=false, or use OTEL_EXPORTER_OTLP_ENDPOINT)"
+            "JAEGER_ENDPOINT is set but JAEGER_DISABLED is not \"false\" (to trace, set \
+             JAEGER_DISABLED=false or OTEL_EXPORTER_OTLP_ENDPOINT)"
                 .to_string()
         });
         return Ok(Decision::Off(note));
