@@ -186,8 +186,8 @@ pub struct SimulateArgs {
     pub password: String,
 
     /// Lifetime of issued tokens, for example `300s`, `5m` or `1h`.
-    #[arg(long, default_value = "5m")]
-    pub token_ttl: String,
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_flag)]
+    pub token_ttl: std::time::Duration,
 
     /// Register a StorageOS node (online) for every Running pod of the StorageOS node
     /// DaemonSet in the cluster this kubeconfig points at.
@@ -206,11 +206,7 @@ pub fn normalize_go_flags<I: IntoIterator<Item = String>>(args: I) -> Vec<String
                 seen_api_manager = arg == "api-manager";
                 return arg;
             }
-            let is_go_flag = arg.len() > 2
-                && arg.starts_with('-')
-                && !arg.starts_with("--")
-                && arg[1..].starts_with(|c: char| c.is_ascii_alphabetic());
-            if is_go_flag { format!("-{arg}") } else { arg }
+            crate::apimanager::flags::go_flag(arg)
         })
         .collect()
 }

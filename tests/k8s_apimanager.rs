@@ -16,6 +16,16 @@ use storageos_operator::sim::{self, Simulator};
 use support::apimanager::{free_port, webhook_config};
 use support::{TestNamespace, wait_for};
 
+/// The `/metrics` text of a replica.
+async fn metrics_text(port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn readyz(port: u16) -> Option<u16> {
     let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.ok()?;
     Some(r.status().as_u16())
@@ -233,6 +243,28 @@ async fn without_leader_election_every_replica_runs_the_controllers() {
             .is_none(),
         "no Lease is taken without leader election"
     );
+    // Each controller reports its reconciles under its own name, as controller-runtime does.
+    let metrics = metrics_text(a.metrics_port).await;
+    for controller in [
+        "fencer",
+        "shared-volume",
+        "node-delete",
+        "namespace-delete",
+        "node-label",
+        "pvc-label",
+    ] {
+        for family in [
+            "controller_runtime_reconcile_total{",
+            "controller_runtime_reconcile_errors_total{",
+            "controller_runtime_reconcile_time_seconds_count{",
+        ] {
+            let series = format!(r#"{family}controller="{controller}""#);
+            assert!(
+                metrics.contains(&series),
+                "{series} is missing from /metrics:\n{metrics}"
+            );
+        }
+    }
 
     assert!(a.stop().await.success());
     assert!(b.stop().await.success());

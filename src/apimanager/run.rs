@@ -16,15 +16,16 @@ use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, KubeLookups, WebhookMetrics, WebhookState};
-use crate::operator::shutdown_signal;
 use crate::runtime::health::Health;
 use crate::runtime::https::{self, CertSlot};
 use crate::runtime::leader::{self, Leadership};
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::signal;
 use crate::storageos::{self, ApiMetrics};
 
-/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID).
-pub const LEASE_NAME: &str = "storageos-api-manager-lease";
+/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID;
+/// its RBAC grants exactly this name).
+pub use crate::rbac::components::API_MANAGER_LEASE as LEASE_NAME;
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -160,7 +161,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     // 1. No leader election, no webhooks, until the StorageOS API answers.
     let api = tokio::select! {
         api = connect(&args, &api_metrics, &helper_metrics) => api,
-        () = shutdown_signal() => return Ok(()),
+        () = signal::shutdown() => return Ok(()),
     };
 
     // 2. Certificates shared by every replica, then the webhook server.
@@ -176,7 +177,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
     let cert = tokio::select! {
         cert = ensure_certs(&manager, args.api_retry_interval) => cert,
-        () = shutdown_signal() => return Ok(()),
+        () = signal::shutdown() => return Ok(()),
     };
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
     let state = WebhookState::new(
@@ -219,7 +220,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     cert_tick.tick().await;
     token_tick.tick().await;
     let mut current = cert;
-    let stop = shutdown_signal();
+    let stop = signal::shutdown();
     tokio::pin!(stop);
     loop {
         tokio::select! {

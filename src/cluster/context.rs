@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kube::Client;
+use kube::runtime::events::EventType;
 
 use crate::crd::StorageOSCluster;
 use crate::render::DefaultImages;
@@ -89,7 +90,7 @@ impl Context {
     }
 
     /// Publishes an event on `cluster`; failures are logged, never fatal.
-    pub async fn event(&self, cluster: &StorageOSCluster, warning: bool, reason: &str, note: String) {
-        self.kit.event(cluster, warning, reason, note).await;
+    pub async fn event(&self, cluster: &StorageOSCluster, type_: EventType, reason: &str, note: String) {
+        self.kit.event(cluster, type_, reason, note).await;
     }
 }

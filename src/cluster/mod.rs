@@ -6,7 +6,9 @@
 pub mod adopt;
 pub mod config;
 pub mod context;
+pub mod error;
 pub mod finalize;
+pub mod ownership;
 pub mod reconcile;
 pub mod select;
 pub mod status;
@@ -29,7 +31,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 pub use context::{CONTROLLER, Context, OperatorConfig};
-pub use reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
+pub use error::Error;
+pub use ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};

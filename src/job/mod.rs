@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -120,8 +121,8 @@ impl Context {
     }
 
     /// Publishes an event on `job`; failures are logged, never fatal.
-    pub async fn event(&self, job: &Job, warning: bool, reason: &str, note: String) {
-        self.kit.event(job, warning, reason, note).await;
+    pub async fn event(&self, job: &Job, type_: EventType, reason: &str, note: String) {
+        self.kit.event(job, type_, reason, note).await;
     }
 
     /// The log cursors of `key`'s pods (taken out; put them back with [`Self::put_cursors`]).

@@ -82,6 +82,7 @@ impl Kit {
             controller: component.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        metrics.declare(name);
         Self {
             name,
             recorder: Recorder::new(client, reporter),
@@ -91,9 +92,9 @@ impl Kit {
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.
-    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, warning: bool, reason: &str, note: String) {
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
         let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
+            type_,
             reason: reason.into(),
             note: Some(note),
             action: "Reconcile".into(),

@@ -3,9 +3,11 @@
 pub mod apply;
 pub mod conditions;
 pub mod controller;
+pub mod finalizer;
 pub mod health;
 pub mod https;
 pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod pki;
+pub mod signal;

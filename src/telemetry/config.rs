@@ -6,7 +6,7 @@
 
 use reqwest::Url;
 
-use crate::apimanager::webhook::mutate::parse_bool;
+use crate::go::parse_bool;
 
 /// Every variable read here; the operator forwards those that are set to the api-manager it
 /// renders, except `OTEL_SERVICE_NAME` (each process names itself).

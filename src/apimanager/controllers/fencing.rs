@@ -32,6 +32,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -119,7 +120,7 @@ async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
     {
         Ok(clusters) => {
             for c in &clusters.items {
-                kit.event(c, true, HELD_REASON, note.clone()).await;
+                kit.event(c, EventType::Warning, HELD_REASON, note.clone()).await;
             }
         }
         Err(e) => {
@@ -262,7 +263,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                     "StorageOS reports node {name} offline, but upgrade {upgrade} is in progress: {} pod(s) are not fenced while it runs",
                     targets.len()
                 );
-                kit.event(node, true, "FencingSuspended", note).await;
+                kit.event(node, EventType::Warning, "FencingSuspended", note).await;
             }
             return Ok(false);
         }
@@ -283,7 +284,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                 let note = format!(
                     "StorageOS reports node {name} offline, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
                 );
-                kit.event(&pod, true, "FencingSkipped", note).await;
+                kit.event(&pod, EventType::Warning, "FencingSkipped", note).await;
             }
             continue;
         }
@@ -442,6 +443,6 @@ async fn fence_pod(
         note.push_str(&format!("; could not delete VolumeAttachments: {}", failed.join(", ")));
     }
     tracing::info!(controller = CONTROLLER, node, pod = %pod.name_any(), namespace = ?pod.namespace(), attachments = ?deleted, failed = ?failed, "pod fenced");
-    kit.event(pod, true, "Fenced", note).await;
+    kit.event(pod, EventType::Warning, "Fenced", note).await;
     Ok(())
 }

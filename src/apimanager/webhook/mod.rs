@@ -8,6 +8,7 @@
 
 pub mod encryption;
 pub mod keys;
+pub mod lookups;
 pub mod mutate;
 #[cfg(test)]
 mod testing;
@@ -32,7 +33,7 @@ use tracing::Instrument;
 
 use crate::telemetry::spans;
 
-use mutate::{LookupError, Lookups};
+use lookups::{LookupError, Lookups};
 
 /// Lookups through the Kubernetes API.
 #[derive(Clone)]
@@ -324,8 +325,10 @@ mod tests {
     use super::*;
 
     fn class() -> StorageClass {
-        serde_json::from_value(json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": mutate::PROVISIONER}))
-            .unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": crate::storageos::CSI_DRIVER}),
+        )
+        .unwrap()
     }
 
     /// The response to a PVC CREATE of `labels` through the router, and the fail-open count.
