@@ -314,31 +314,9 @@ impl Client {
         }
     }
 
-    /// One HTTP exchange, in its trace span (method and route template only).
+    /// One HTTP exchange, in its trace span (method and route template only); maps every
+    /// status >= 400 to a typed error.
     async fn raw(
-        &self,
-        method: Method,
-        segments: &[&str],
-        query: &[(&str, &str)],
-        body: Option<Vec<u8>>,
-        token: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Answer, Error> {
-        let span = crate::telemetry::spans::storageos_request(method.as_str(), &route_template(segments));
-        let result = self
-            .exchange(method, segments, query, body, token, timeout)
-            .instrument(span.clone())
-            .await;
-        let (status, failure) = match &result {
-            Ok(a) => (Some(a.status.as_u16()), None),
-            Err(e) => (e.status(), Some(error_type(e))),
-        };
-        crate::telemetry::spans::storageos_answer(&span, status, failure.as_deref());
-        result
-    }
-
-    /// One HTTP exchange; maps every status >= 400 to a typed error.
-    async fn exchange(
         &self,
         method: Method,
         segments: &[&str],
@@ -371,6 +349,24 @@ impl Client {
         if let Some(b) = body {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
         }
+        let span = crate::telemetry::spans::storageos_request(method.as_str(), &route_template(segments));
+        let result = self.send(req, &method, path, timeout).instrument(span.clone()).await;
+        let (status, failure) = match &result {
+            Ok(a) => (Some(a.status.as_u16()), None),
+            Err(e) => (e.status(), Some(error_type(e))),
+        };
+        crate::telemetry::spans::storageos_answer(&span, status, failure.as_deref());
+        result
+    }
+
+    /// Sends `req` and reads the answer, recording the transport metrics.
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        method: &Method,
+        path: String,
+        timeout: Duration,
+    ) -> Result<Answer, Error> {
         let started = Instant::now();
         let in_flight = self.inner.metrics.as_ref().map(|m| {
             m.in_flight.inc();
@@ -410,7 +406,7 @@ impl Client {
             }
         })?;
         if let Some(m) = &self.inner.metrics {
-            m.observe(&method, status.as_u16(), started.elapsed().as_secs_f64());
+            m.observe(method, status.as_u16(), started.elapsed().as_secs_f64());
         }
         let Some(body) = body else {
             return Err(Error::TooLarge {
