@@ -9,6 +9,7 @@
 //!   `fencing` span over the fencer's `reconcile` of the Node and its StorageOS requests; a pod
 //!   admission is an `admission` span with its verdict.
 //! - No attribute of any span holds the StorageOS password or a token.
+//! - An endpoint that is no URL leaves tracing off with an error naming it; the process runs on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -561,4 +562,40 @@ async fn a_fencing_episode_and_an_admission_are_spans_of_the_api_manager_configu
     api_manager.terminate().await;
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
     drop(world.objects);
+}
+
+#[tokio::test]
+async fn an_unusable_endpoint_leaves_tracing_off_with_an_error_naming_it_and_the_process_runs_on() {
+    let ns = TestNamespace::new("trace-bad").await;
+    let sim = simulator("storageos").await;
+    let dir = support::apimanager::credentials(&ns, "trace-admin", "storageos").await;
+    let mut api_manager = Process::spawn(
+        binary()
+            .arg("api-manager")
+            .arg(format!("-api-endpoint={}", sim.url()))
+            .arg(format!("-api-secret-path={}", dir.path().display()))
+            .arg(format!("-namespace={}", ns.name))
+            .arg(format!("-webhook-config-mutating={}", ns.name))
+            .arg(format!("-metrics-addr=127.0.0.1:{}", free_port()))
+            .arg(format!("--webhook-addr=127.0.0.1:{}", free_port()))
+            .env("KUBECONFIG", dir.path().join("storageos-api-manager-sa.kubeconfig"))
+            .env("POD_NAME", "trace-bad")
+            // No scheme: not a URL.
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "otel-collector:4318"),
+        &dir.path().join("api-manager.log"),
+    );
+    wait_for("the api-manager to log in to StorageOS", SETTLE, || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path == "/v2/auth/login" && r.status == 200)
+            .then_some(())
+    })
+    .await;
+    let log = api_manager.log();
+    assert!(
+        log.contains("tracing is off: OTEL_EXPORTER_OTLP_ENDPOINT=\"otel-collector:4318\" is not a usable endpoint"),
+        "{log}"
+    );
+    assert!(!log.contains("exporting spans"), "{log}");
+    api_manager.terminate().await;
 }
