@@ -228,6 +228,22 @@ fn binary() -> Command {
     Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
 }
 
+/// `api-manager` against `sim`, with the credentials and identity in `creds` (see
+/// `support::apimanager::credentials`), its webhooks on `webhook_port`.
+fn api_manager_command(ns: &TestNamespace, sim: &SimHandle, creds: &Path, webhook_port: u16) -> Command {
+    let mut cmd = binary();
+    cmd.arg("api-manager")
+        .arg(format!("-api-endpoint={}", sim.url()))
+        .arg(format!("-api-secret-path={}", creds.display()))
+        .arg(format!("-namespace={}", ns.name))
+        .arg(format!("-webhook-config-mutating={}", ns.name))
+        .arg(format!("-metrics-addr=127.0.0.1:{}", free_port()))
+        .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
+        .env("KUBECONFIG", creds.join("storageos-api-manager-sa.kubeconfig"))
+        .env("POD_NAME", &ns.name);
+    cmd
+}
+
 /// A simulator whose only user has a password no span may contain.
 async fn simulator(password: &str) -> SimHandle {
     Simulator::start(sim::Config {
@@ -462,22 +478,12 @@ async fn a_fencing_episode_and_an_admission_are_spans_of_the_api_manager_configu
 
     // Credentials files and the api-manager's identity, with a webhook configuration of its own.
     let dir = support::apimanager::credentials(&ns, "trace-admin", &password).await;
-    let kubeconfig = dir.path().join("storageos-api-manager-sa.kubeconfig");
     let mwcs = support::apimanager::webhook_config(&ns).await;
 
     let webhook_port = free_port();
     let mut api_manager = Process::spawn(
-        binary()
-            .arg("api-manager")
-            .arg(format!("-api-endpoint={}", sim.url()))
-            .arg(format!("-api-secret-path={}", dir.path().display()))
-            .arg(format!("-namespace={}", ns.name))
-            .arg(format!("-webhook-config-mutating={}", ns.name))
-            .arg(format!("-metrics-addr=127.0.0.1:{}", free_port()))
-            .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
+        api_manager_command(&ns, &sim, dir.path(), webhook_port)
             .args(["-node-poll-interval=5s", "-node-fencer-retry-interval=1s"])
-            .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAME", "trace-am")
             // The Go api-manager's configuration; Jaeger takes OTLP at /v1/traces.
             .env("JAEGER_DISABLED", "false")
             .env(
@@ -570,16 +576,7 @@ async fn an_unusable_endpoint_leaves_tracing_off_with_an_error_naming_it_and_the
     let sim = simulator("storageos").await;
     let dir = support::apimanager::credentials(&ns, "trace-admin", "storageos").await;
     let mut api_manager = Process::spawn(
-        binary()
-            .arg("api-manager")
-            .arg(format!("-api-endpoint={}", sim.url()))
-            .arg(format!("-api-secret-path={}", dir.path().display()))
-            .arg(format!("-namespace={}", ns.name))
-            .arg(format!("-webhook-config-mutating={}", ns.name))
-            .arg(format!("-metrics-addr=127.0.0.1:{}", free_port()))
-            .arg(format!("--webhook-addr=127.0.0.1:{}", free_port()))
-            .env("KUBECONFIG", dir.path().join("storageos-api-manager-sa.kubeconfig"))
-            .env("POD_NAME", "trace-bad")
+        api_manager_command(&ns, &sim, dir.path(), free_port())
             // No scheme: not a URL.
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", "otel-collector:4318"),
         &dir.path().join("api-manager.log"),
