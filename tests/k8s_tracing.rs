@@ -24,7 +24,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
@@ -298,6 +298,8 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
         &dir.path().join("operator.log"),
     );
 
+    // Declared after the operator, so dropped (also on failure) while the operator still runs.
+    let _cluster = ClusterGuard(ns.name.clone());
     let secret: Secret = from_json(json!({
         "metadata": {"name": "storageos-api"},
         "stringData": {"username": "trace-admin", "password": password}
@@ -329,6 +331,8 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
         "{}",
         operator.log()
     );
+    // The operator removes what the cluster made (cluster-scoped objects too), then stops.
+    delete_cluster(&clusters).await;
     operator.terminate().await;
 
     let spans = receiver.spans();
@@ -382,13 +386,42 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
         "no login span"
     );
     receiver.assert_no_secrets(&password);
+}
 
-    // The operator is gone: take the cluster away without it.
-    let unfinalize = json!({"metadata": {"finalizers": null}});
+/// Deletes the cluster `traced` (force: no StorageOS volume is in use here) and waits until its
+/// finalizer, run by the operator, has removed everything it made.
+async fn delete_cluster(clusters: &Api<StorageOSCluster>) {
+    let force = json!({"metadata": {"annotations": {"storageos.com/force-delete": "true"}}});
     let _ = clusters
-        .patch("traced", &Default::default(), &kube::api::Patch::Merge(&unfinalize))
+        .patch("traced", &PatchParams::default(), &Patch::Merge(&force))
         .await;
     let _ = clusters.delete("traced", &DeleteParams::default()).await;
+    wait_for("the cluster to be deleted", SETTLE, || async {
+        clusters.get_opt("traced").await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+/// Deletes the cluster of a failed test while its operator still runs (its cluster-scoped
+/// objects, such as the webhook configuration, would otherwise stay behind).
+struct ClusterGuard(String);
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        let namespace = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let clusters: Api<StorageOSCluster> = Api::namespaced(support::client().await, &namespace);
+                if clusters.get_opt("traced").await.ok().flatten().is_some() {
+                    delete_cluster(&clusters).await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 /// The fencing world: a Node to lose and a healthy one (in Kubernetes and StorageOS), a
