@@ -48,6 +48,22 @@ pub enum Error {
     /// Leadership was lost; the process exits so that it restarts clean.
     #[error(transparent)]
     Leader(#[from] leader::Error),
+    /// The webhook server ended while the process ran: without it every admission would fail
+    /// open, so the process exits and is restarted instead of running on without webhooks.
+    #[error("the webhook server stopped unexpectedly ({0}); exiting so that the api-manager restarts")]
+    WebhookServerStopped(String),
+}
+
+/// Why the webhook server task ended, as the error the process exits with. It never ends on its
+/// own while the process runs: any end is unexpected.
+pub fn webhook_server_ended(ended: Result<Result<(), https::Error>, tokio::task::JoinError>) -> Error {
+    let why = match ended {
+        Ok(Ok(())) => "it returned".to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::error!(reason = %why, "the webhook server stopped; exiting");
+    Error::WebhookServerStopped(why)
 }
 
 /// The namespace to run in: the flag, else the service account's, else `POD_NAMESPACE`, else default.
@@ -193,11 +209,12 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             source,
         })?;
     let server_slot = slot.clone();
-    tokio::spawn(async move {
-        if let Err(e) = https::serve(webhook_listener, server_slot, router, std::future::pending()).await {
-            tracing::error!(error = %e, "webhook server stopped");
-        }
-    });
+    let mut webhook_server = tokio::spawn(https::serve(
+        webhook_listener,
+        server_slot,
+        router,
+        std::future::pending(),
+    ));
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
 
@@ -225,6 +242,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     loop {
         tokio::select! {
             () = &mut stop => break,
+            ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
             result = &mut controllers, if !controllers_done => {
                 controllers_done = true;
                 result?;
@@ -300,6 +318,30 @@ async fn refresh_cert(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// M5: a webhook server task that ends, however it ends, is an error the process exits
+    /// with (non-zero, via main), naming why.
+    #[tokio::test]
+    async fn m5_a_webhook_server_that_ends_makes_the_process_exit_with_an_error() {
+        let returned = tokio::spawn(async { Ok::<(), https::Error>(()) }).await;
+        let e = webhook_server_ended(returned);
+        assert!(matches!(e, Error::WebhookServerStopped(_)), "{e:?}");
+        assert!(e.to_string().contains("webhook server stopped unexpectedly"), "{e}");
+
+        let panicked = tokio::spawn(async {
+            panic!("boom");
+            #[allow(unreachable_code)]
+            Ok::<(), https::Error>(())
+        })
+        .await;
+        let e = webhook_server_ended(panicked);
+        assert!(e.to_string().contains("panicked"), "{e}");
+
+        let aborted = tokio::spawn(std::future::pending::<Result<(), https::Error>>());
+        aborted.abort();
+        let e = webhook_server_ended(aborted.await);
+        assert!(e.to_string().contains("cancelled"), "{e}");
+    }
 
     #[test]
     fn namespace_comes_from_the_flag_then_the_service_account() {

@@ -89,7 +89,8 @@ fn error_policy(cluster: Arc<StorageOSCluster>, error: &Error, ctx: Arc<Context>
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let controller = Controller::new(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default());
+    let controller = Controller::new(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default())
+        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
     let store = controller.store();
     let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
 

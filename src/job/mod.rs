@@ -199,7 +199,8 @@ fn error_policy(job: Arc<Job>, error: &Error, ctx: Arc<Context>) -> Action {
 /// Wire it into the operator with
 /// `job::run(Arc::new(job::Context::new(client, metrics)), shutdown)`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(ctx.api::<Job>(), watcher::Config::default());
+    let controller = Controller::new(ctx.api::<Job>(), watcher::Config::default())
+        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
     let _ = ctx.store.set(controller.store());
     let labelled = watcher::Config::default().labels(JOB_LABEL);
     let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())

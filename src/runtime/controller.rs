@@ -55,6 +55,33 @@ pub fn backoff_delay(failures: u32) -> Duration {
     Duration::from_millis(100).saturating_mul(1 << exp).min(MAX)
 }
 
+/// Backoff of a controller's combined trigger stream (`Controller::trigger_backoff`): 100 ms
+/// doubling up to 2 s. kube-runtime's default (up to 30 s, with jitter) pauses *every* watch of
+/// a controller after an error in any one of them. After a kube-apiserver restart, each watch
+/// has a stale error (403 while the apiserver's RBAC cache fills) and they arrive one backoff
+/// apart, so a controller stayed deaf to its objects for minutes (tests/k8s_faults.rs). Every
+/// auxiliary watch keeps its own backoff (`default_backoff()`); this only spaces out retries of
+/// the main watch.
+#[derive(Debug, Default)]
+pub struct TriggerBackoff {
+    failures: u32,
+}
+
+impl Iterator for TriggerBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        Some(backoff_delay(self.failures).min(Duration::from_secs(2)))
+    }
+}
+
+impl kube::runtime::utils::Backoff for TriggerBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
 /// One controller's events, backoff and metrics.
 pub struct Kit {
     name: &'static str,
@@ -171,6 +198,18 @@ pub(crate) fn partial_meta<K: Resource<DynamicType = ()>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trigger_backoff_doubles_from_100ms_to_2s_and_resets() {
+        use kube::runtime::utils::Backoff;
+        let mut b = TriggerBackoff::default();
+        let first: Vec<Duration> = b.by_ref().take(6).collect();
+        assert_eq!(first[0], Duration::from_millis(100));
+        assert_eq!(first[5], Duration::from_secs(2));
+        assert_eq!(b.next(), Some(Duration::from_secs(2)));
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
 
     #[test]
     fn backoff_doubles_from_100ms_to_5min() {
