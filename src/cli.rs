@@ -61,6 +61,19 @@ pub enum Command {
     Simulate(SimulateArgs),
 }
 
+impl Command {
+    /// The default trace service name of the processes that can export traces (`run` and
+    /// `api-manager`, named as the Go operator and api-manager named themselves); None for the
+    /// one-shot commands and the simulator.
+    pub fn trace_service(&self) -> Option<&'static str> {
+        match self {
+            Self::Run(_) => Some("storageos-operator"),
+            Self::ApiManager(_) => Some("api-manager"),
+            _ => None,
+        }
+    }
+}
+
 /// Arguments of `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {

@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
+use tracing::Instrument;
 
 use super::metrics::{ReconcileMetrics, ReconcileResult};
 
@@ -132,15 +133,18 @@ impl Kit {
     }
 
     /// Runs one reconcile of `obj`, recording its duration and outcome, and forgetting past
-    /// failures when it succeeds.
-    pub async fn timed<K: ResourceExt, E>(
+    /// failures when it succeeds. The reconcile runs in its trace span, the parent of the
+    /// applies and StorageOS requests made inside it.
+    pub async fn timed<K: ResourceExt, E: Display>(
         &self,
         obj: &K,
         reconcile: impl Future<Output = Result<Action, E>>,
     ) -> Result<Action, E> {
         let started = Instant::now();
         let k = key(obj);
-        let result = reconcile.await;
+        let span = crate::telemetry::spans::reconcile(self.name, &k.0, &k.1);
+        let result = reconcile.instrument(span.clone()).await;
+        crate::telemetry::spans::finish(&span, &result);
         let outcome = match &result {
             Ok(_) => {
                 if let Ok(mut f) = self.failures.lock() {

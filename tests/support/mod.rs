@@ -535,6 +535,7 @@ pub const NO_KUBELET_TAINT: &str = "storageos-operator-test/no-kubelet";
 pub fn no_kubelet_taint() -> serde_json::Value {
     serde_json::json!({"key": NO_KUBELET_TAINT, "effect": "NoSchedule"})
 }
+pub mod apimanager;
 pub mod faults;
 pub mod install;
 pub mod operator;

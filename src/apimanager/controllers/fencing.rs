@@ -38,6 +38,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::Context;
 use crate::apimanager::maintenance::Maintenance;
@@ -46,6 +47,7 @@ use crate::apimanager::storageos_state;
 use crate::crd::StorageOSCluster;
 use crate::runtime::controller::Kit;
 use crate::storageos::models::{Namespace, Volume};
+use crate::telemetry::spans;
 use episodes::{Episodes, Start};
 use select::Claim;
 
@@ -153,31 +155,37 @@ async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, star
     let deadline = Instant::now() + ctx.args.node_fencer_timeout;
     let retry = ctx.args.node_fencer_retry_interval;
     let mut memory = Memory::default();
-    loop {
-        if *stop.borrow() {
-            break;
-        }
-        let finished = {
-            let Ok(_permit) = workers.acquire().await else { break };
-            match attempt(&ctx, &kit, &node, &id, &mut memory).await {
-                Ok(finished) => finished,
-                Err(e) => {
-                    tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
-                    false
-                }
+    let span = spans::fencing(&node, episode);
+    let outcome = async {
+        loop {
+            if *stop.borrow() {
+                break "stopped";
             }
-        };
-        if finished {
-            break;
-        }
-        if Instant::now() + retry >= deadline {
-            tracing::info!(controller = CONTROLLER, node, timeout = ?ctx.args.node_fencer_timeout, "fencing timed out; pods were left on the offline node");
-            break;
-        }
-        if wait_or_stop(&mut stop, retry).await {
-            break;
+            let finished = {
+                let Ok(_permit) = workers.acquire().await else { break "stopped" };
+                match attempt(&ctx, &kit, &node, &id, &mut memory).await {
+                    Ok(finished) => finished,
+                    Err(e) => {
+                        tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
+                        false
+                    }
+                }
+            };
+            if finished {
+                break "done";
+            }
+            if Instant::now() + retry >= deadline {
+                tracing::info!(controller = CONTROLLER, node, timeout = ?ctx.args.node_fencer_timeout, "fencing timed out; pods were left on the offline node");
+                break "timed_out";
+            }
+            if wait_or_stop(&mut stop, retry).await {
+                break "stopped";
+            }
         }
     }
+    .instrument(span.clone())
+    .await;
+    spans::fencing_done(&span, memory.fenced.len(), memory.skipped.len(), outcome);
     (node, episode)
 }
 
