@@ -13,7 +13,6 @@
 pub mod desired;
 
 use std::collections::HashSet;
-use std::future::ready;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,13 +21,14 @@ use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Context;
+use crate::runtime::cache::reflect;
 use crate::runtime::controller::Kit;
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT, Volume};
 use desired::{Candidate, Fix, SharedVolume};
@@ -107,33 +107,16 @@ struct Caches {
     endpoints: Store<Endpoints>,
 }
 
-/// Keeps a reflector of `api` going forever, logging (and backing off on) watch errors.
-fn reflect<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Future<Output = ()>)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let kind = K::kind(&());
-    let drive = reflector::reflector(writer, watcher(api, config).modify(|o| o.managed_fields_mut().clear()))
-        .default_backoff()
-        .for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(controller = CONTROLLER, %kind, error = %e, "watch failed; retrying");
-            }
-            ready(())
-        });
-    (store, drive)
-}
-
 impl Caches {
     fn start(client: &kube::Client) -> (Self, impl Future<Output = ()>) {
         let ours = watcher::Config::default().labels(desired::VOLUME_ID_LABEL);
         let (pvcs, a) = reflect(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             watcher::Config::default(),
+            CONTROLLER,
         );
-        let (services, b) = reflect(Api::<Service>::all(client.clone()), ours.clone());
-        let (endpoints, c) = reflect(Api::<Endpoints>::all(client.clone()), ours);
+        let (services, b) = reflect(Api::<Service>::all(client.clone()), ours.clone(), CONTROLLER);
+        let (endpoints, c) = reflect(Api::<Endpoints>::all(client.clone()), ours, CONTROLLER);
         let drive = async move {
             tokio::join!(a, b, c);
         };
