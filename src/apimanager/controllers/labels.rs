@@ -483,7 +483,10 @@ pub async fn run<K, R, RF, E, P, PF>(
     PF: Future<Output = Vec<ObjectRef<K>>>,
 {
     let (reader, writer) = reflector::store();
+    // The cache keeps every object of the kind: without their managedFields (about half of a
+    // small object, and never read here).
     let events = watcher(Api::<K>::all(ctx.kube.clone()), watcher::Config::default())
+        .modify(|o| o.managed_fields_mut().clear())
         .default_backoff()
         .reflect(writer);
     let (queue, queued) = mpsc::unbounded();
