@@ -1,10 +1,12 @@
 //! What every reconcile of a StorageOSCluster shares: clients, configuration, caches.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
+use kube::runtime::reflector::Store;
 
 use crate::crd::StorageOSCluster;
 use crate::render::DefaultImages;
@@ -41,6 +43,16 @@ pub struct Context {
     pub api_metrics: Option<storageos::ApiMetrics>,
     /// One StorageOS client per (endpoint, username, password), so tokens are reused.
     api_clients: Mutex<HashMap<(String, String, String), storageos::Client>>,
+    /// The controller's caches of Nodes and node pods, once it runs (status reads them
+    /// instead of listing every Node and node pod on each pass).
+    pub caches: OnceLock<NodeCaches>,
+}
+
+/// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
+#[derive(Clone)]
+pub struct NodeCaches {
+    pub nodes: Store<Node>,
+    pub node_pods: Store<Pod>,
 }
 
 impl Context {
@@ -58,6 +70,7 @@ impl Context {
             config,
             api_metrics,
             api_clients: Mutex::new(HashMap::new()),
+            caches: OnceLock::new(),
         }
     }
 
