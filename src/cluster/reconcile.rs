@@ -343,19 +343,19 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
             .map_err(|_| apply::Error::Malformed("a serialisable object"))?;
         values.push((obj, value));
     }
-    // Namespaces first (the other objects may live in them), then the rest, a few at once: a
-    // fresh cluster's ~40 applies take one round trip each, so one at a time they add up to
-    // seconds (docs/benchmarks.md).
-    let (namespaces, rest): (Vec<_>, Vec<_>) = values.into_iter().partition(|(o, _)| o.kind() == "Namespace");
+    // A fresh cluster's ~40 applies take one round trip each, so one at a time they add up to
+    // seconds (docs/benchmarks.md): they go a few at once, in waves: Namespaces (the other
+    // objects may live in them), then everything but role bindings, then role bindings (the
+    // apiserver checks a binding against its role, which must exist by then).
     let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
     let mut results = Vec::with_capacity(objects.len());
-    for (obj, value) in &namespaces {
-        results.push((*obj, ctx.applier.apply(value, owner_in).await));
-    }
-    for chunk in rest.chunks(APPLY_CONCURRENCY) {
-        let applied =
-            futures::future::join_all(chunk.iter().map(|(_, value)| ctx.applier.apply(value, owner_in))).await;
-        results.extend(chunk.iter().map(|(obj, _)| *obj).zip(applied));
+    for wave in 0..3 {
+        let this: Vec<_> = values.iter().filter(|(o, _)| apply_wave(o.kind()) == wave).collect();
+        for chunk in this.chunks(APPLY_CONCURRENCY) {
+            let applied =
+                futures::future::join_all(chunk.iter().map(|(_, value)| ctx.applier.apply(value, owner_in))).await;
+            results.extend(chunk.iter().map(|(obj, _)| *obj).zip(applied));
+        }
     }
     for (obj, applied) in results {
         match applied {
@@ -433,6 +433,15 @@ async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
     match tokio::time::timeout(Duration::from_secs(60), ready).await {
         Ok(true) => Some(caches.clone()),
         _ => None,
+    }
+}
+
+/// The wave a kind is applied in (see the apply step of [`reconcile_steps`]).
+fn apply_wave(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "ClusterRoleBinding" | "RoleBinding" => 2,
+        _ => 1,
     }
 }
 
