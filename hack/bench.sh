@@ -18,7 +18,7 @@
 #
 #   hack/bench.sh [--nodes 3,100,1000] [--pods 10000] [--out DIR] [--no-doc]
 #                 [--fence-trials 20] [--cluster-trials 10] [--shared 1000] [--rps 200]
-#                 [--webhook-seconds 30] [--report-only]
+#                 [--webhook-seconds 30] [--report-only] [--no-build]
 #
 # --pods is the pod count at the largest size; smaller sizes get as many per node. Each size
 # gets 2 StorageOS volumes per 10 pods, and one namespace per 100 pods (half of them hold the
@@ -53,6 +53,7 @@ SHARED=1000
 RPS=200
 WEBHOOK_SECONDS=30
 REPORT_ONLY=0
+BUILD=1
 while (($#)); do
   case $1 in
     --nodes) SIZES=$2; shift 2 ;;
@@ -65,6 +66,7 @@ while (($#)); do
     --rps) RPS=$2; shift 2 ;;
     --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
+    --no-build) BUILD=0; shift ;;
     -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -135,8 +137,11 @@ trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- build
 
-step "building the release binary and the load tool (cargo build --release)"
-cargo build --release --quiet --bin storageos-operator --example bench_load
+if ((BUILD)); then
+  step "building the release binary and the load tool (cargo build --release)"
+  cargo build --release --quiet --bin storageos-operator --example bench_load
+fi
+[[ -x $BIN && -x $TOOL ]] || die "$BIN or $TOOL missing (run without --no-build)"
 
 # The machine, versions and load, for the report.
 {
