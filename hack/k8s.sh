@@ -7,6 +7,7 @@
 #   hack/k8s.sh down     stop every process `up` started (by PID) and remove its state
 #   hack/k8s.sh env      print the `export KUBECONFIG=...` line
 #   hack/k8s.sh status   say what runs
+#   hack/k8s.sh restart-apiserver   stop and start only the kube-apiserver (a fault for tests)
 #
 # Environment: NODES (fake nodes, default 3), STORAGEOS_CACHE (default ~/.cache/storageos-operator),
 # K8S_STATE (runtime state dir, default $STORAGEOS_CACHE/plane), K8S_PORT (apiserver, default 16443),
@@ -209,7 +210,7 @@ pid_alive() { [[ -f $STATE/$1.pid ]] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/
 start() { # name, command...
   local name=$1
   shift
-  "$@" >"$STATE/logs/$name.log" 2>&1 &
+  "$@" >>"$STATE/logs/$name.log" 2>&1 &
   echo $! >"$STATE/$name.pid"
 }
 
@@ -306,7 +307,7 @@ rules:
   - level: None
 EOF
   fi
-  start kube-apiserver "$BIN/kube-apiserver" \
+  local apiserver=("$BIN/kube-apiserver" \
     --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
     --audit-log-format json --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -321,7 +322,10 @@ EOF
     --allow-privileged=true \
     --enable-aggregator-routing=true \
     --kubelet-preferred-address-types InternalIP \
-    --profiling=false --v=1
+    --profiling=false --v=1)
+  # Recorded, so that `restart-apiserver` starts exactly the same command line again.
+  printf '%s\0' "${apiserver[@]}" >"$STATE/kube-apiserver.cmd"
+  start kube-apiserver "${apiserver[@]}"
   wait_for kube-apiserver 90 kc get --raw /readyz || fail_up kube-apiserver
 
   start kube-controller-manager "$BIN/kube-controller-manager" \
@@ -367,24 +371,39 @@ EOF
   cmd_env
 }
 
+stop() { # name: SIGTERM, then SIGKILL after 5 s
+  local n=$1
+  if pid_alive "$n"; then
+    local pid
+    pid=$(cat "$STATE/$n.pid")
+    kill "$pid" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+}
+
 cmd_down() {
   local c
-  for ((c = ${#components[@]} - 1; c >= 0; c--)); do
-    local n=${components[c]}
-    if pid_alive "$n"; then
-      local pid
-      pid=$(cat "$STATE/$n.pid")
-      kill "$pid" 2>/dev/null || true
-      local i
-      for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-  done
+  for ((c = ${#components[@]} - 1; c >= 0; c--)); do stop "${components[c]}"; done
   rm -rf "$STATE"
   log "control plane stopped"
 }
 
 cmd_env() { echo "export KUBECONFIG=$KUBECONFIG_OUT"; }
+
+# A fault for the tests: stop only the kube-apiserver (SIGTERM) and start it again from the
+# command line `up` recorded; returns once it is ready. Everything else keeps running and has
+# to reconnect, as after an apiserver restart in a real cluster.
+cmd_restart_apiserver() {
+  [[ -s $STATE/kube-apiserver.cmd ]] || die "no recorded kube-apiserver command in $STATE; start the plane with this hack/k8s.sh up"
+  local apiserver=()
+  mapfile -d '' apiserver <"$STATE/kube-apiserver.cmd"
+  stop kube-apiserver
+  start kube-apiserver "${apiserver[@]}"
+  wait_for kube-apiserver 90 kc get --raw /readyz || die "kube-apiserver did not come back; see $STATE/logs/kube-apiserver.log"
+  log "kube-apiserver restarted"
+}
 
 cmd_status() {
   local c ok=0
@@ -401,5 +420,6 @@ case ${1:-} in
   down) cmd_down ;;
   env) cmd_env ;;
   status) cmd_status ;;
-  *) echo "usage: $0 build|up|down|env|status" >&2; exit 2 ;;
+  restart-apiserver) cmd_restart_apiserver ;;
+  *) echo "usage: $0 build|up|down|env|status|restart-apiserver" >&2; exit 2 ;;
 esac

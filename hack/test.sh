@@ -28,4 +28,28 @@ export KUBECONFIG
 hack/olm.sh validate olm
 
 cargo build --bins
-cargo test --all-targets --no-fail-fast -- --test-threads "${TEST_THREADS:-4}"
+cargo test --all-targets --no-run
+
+# The fault matrix (tests/k8s_faults.rs) restarts its kube-apiserver, so it runs on a control
+# plane of its own; it also spends most of its time waiting (a 60 s outage, lease take-overs),
+# so it runs alongside every other test target rather than after them. Its output follows the
+# rest; its failure fails the run.
+faults_log=$(mktemp)
+cargo test --test k8s_faults --no-fail-fast >"$faults_log" 2>&1 &
+faults_pid=$!
+targets=()
+for f in tests/*.rs; do
+  name=$(basename "$f" .rs)
+  [[ $name == k8s_faults ]] || targets+=(--test "$name")
+done
+rest=0
+cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
+faults=0
+wait "$faults_pid" || faults=$?
+echo "---- the fault matrix (tests/k8s_faults.rs) ----"
+cat "$faults_log"
+rm -f "$faults_log"
+if [[ $rest != 0 || $faults != 0 ]]; then
+  echo "FAILED: test targets exit $rest, fault matrix exit $faults" >&2
+  exit 1
+fi

@@ -60,6 +60,19 @@ pub enum Command {
     Simulate(SimulateArgs),
 }
 
+impl Command {
+    /// The default trace service name of the processes that can export traces (`run` and
+    /// `api-manager`, named as the Go operator and api-manager named themselves); None for the
+    /// one-shot commands and the simulator.
+    pub fn trace_service(&self) -> Option<&'static str> {
+        match self {
+            Self::Run(_) => Some("storageos-operator"),
+            Self::ApiManager(_) => Some("api-manager"),
+            _ => None,
+        }
+    }
+}
+
 /// Arguments of `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -173,8 +186,8 @@ pub struct SimulateArgs {
     pub password: String,
 
     /// Lifetime of issued tokens, for example `300s`, `5m` or `1h`.
-    #[arg(long, default_value = "5m")]
-    pub token_ttl: String,
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_flag)]
+    pub token_ttl: std::time::Duration,
 
     /// Register a StorageOS node (online) for every Running pod of the StorageOS node
     /// DaemonSet in the cluster this kubeconfig points at.
@@ -193,11 +206,7 @@ pub fn normalize_go_flags<I: IntoIterator<Item = String>>(args: I) -> Vec<String
                 seen_api_manager = arg == "api-manager";
                 return arg;
             }
-            let is_go_flag = arg.len() > 2
-                && arg.starts_with('-')
-                && !arg.starts_with("--")
-                && arg[1..].starts_with(|c: char| c.is_ascii_alphabetic());
-            if is_go_flag { format!("-{arg}") } else { arg }
+            crate::apimanager::flags::go_flag(arg)
         })
         .collect()
 }

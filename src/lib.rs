@@ -7,6 +7,7 @@ pub mod cli;
 pub mod cluster;
 pub mod crd;
 pub mod duration;
+pub mod go;
 pub mod install;
 pub mod job;
 pub mod operator;

@@ -1,4 +1,5 @@
-//! Thin entry point: parse the command line, start logging, hand over to the library.
+//! Thin entry point: parse the command line, start logging (and tracing), hand over to the
+//! library, flush the last spans.
 
 use std::process::ExitCode;
 
@@ -9,11 +10,16 @@ use storageos_operator::{app, cli, telemetry};
 async fn main() -> ExitCode {
     let args = cli::normalize_go_flags(std::env::args());
     let cli = cli::Cli::parse_from(args);
-    if let Err(e) = telemetry::init(cli.log_format, &cli.log_level) {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
-    match app::run(cli).await {
+    let telemetry = match telemetry::init(cli.log_format, &cli.log_level, cli.command.trace_service()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = app::run(cli).await;
+    telemetry.shutdown().await;
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -12,11 +12,12 @@ use crate::render;
 use crate::runtime::health::Health;
 use crate::runtime::leader::{self, Leadership};
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::signal;
 use crate::storageos::ApiMetrics;
 use crate::upgrade;
 
-/// The Lease the operator's replicas elect a leader on.
-pub const LEASE_NAME: &str = "storageos-operator-lease";
+/// The Lease the operator's replicas elect a leader on (its RBAC grants exactly this name).
+pub use crate::rbac::operator::LEASE as LEASE_NAME;
 
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]
@@ -34,25 +35,6 @@ pub enum Error {
     /// Leader election failed or leadership was lost; the process exits to restart clean.
     #[error(transparent)]
     Leader(#[from] leader::Error),
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { () = ctrl_c => {}, () = term => {} }
 }
 
 /// Runs the operator until a signal arrives or leadership is lost.
@@ -78,7 +60,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         .unwrap_or_else(|| format!("storageos-operator-{}", rand::random::<u32>()));
     let mut leadership = tokio::select! {
         l = Leadership::acquire(client.clone(), &args.leader_election_namespace, LEASE_NAME, &identity, Default::default()) => l?,
-        () = shutdown_signal() => return Ok(()),
+        () = signal::shutdown() => return Ok(()),
     };
 
     let config = OperatorConfig {
@@ -96,9 +78,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     tracing::info!(identity = %identity, "starting controllers");
     let controllers = async {
         tokio::join!(
-            cluster::run(ctx, shutdown_signal()),
-            job::run(jobs, shutdown_signal()),
-            upgrade::run(upgrades, shutdown_signal())
+            cluster::run(ctx, signal::shutdown()),
+            job::run(jobs, signal::shutdown()),
+            upgrade::run(upgrades, signal::shutdown())
         );
     };
     tokio::select! {

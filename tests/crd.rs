@@ -87,6 +87,26 @@ fn crds_directory_matches_generated_output() {
 }
 
 /// The shape users and `kubectl` depend on.
+/// Paths under `schema` (named from `path`) whose properties have no description; descends into
+/// objects, array items and map values.
+fn undocumented(schema: &Value, path: &str, missing: &mut Vec<String>) {
+    if let Some(props) = schema["properties"].as_object() {
+        for (name, prop) in props {
+            let here = format!("{path}.{name}");
+            if prop["description"].as_str().is_none_or(|d| d.trim().is_empty()) {
+                missing.push(here.clone());
+            }
+            undocumented(prop, &here, missing);
+        }
+    }
+    if schema["items"].is_object() {
+        undocumented(&schema["items"], &format!("{path}[]"), missing);
+    }
+    if schema["additionalProperties"].is_object() {
+        undocumented(&schema["additionalProperties"], &format!("{path}{{}}"), missing);
+    }
+}
+
 #[test]
 fn crds_have_names_columns_status_and_validation() {
     let crds: Vec<Value> = crd::all()
@@ -122,13 +142,19 @@ fn crds_have_names_columns_status_and_validation() {
         Some(65535.0)
     );
     assert!(spec["properties"]["csi"]["properties"]["driverRegisterationMode"].is_object());
-    // Every spec field is documented, so `kubectl explain` has something to say.
-    for (name, prop) in spec["properties"].as_object().expect("props") {
-        assert!(
-            prop["description"].as_str().is_some_and(|d| !d.is_empty()),
-            "spec.{name} has no description"
-        );
+    let mut missing = Vec::new();
+    // Every field of every CRD, at any depth, is documented, so `kubectl explain` has
+    // something to say.
+    for crd in &crds {
+        let kind = crd["spec"]["names"]["kind"].as_str().expect("kind");
+        for version in crd["spec"]["versions"].as_array().expect("versions") {
+            let root = &version["schema"]["openAPIV3Schema"]["properties"];
+            for part in ["spec", "status"] {
+                undocumented(&root[part], &format!("{kind}.{part}"), &mut missing);
+            }
+        }
     }
+    assert!(missing.is_empty(), "fields without a description: {missing:?}");
     let job = &crds[2];
     assert_eq!(job["metadata"]["name"], "jobs.storageos.com");
     let job_columns: Vec<_> = job["spec"]["versions"][0]["additionalPrinterColumns"]

@@ -9,20 +9,21 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::json;
+use kube::api::DeleteParams;
 use storageos_operator::sim::{self, Simulator};
-use support::{TestNamespace, from_json, wait_for};
+use support::apimanager::{free_port, webhook_config};
+use support::{TestNamespace, wait_for};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
+/// The `/metrics` text of a replica.
+async fn metrics_text(port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
         .unwrap()
-        .local_addr()
+        .text()
+        .await
         .unwrap()
-        .port()
 }
 
 async fn readyz(port: u16) -> Option<u16> {
@@ -97,28 +98,7 @@ impl Drop for Replica {
 /// The StorageOS credentials files, and a kubeconfig acting as the api-manager's ServiceAccount
 /// (with its rules for the webhook configuration of `ns`).
 async fn credentials(ns: &TestNamespace) -> tempfile::TempDir {
-    let creds = tempfile::tempdir().unwrap();
-    std::fs::write(creds.path().join("username"), "storageos\n").unwrap();
-    std::fs::write(creds.path().join("password"), "storageos\n").unwrap();
-    support::api_manager_kubeconfig(creds.path(), &ns.name).await;
-    creds
-}
-
-/// A MutatingWebhookConfiguration named after the test namespace, for the CA injection.
-async fn webhook_config(ns: &TestNamespace) -> Api<MutatingWebhookConfiguration> {
-    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
-    let mwc: MutatingWebhookConfiguration = from_json(json!({
-        "metadata": {"name": ns.name},
-        "webhooks": [{
-            "name": "pod-mutator.storageos.com",
-            "clientConfig": {"service": {"namespace": ns.name, "name": "storageos-webhook", "path": "/mutate-pods"}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-            "failurePolicy": "Ignore", "sideEffects": "None", "admissionReviewVersions": ["v1"]
-        }]
-    }));
-    mwcs.create(&PostParams::default(), &mwc).await.unwrap();
-    mwcs
+    support::apimanager::credentials(ns, "storageos", "storageos").await
 }
 
 #[tokio::test]
@@ -263,6 +243,28 @@ async fn without_leader_election_every_replica_runs_the_controllers() {
             .is_none(),
         "no Lease is taken without leader election"
     );
+    // Each controller reports its reconciles under its own name, as controller-runtime does.
+    let metrics = metrics_text(a.metrics_port).await;
+    for controller in [
+        "fencer",
+        "shared-volume",
+        "node-delete",
+        "namespace-delete",
+        "node-label",
+        "pvc-label",
+    ] {
+        for family in [
+            "controller_runtime_reconcile_total{",
+            "controller_runtime_reconcile_errors_total{",
+            "controller_runtime_reconcile_time_seconds_count{",
+        ] {
+            let series = format!(r#"{family}controller="{controller}""#);
+            assert!(
+                metrics.contains(&series),
+                "{series} is missing from /metrics:\n{metrics}"
+            );
+        }
+    }
 
     assert!(a.stop().await.success());
     assert!(b.stop().await.success());

@@ -46,6 +46,11 @@ fn cluster_json(ns: &str, name: &str) -> serde_json::Value {
 
 /// The cluster controller's context, talking to `sim`.
 fn context(client: &kube::Client, sim: &sim::SimHandle) -> Arc<Context> {
+    context_with_metrics(client, sim, &mut Registry::default())
+}
+
+/// The operator's context, its reconcile metrics registered in `registry`.
+fn context_with_metrics(client: &kube::Client, sim: &sim::SimHandle, registry: &mut Registry) -> Arc<Context> {
     let config = OperatorConfig {
         operator_image: "registry.invalid/storageos-operator:test".into(),
         default_images: DefaultImages::default(),
@@ -56,7 +61,7 @@ fn context(client: &kube::Client, sim: &sim::SimHandle) -> Arc<Context> {
     Arc::new(Context::new(
         client.clone(),
         config,
-        ReconcileMetrics::register(&mut Registry::default()),
+        ReconcileMetrics::register(registry),
         None,
     ))
 }
@@ -95,11 +100,44 @@ fn api_writes(sim: &sim::SimHandle) -> Vec<String> {
         .collect()
 }
 
-/// resourceVersions of every object labelled for the cluster, and of the cluster itself.
+/// How many StorageOSCluster reconciles have finished, by the operator's own metric.
+fn reconciles(registry: &Registry) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("controller_runtime_reconcile_total{") && l.contains(r#"controller="storageoscluster""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// What only a write by the operator changes: the generation (spec) and the operator's own
+/// managedFields entry. Status writes by Kubernetes controllers (a Deployment's status, say)
+/// change the resourceVersion but neither of these.
+fn operator_version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    let ours: Vec<_> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some("storageos-operator"))
+        .map(|m| {
+            (
+                m.operation.clone(),
+                m.subresource.clone(),
+                m.time.as_ref().map(|t| t.0.to_string()),
+                m.fields_v1.as_ref().map(|f| f.0.to_string()),
+            )
+        })
+        .collect();
+    format!("generation {:?}, operator fields {ours:?}", meta.generation)
+}
+
+/// [`operator_version`] of every object labelled for the cluster, and of the cluster itself.
 async fn versions(client: &kube::Client, c: &StorageOSCluster) -> BTreeMap<String, String> {
-    let selector = cluster::reconcile::children_selector(c);
+    let selector = cluster::ownership::children_selector(c);
     let mut out = BTreeMap::new();
-    for k in cluster::reconcile::owned_kinds() {
+    for k in cluster::ownership::owned_kinds() {
         let (group, version) = k.api_version.split_once('/').unwrap_or(("", k.api_version));
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, k.kind));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
@@ -110,23 +148,14 @@ async fn versions(client: &kube::Client, c: &StorageOSCluster) -> BTreeMap<Strin
             Err(e) => panic!("cannot list {} to compare versions: {e}", k.kind),
         };
         for o in list.items {
-            out.insert(
-                format!(
-                    "{} {}/{}",
-                    k.kind,
-                    o.metadata.namespace.unwrap_or_default(),
-                    o.metadata.name.unwrap_or_default()
-                ),
-                o.metadata.resource_version.unwrap_or_default(),
-            );
+            let m = &o.metadata;
+            let key = format!("{} {}/{}", k.kind, o.namespace().unwrap_or_default(), o.name_any());
+            out.insert(key, operator_version(m));
         }
     }
     let api: Api<StorageOSCluster> = Api::namespaced(client.clone(), &c.metadata.namespace.clone().unwrap());
     let live = api.get(&c.metadata.name.clone().unwrap()).await.unwrap();
-    out.insert(
-        "StorageOSCluster".into(),
-        live.metadata.resource_version.unwrap_or_default(),
-    );
+    out.insert("StorageOSCluster".into(), operator_version(&live.metadata));
     out
 }
 
@@ -140,8 +169,9 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let _sync = sim.sync_with_kubernetes(client.clone());
     // The operator acts as its ServiceAccount, with the RBAC of deploy/operator.yaml.
+    let mut registry = Registry::default();
     let operator = tokio::spawn(cluster::run(
-        context(&support::operator_client().await, &sim),
+        context_with_metrics(&support::operator_client().await, &sim, &mut registry),
         std::future::pending(),
     ));
 
@@ -335,9 +365,32 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let paused = wait_for("the Paused condition", Duration::from_secs(30), || async {
+        let c = clusters.get("storageos").await.ok()?;
+        let cond = c.status?.conditions?.into_iter().find(|c| c.type_ == "Paused")?;
+        (cond.status == "True" && cond.reason == "SpecPause").then_some(cond)
+    })
+    .await;
+    assert!(paused.message.contains("spec.pause is true"), "{}", paused.message);
+    // The deletion triggers a reconcile (the operator watches its children); once that
+    // reconcile has finished, the Service must still be gone.
+    // A reconcile may still be in flight (the Paused write itself triggers one): start counting
+    // once the count holds still.
+    let before = wait_for(
+        "the operator to finish its reconciles",
+        Duration::from_secs(30),
+        || async {
+            let n = reconciles(&registry);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (reconciles(&registry) == n).then_some(n)
+        },
+    )
+    .await;
     svcs.delete("storageos", &DeleteParams::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    wait_for("the reconcile of the deletion", Duration::from_secs(30), || async {
+        (reconciles(&registry) > before).then_some(())
+    })
+    .await;
     assert!(
         svcs.get_opt("storageos").await.unwrap().is_none(),
         "a paused cluster was repaired"
@@ -355,6 +408,12 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
         Duration::from_secs(15),
         || async { svcs.get_opt("storageos").await.ok()?.map(|_| ()) },
     )
+    .await;
+    wait_for("Paused=False after unpausing", Duration::from_secs(30), || async {
+        let c = clusters.get("storageos").await.ok()?;
+        let cond = c.status?.conditions?.into_iter().find(|c| c.type_ == "Paused")?;
+        (cond.status == "False").then_some(())
+    })
     .await;
 
     // Delete is held while a pod uses a StorageOS volume, naming it; force-delete overrides.
@@ -385,7 +444,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
                  "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
     }));
     ns.api::<Pod>().create(&PostParams::default(), &app).await.unwrap();
-    let selector = cluster::reconcile::children_selector(&running);
+    let selector = cluster::ownership::children_selector(&running);
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
     let held = wait_for(
         "deletion to be held by the pod using a StorageOS volume",
@@ -473,7 +532,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
 
 async fn versions_by_selector(client: &kube::Client, selector: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for k in cluster::reconcile::owned_kinds() {
+    for k in cluster::ownership::owned_kinds() {
         let (group, version) = k.api_version.split_once('/').unwrap_or(("", k.api_version));
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, k.kind));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);

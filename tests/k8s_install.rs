@@ -47,7 +47,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     let kubeconfig = support::identity::kubeconfig_file(dir.path(), support::identity::OPERATOR).await;
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let _sync = sim.sync_with_kubernetes(admin.clone());
-    let _operator = Operator::start(
+    let operator = Operator::start(
         &deployment,
         install::NAMESPACE,
         &kubeconfig,
@@ -79,6 +79,35 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
             .any(|f| f.manager.as_deref() == Some("storageos-operator") && f.operation.as_deref() == Some("Apply")),
         "the node DaemonSet is not applied by field manager storageos-operator"
     );
+
+    // It holds the Lease `storageos-operator-lease` in its own namespace as its pod name, serves
+    // its probes, and reports the cluster reconciles under controller-runtime's names (README).
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin.clone(), install::NAMESPACE)
+        .get("storageos-operator-lease")
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("storageos-operator-install-test")
+    );
+    let get = |path: &'static str| {
+        let url = format!("http://127.0.0.1:{}{path}", operator.metrics_port);
+        async move { reqwest::get(url).await.unwrap() }
+    };
+    assert_eq!(get("/healthz").await.status().as_u16(), 200);
+    assert_eq!(get("/readyz").await.status().as_u16(), 200);
+    let metrics = get("/metrics").await.text().await.unwrap();
+    for series in [
+        r#"controller_runtime_reconcile_total{controller="storageoscluster",result="requeue_after"}"#,
+        r#"controller_runtime_reconcile_time_seconds_count{controller="storageoscluster"}"#,
+        r#"controller_runtime_reconcile_total{controller="storageosupgrade""#,
+        r#"controller_runtime_reconcile_total{controller="storageos-job""#,
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} is missing from /metrics:\n{metrics}"
+        );
+    }
 
     // Take the StorageClass permissions away, then delete the StorageClass: the operator cannot
     // put it back and says exactly why on the cluster.
@@ -133,8 +162,10 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
         message.contains("system:serviceaccount:storageos-operator:storageos-operator"),
         "the message names who was refused: {message}"
     );
+    // Whichever request comes first is refused: the apply (get/patch/create) or, when the
+    // applier knows the class is unchanged and skips it, the prune's list.
     assert!(
-        ["get", "patch", "create"]
+        ["get", "patch", "create", "list"]
             .iter()
             .any(|v| message.contains(&format!("cannot {v} resource \"storageclasses\""))),
         "the message names the verb: {message}"

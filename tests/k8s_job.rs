@@ -149,6 +149,7 @@ async fn label_node(client: &kube::Client, node: &str, key: &str, value: Option<
 
 #[tokio::test]
 async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
+    let test_start = chrono::Utc::now();
     let ns = TestNamespace::new("job-cleanup").await;
     let client = ns.client.clone();
     controller(&ns).await;
@@ -255,6 +256,31 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
         [] as [String; 0],
         "a completed Job's pod logs are still read"
     );
+    // Logs are read incrementally (README): once a read of a pod's log returned lines, every
+    // later read asks only for what came since (reads before the pod printed anything cannot).
+    let mut reads: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for e in support::identity::audit_events(support::identity::OPERATOR, test_start) {
+        if e["objectRef"]["subresource"] == "log" && e["objectRef"]["namespace"] == ns.name.as_str() {
+            let pod = e["objectRef"]["name"].as_str().unwrap_or_default().to_string();
+            reads
+                .entry(pod)
+                .or_default()
+                .push(e["requestURI"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    assert!(
+        reads.values().flatten().any(|uri| uri.contains("sinceTime=")),
+        "no log read was incremental: {reads:?}"
+    );
+    for (pod, uris) in &reads {
+        let first_incremental = uris.iter().position(|u| u.contains("sinceTime=")).unwrap_or(uris.len());
+        for uri in &uris[first_incremental..] {
+            assert!(
+                uri.contains("sinceTime="),
+                "a later read of {pod}'s log starts over: {uri}"
+            );
+        }
+    }
     let after = jobs.get("cleanup-job").await.unwrap();
     assert_eq!(
         after.resource_version(),

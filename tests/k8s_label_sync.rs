@@ -498,7 +498,10 @@ async fn pvc_labels_sync_replicas_failure_mode_and_unreserved_labels() {
         !msg.contains("nocompress"),
         "create-time-only labels are ignored quietly: {msg}"
     );
-    tokio::time::sleep(Duration::from_secs(1)).await; // let the reconcile finish
+    // Reconciles of one PVC never overlap: once a later change is synced, the reconcile that
+    // reported the invalid values has finished, including any write it would have made.
+    patch_labels(&pvcs, "data", json!({"probe": "1"})).await;
+    wait_volume(&sim, &ns.name, &pv, &[("probe", Some("1"))]).await;
     let got = sim_volume_labels(&sim, &ns.name, &pv);
     assert_eq!(got.get("storageos.com/replicas").map(String::as_str), Some("2"));
     assert_eq!(got.get("storageos.com/failure-mode").map(String::as_str), Some("2"));
@@ -508,7 +511,7 @@ async fn pvc_labels_sync_replicas_failure_mode_and_unreserved_labels() {
     patch_labels(
         &pvcs,
         "data",
-        json!({"storageos.com/replicas": null, "storageos.com/failure-mode": null, "tier": null}),
+        json!({"storageos.com/replicas": null, "storageos.com/failure-mode": null, "tier": null, "probe": null}),
     )
     .await;
     wait_volume(

@@ -293,6 +293,26 @@ impl Scene {
         self.upgrades().create(&PostParams::default(), &u).await.unwrap();
     }
 
+    /// Whether the first step of `phase` has taken effect and the next has not (see
+    /// `operator_killed_in_every_phase_resumes_and_completes`).
+    async fn kill_point_reached(&self, name: &str, phase: UpgradePhase, image: &str) -> bool {
+        let puller = self.ns.api::<DaemonSet>().get_opt(&pull::daemonset_name(name)).await;
+        let (Some(web), Some(db)) = (self.app(DEPLOY, "web").await, self.app(STS, "db").await) else {
+            return false;
+        };
+        match phase {
+            UpgradePhase::PullingImage => matches!(puller, Ok(Some(_))),
+            UpgradePhase::Pausing => matches!(puller, Ok(None)) && self.paused_by().await.is_none(),
+            UpgradePhase::ScalingDown => (web.0, db.0) == (0, 2),
+            UpgradePhase::UpgradingNodes => {
+                let (template, pods) = self.node_images().await;
+                template.as_deref() == Some(image) && pods.iter().any(|(i, _)| i != image)
+            }
+            UpgradePhase::ScalingUp => (web.0, db.0) == (3, 0),
+            _ => false,
+        }
+    }
+
     async fn phase(&self, name: &str) -> Option<UpgradePhase> {
         self.upgrades().get(name).await.ok()?.status?.phase
     }
@@ -601,25 +621,32 @@ async fn operator_killed_in_every_phase_resumes_and_completes() {
         started.elapsed().as_secs_f64()
     );
     drop(operator);
-    const DELAY: f64 = 2.0;
-    // Kill after this many step delays inside the phase; each lands between two steps.
+    // Each step waits this long first, so once the effect of one step is seen, the next one is
+    // at least this far away: the kill lands between the two, whatever the machine's load.
+    const DELAY: &str = "3s";
+    // The phase, and what must be seen in it before the kill.
     let plan = [
-        (PullingImage, 1.5),   // puller applied, not yet seen complete
-        (Pausing, 1.5),        // puller deleted, cluster not yet annotated
-        (ScalingDown, 2.5),    // apps recorded and web scaled down, db not yet
-        (UpgradingNodes, 2.5), // cluster and DaemonSet images set, node pods not yet restarted
-        (ScalingUp, 1.5),      // web restored, db not yet
+        PullingImage,   // puller applied, not yet seen complete
+        Pausing,        // puller deleted, cluster not yet annotated
+        ScalingDown,    // apps recorded and web scaled down, db not yet
+        UpgradingNodes, // cluster and DaemonSet images set, node pods not yet restarted
+        ScalingUp,      // web restored, db not yet
     ];
     let mut restarted: Option<Operator> = None;
-    for (i, (phase, after)) in plan.into_iter().enumerate() {
+    for (i, phase) in plan.into_iter().enumerate() {
         let name = format!("kill-{i}");
         let image = format!("storageos/node:v2.10.{i}");
         // One operator at a time: the previous one stops before the next starts.
         drop(restarted.take());
-        let mut op = scene.operator(&format!("{}ms", (DELAY * 1000.0) as u64));
+        let mut op = scene.operator(DELAY);
         scene.create_upgrade(&name, &image).await;
         scene.wait_phase(&name, phase).await;
-        tokio::time::sleep(Duration::from_secs_f64(DELAY * after)).await;
+        let what = format!("the kill point in {phase:?}");
+        wait_for(&what, SETTLE, || async {
+            (scene.phase(&name).await == Some(phase) && scene.kill_point_reached(&name, phase, &image).await)
+                .then_some(())
+        })
+        .await;
         op.kill();
         eprintln!("[{:>5.1}s] killed in {phase:?}", started.elapsed().as_secs_f64());
         assert_eq!(scene.phase(&name).await, Some(phase), "the kill landed in {phase:?}");

@@ -1,5 +1,5 @@
 //! The flags of the Go api-manager v1.2.12, with the same names and defaults, so existing
-//! Deployments keep working (`-flag` is rewritten to `--flag` by `cli::normalize_go_flags`).
+//! Deployments keep working (`-flag` is rewritten to `--flag` by `go_flag`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -220,6 +220,24 @@ impl ApiManagerArgs {
     }
 }
 
+/// The Go flag spelling `-flag[=value]` as `--flag[=value]`; a lone `-`, a negative number and
+/// anything already `--` are returned unchanged.
+pub fn go_flag(arg: String) -> String {
+    let is_go_flag = arg.len() > 2
+        && arg.starts_with('-')
+        && !arg.starts_with("--")
+        && arg[1..].starts_with(|c: char| c.is_ascii_alphabetic());
+    if is_go_flag { format!("-{arg}") } else { arg }
+}
+
+/// The api-manager's flags on their own, for [`ApiManagerArgs::from_flags`].
+#[derive(clap::Parser)]
+#[command(name = "api-manager")]
+struct Standalone {
+    #[command(flatten)]
+    args: ApiManagerArgs,
+}
+
 impl ApiManagerArgs {
     /// Parses api-manager flags as the Go api-manager took them (`-flag value`, `--flag=value`),
     /// for embedding the controllers (tests, tools).
@@ -230,18 +248,8 @@ impl ApiManagerArgs {
     {
         use clap::Parser;
 
-        use crate::cli::{Cli, Command, normalize_go_flags};
-
-        let argv = ["storageos-operator".to_string(), "api-manager".to_string()]
-            .into_iter()
-            .chain(flags.into_iter().map(Into::into));
-        match Cli::try_parse_from(normalize_go_flags(argv))?.command {
-            Command::ApiManager(a) => Ok(*a),
-            _ => Err(clap::Error::raw(
-                clap::error::ErrorKind::InvalidSubcommand,
-                "expected api-manager flags",
-            )),
-        }
+        let argv = std::iter::once("api-manager".to_string()).chain(flags.into_iter().map(|f| go_flag(f.into())));
+        Ok(Standalone::try_parse_from(argv)?.args)
     }
 }
 
@@ -277,6 +285,80 @@ mod tests {
         );
         assert_eq!((a.node_fencer_workers, a.node_fencer_timeout.as_secs()), (5, 25));
         assert_eq!(a.k8s_create_wait_duration.as_secs(), 20);
+    }
+
+    /// The flags of the Go api-manager v1.2.12 with their defaults (None: no default to compare,
+    /// such as the zap logging flags); docs/api-manager.md.
+    const GO_FLAGS: &[(&str, Option<&str>)] = &[
+        ("api-endpoint", Some("storageos")),
+        ("api-secret-path", Some("/etc/storageos/secrets/api")),
+        ("api-refresh-interval", Some("1m")),
+        ("api-retry-interval", Some("5s")),
+        ("enable-leader-election", Some("false")),
+        ("metrics-addr", Some(":8080")),
+        ("namespace", Some("")),
+        ("k8s-create-poll-interval", Some("1s")),
+        ("k8s-create-wait-duration", Some("20s")),
+        ("volume-poll-interval", Some("5s")),
+        ("node-poll-interval", Some("5s")),
+        ("node-expiry-interval", Some("1h")),
+        ("node-fencer-workers", Some("5")),
+        ("node-fencer-retry-interval", Some("5s")),
+        ("node-fencer-timeout", Some("25s")),
+        ("node-delete-workers", Some("5")),
+        ("node-delete-gc-interval", Some("1h")),
+        ("node-delete-gc-delay", Some("30s")),
+        ("namespace-delete-workers", Some("5")),
+        ("namespace-delete-gc-interval", Some("1h")),
+        ("namespace-delete-gc-delay", Some("20s")),
+        ("enable-node-label-sync", Some("true")),
+        ("node-label-sync-workers", Some("5")),
+        ("node-label-resync-interval", Some("1h")),
+        ("node-label-resync-delay", Some("10s")),
+        ("enable-pvc-label-sync", Some("true")),
+        ("pvc-label-sync-workers", Some("5")),
+        ("pvc-label-resync-interval", Some("1h")),
+        ("pvc-label-resync-delay", Some("5s")),
+        ("scheduler-name", Some("storageos-scheduler")),
+        ("webhook-cert-refresh-interval", Some("30m")),
+        ("webhook-cert-validity", Some("8760h")),
+        ("webhook-config-mutating", Some("storageos-mutating-webhook")),
+        ("webhook-secret-name", Some("storageos-webhook")),
+        ("webhook-secret-namespace", Some("")),
+        ("webhook-service-name", Some("storageos-webhook")),
+        ("webhook-service-namespace", Some("")),
+        ("webhook-mutate-pods-path", Some("/mutate-pods")),
+        ("webhook-mutate-pvcs-path", Some("/mutate-pvcs")),
+        ("kubeconfig", None),
+        ("zap-devel", None),
+        ("zap-encoder", None),
+        ("zap-log-level", None),
+        ("zap-stacktrace-level", None),
+    ];
+
+    #[test]
+    fn every_go_flag_exists_with_the_go_default() {
+        use clap::CommandFactory;
+        let cmd = super::Standalone::command();
+        let mut wrong = Vec::new();
+        for (flag, go_default) in GO_FLAGS {
+            let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(*flag)) else {
+                wrong.push(format!("-{flag} is missing"));
+                continue;
+            };
+            let Some(go_default) = go_default else { continue };
+            let ours: Vec<_> = arg.get_default_values().iter().map(|v| v.to_string_lossy()).collect();
+            let ours = ours.join(",");
+            // Durations compare by value (Go prints 1m0s where we write 1m).
+            let same = match (crate::duration::parse(&ours), crate::duration::parse(go_default)) {
+                (Ok(a), Ok(b)) if !go_default.chars().all(|c| c.is_ascii_digit()) => a == b,
+                _ => ours == *go_default,
+            };
+            if !same {
+                wrong.push(format!("-{flag}: default {ours:?}, Go's is {go_default:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]

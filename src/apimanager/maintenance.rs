@@ -9,7 +9,7 @@
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::cluster::reconcile::PAUSED_BY_ANNOTATION;
+use crate::cluster::PAUSED_BY_ANNOTATION;
 use crate::crd::StorageOSCluster;
 
 /// Whether a StorageOS upgrade is in progress, and which one.

@@ -16,15 +16,16 @@ use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
-use crate::operator::shutdown_signal;
 use crate::runtime::health::Health;
 use crate::runtime::https::{self, CertSlot};
 use crate::runtime::leader::{self, Leadership};
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::signal;
 use crate::storageos::{self, ApiMetrics};
 
-/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID).
-pub const LEASE_NAME: &str = "storageos-api-manager-lease";
+/// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID;
+/// its RBAC grants exactly this name).
+pub use crate::rbac::components::API_MANAGER_LEASE as LEASE_NAME;
 
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -47,6 +48,22 @@ pub enum Error {
     /// Leadership was lost; the process exits so that it restarts clean.
     #[error(transparent)]
     Leader(#[from] leader::Error),
+    /// The webhook server ended while the process ran: without it every admission would fail
+    /// open, so the process exits and is restarted instead of running on without webhooks.
+    #[error("the webhook server stopped unexpectedly ({0}); exiting so that the api-manager restarts")]
+    WebhookServerStopped(String),
+}
+
+/// Why the webhook server task ended, as the error the process exits with. It never ends on its
+/// own while the process runs: any end is unexpected.
+pub fn webhook_server_ended(ended: Result<Result<(), https::Error>, tokio::task::JoinError>) -> Error {
+    let why = match ended {
+        Ok(Ok(())) => "it returned".to_string(),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::error!(reason = %why, "the webhook server stopped; exiting");
+    Error::WebhookServerStopped(why)
 }
 
 /// The namespace to run in: the flag, else the service account's, else `POD_NAMESPACE`, else default.
@@ -160,7 +177,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     // 1. No leader election, no webhooks, until the StorageOS API answers.
     let api = tokio::select! {
         api = connect(&args, &api_metrics, &helper_metrics) => api,
-        () = shutdown_signal() => return Ok(()),
+        () = signal::shutdown() => return Ok(()),
     };
 
     // 2. Certificates shared by every replica, then the webhook server.
@@ -176,7 +193,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
     let cert = tokio::select! {
         cert = ensure_certs(&manager, args.api_retry_interval) => cert,
-        () = shutdown_signal() => return Ok(()),
+        () = signal::shutdown() => return Ok(()),
     };
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
     let (lookups, caches) = CachedLookups::start(client.clone());
@@ -190,11 +207,12 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             source,
         })?;
     let server_slot = slot.clone();
-    tokio::spawn(async move {
-        if let Err(e) = https::serve(webhook_listener, server_slot, router, std::future::pending()).await {
-            tracing::error!(error = %e, "webhook server stopped");
-        }
-    });
+    let mut webhook_server = tokio::spawn(https::serve(
+        webhook_listener,
+        server_slot,
+        router,
+        std::future::pending(),
+    ));
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
 
@@ -217,11 +235,12 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     cert_tick.tick().await;
     token_tick.tick().await;
     let mut current = cert;
-    let stop = shutdown_signal();
+    let stop = signal::shutdown();
     tokio::pin!(stop);
     loop {
         tokio::select! {
             () = &mut stop => break,
+            ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
             result = &mut controllers, if !controllers_done => {
                 controllers_done = true;
                 result?;
@@ -297,6 +316,30 @@ async fn refresh_cert(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// M5: a webhook server task that ends, however it ends, is an error the process exits
+    /// with (non-zero, via main), naming why.
+    #[tokio::test]
+    async fn m5_a_webhook_server_that_ends_makes_the_process_exit_with_an_error() {
+        let returned = tokio::spawn(async { Ok::<(), https::Error>(()) }).await;
+        let e = webhook_server_ended(returned);
+        assert!(matches!(e, Error::WebhookServerStopped(_)), "{e:?}");
+        assert!(e.to_string().contains("webhook server stopped unexpectedly"), "{e}");
+
+        let panicked = tokio::spawn(async {
+            panic!("boom");
+            #[allow(unreachable_code)]
+            Ok::<(), https::Error>(())
+        })
+        .await;
+        let e = webhook_server_ended(panicked);
+        assert!(e.to_string().contains("panicked"), "{e}");
+
+        let aborted = tokio::spawn(std::future::pending::<Result<(), https::Error>>());
+        aborted.abort();
+        let e = webhook_server_ended(aborted.await);
+        assert!(e.to_string().contains("cancelled"), "{e}");
+    }
 
     #[test]
     fn namespace_comes_from_the_flag_then_the_service_account() {

@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 
 use super::context::Context;
-use super::reconcile::Error;
+use super::error::{Error, Step};
 use crate::crd::StorageOSCluster;
 use crate::render::{self, Inputs};
 use crate::storageos;
@@ -66,13 +66,16 @@ pub fn desired(cluster: &StorageOSCluster, current: &storageos::Cluster) -> stor
 pub async fn push(cluster: &StorageOSCluster, ctx: &Context, inputs: &Inputs) -> Result<(), Error> {
     let client = match api_client(cluster, ctx, inputs) {
         Ok(c) => c,
-        Err(ClientError::Client(e)) => return Err(e.into()),
+        Err(ClientError::Client(e)) => return Err(e).step("make a StorageOS API client"),
         Err(ClientError::NoSecret) => return Ok(()),
     };
-    let current = client.get_cluster().await?;
+    let current = client.get_cluster().await.step("read the StorageOS cluster settings")?;
     let update = desired(cluster, &current);
     if update != current.to_update() {
-        client.update_cluster(&update).await?;
+        client
+            .update_cluster(&update)
+            .await
+            .step("push telemetry and log level to StorageOS")?;
         tracing::info!(cluster = %cluster.name_any(), log_level = %update.log_level,
             disable_telemetry = update.disable_telemetry, "pushed cluster settings to StorageOS");
     }

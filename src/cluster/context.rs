@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use crate::crd::StorageOSCluster;
@@ -102,7 +103,7 @@ impl Context {
     }
 
     /// Publishes an event on `cluster`; failures are logged, never fatal.
-    pub async fn event(&self, cluster: &StorageOSCluster, warning: bool, reason: &str, note: String) {
-        self.kit.event(cluster, warning, reason, note).await;
+    pub async fn event(&self, cluster: &StorageOSCluster, type_: EventType, reason: &str, note: String) {
+        self.kit.event(cluster, type_, reason, note).await;
     }
 }

@@ -5,40 +5,24 @@
 //! condition naming them, unless the cluster carries `storageos.com/force-delete: "true"`.
 //! Deleting a cluster that is not the active one touches nothing.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
-use super::reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
+use super::error::{Error, Step};
+use super::ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
 use super::status::phase;
 use crate::crd::StorageOSCluster;
-use crate::runtime::conditions;
+use crate::runtime::{conditions, finalizer};
 
-pub use crate::storageos::CSI_DRIVER;
-
-/// Whether `pv` is a StorageOS volume (provisioned by its CSI driver).
-pub fn is_storageos_volume(pv: &PersistentVolume) -> bool {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .is_some_and(|c| c.driver == CSI_DRIVER)
-}
-
-/// (namespace, name) of the claims bound to StorageOS volumes.
-pub fn storageos_claims(pvs: &[PersistentVolume]) -> BTreeSet<(String, String)> {
-    pvs.iter()
-        .filter(|pv| is_storageos_volume(pv))
-        .filter_map(|pv| pv.spec.as_ref()?.claim_ref.as_ref())
-        .filter_map(|c| Some((c.namespace.clone()?, c.name.clone()?)))
-        .collect()
-}
+use crate::storageos::kube::{is_storageos_volume, storageos_claims};
 
 /// `namespace/name` of running pods that mount a StorageOS-provisioned volume.
 pub fn pods_using_volumes(pvs: &[PersistentVolume], pods: &[Pod]) -> Vec<String> {
@@ -93,14 +77,15 @@ async fn set_terminating(
             &PatchParams::default(),
             &Patch::Merge(&json!({"status": status})),
         )
-        .await?;
+        .await
+        .step("write the status")?;
     }
     Ok(())
 }
 
 /// Handles a cluster with a deletion timestamp.
 pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context) -> Result<Action, Error> {
-    if !cluster.finalizers().iter().any(|f| f == FINALIZER) {
+    if !finalizer::has(cluster, FINALIZER) {
         return Ok(Action::await_change());
     }
     let name = cluster.name_any();
@@ -112,12 +97,14 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
         if !forced {
             let pvs = Api::<PersistentVolume>::all(ctx.client.clone())
                 .list(&ListParams::default())
-                .await?
+                .await
+                .step("list the PersistentVolumes")?
                 .items;
             let users = if pvs.iter().any(is_storageos_volume) {
                 let pods = Api::<Pod>::all(ctx.client.clone())
                     .list(&ListParams::default())
-                    .await?
+                    .await
+                    .step("list the pods")?
                     .items;
                 pods_using_volumes(&pvs, &pods)
             } else {
@@ -131,7 +118,8 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
                     shown.join(", ")
                 );
                 if cluster.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(phase::TERMINATING) {
-                    ctx.event(cluster, true, "Terminating", message.clone()).await;
+                    ctx.event(cluster, EventType::Warning, "Terminating", message.clone())
+                        .await;
                 }
                 set_terminating(cluster, ctx, "DeletionBlocked", &message).await?;
                 return Ok(Action::requeue(Duration::from_secs(10)));
@@ -139,7 +127,7 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
         }
         ctx.event(
             cluster,
-            false,
+            EventType::Normal,
             "Terminating",
             "deleting every object of the StorageOS cluster".into(),
         )
@@ -159,15 +147,10 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
     } else {
         tracing::info!(cluster = %name, "deleting a cluster that was never active; nothing to clean up");
     }
-    let finalizers: Vec<String> = cluster
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": cluster.resource_version()}});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    finalizer::remove(&api, cluster, FINALIZER, &PatchParams::default())
+        .await
+        .step("release the finalizer")?;
     Ok(Action::await_change())
 }
 

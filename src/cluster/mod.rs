@@ -6,7 +6,9 @@
 pub mod adopt;
 pub mod config;
 pub mod context;
+pub mod error;
 pub mod finalize;
+pub mod ownership;
 pub mod reconcile;
 pub mod select;
 pub mod status;
@@ -30,10 +32,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 pub use context::{CONTROLLER, Context, NodeCaches, OperatorConfig};
+pub use error::Error;
+pub use ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
 
 /// Labels of the StorageOS node pods (the node DaemonSet's, as the Go operator set them).
 pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
-pub use reconcile::{Error, FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
@@ -90,7 +93,8 @@ fn error_policy(cluster: Arc<StorageOSCluster>, error: &Error, ctx: Arc<Context>
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let controller = Controller::new(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default());
+    let controller = Controller::new(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default())
+        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
     let store = controller.store();
     let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     // The children watches also tell the apply step and pruning what exists, so an idle pass

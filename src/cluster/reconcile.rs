@@ -1,81 +1,26 @@
 //! One reconcile of a StorageOSCluster: observe → build → apply → status.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
+use super::error::{Error, Step};
+use super::ownership::{FINALIZER, PAUSED_BY_ANNOTATION, children_selector, owned_kinds, selector};
 use super::status::{self, phase};
 use super::{adopt, config, finalize, select};
 use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
 use crate::render::{self, Inputs, labels, scheduling};
-use crate::runtime::apply::{self, PruneKind};
-use crate::runtime::conditions;
-use crate::storageos;
-
-/// Finalizer that holds a cluster until everything it created is deleted.
-pub const FINALIZER: &str = "finalizer.storageoscluster.storageos.com";
-/// Annotation that lets a cluster be deleted while pods still use StorageOS volumes.
-pub const FORCE_DELETE_ANNOTATION: &str = "storageos.com/force-delete";
-/// Annotation a StorageOSUpgrade sets (to its name) to pause the cluster reconciler.
-pub const PAUSED_BY_ANNOTATION: &str = "storageos.com/paused-by-upgrade";
-
-/// Every kind the operator creates and may prune or delete: the kinds `render` can produce,
-/// except the Namespace, which is never deleted (the control plane may own objects in it).
-pub fn owned_kinds() -> Vec<PruneKind> {
-    render::KINDS
-        .iter()
-        .filter(|(_, kind, _)| *kind != "Namespace")
-        .map(|&(api_version, kind, namespaced)| PruneKind {
-            api_version,
-            kind,
-            namespaced,
-        })
-        .collect()
-}
-
-/// Why a reconcile failed; every variant is retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading or writing the cluster failed.
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// Applying or pruning a child failed.
-    #[error(transparent)]
-    Apply(#[from] apply::Error),
-    /// Some rendered objects were refused; the message names each one and why.
-    #[error("{message}")]
-    ApplyFailed { failed: usize, message: String },
-    /// The StorageOS API refused a request.
-    #[error("StorageOS API: {0}")]
-    StorageOS(#[from] storageos::Error),
-}
-
-/// The label selector of everything created for `cluster`.
-pub fn children_selector(cluster: &StorageOSCluster) -> String {
-    let ns = cluster.namespace().unwrap_or_default();
-    selector(&labels::pruning(&cluster.name_any(), &ns))
-}
-
-fn selector(labels: &BTreeMap<String, String>) -> String {
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
+use crate::runtime::conditions::{self, now};
+use crate::runtime::{apply, finalizer};
 
 /// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
 /// deleted stays active until its finalizer is done, so two sets of objects never fight.
@@ -129,7 +74,7 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
         // The apply step reports its own failures, naming each object; a write that lost a
         // race (409) or an object that just went away (404) is retried, not reported.
         Err(Error::ApplyFailed { .. }) | Ok(_) => {}
-        Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 || s.code == 404 => {}
+        Err(e @ Error::Kube { .. }) if matches!(e.api_code(), Some(409 | 404)) => {}
         Err(e) => report(&cluster, &ctx, e).await,
     }
     result
@@ -137,14 +82,13 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
 
 /// The condition reason for a failed reconcile step.
 fn failure_reason(e: &Error) -> &'static str {
+    if e.api_code() == Some(403) {
+        return "Forbidden";
+    }
     match e {
-        Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
-        Error::Apply(apply::Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 403) => {
-            "Forbidden"
-        }
         Error::Apply(_) | Error::ApplyFailed { .. } => "ApplyFailed",
-        Error::Kube(_) => "KubernetesError",
-        Error::StorageOS(_) => "StorageOSError",
+        Error::Kube { .. } => "KubernetesError",
+        Error::StorageOS { .. } => "StorageOSError",
     }
 }
 
@@ -172,29 +116,55 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let all = Api::<StorageOSCluster>::all(ctx.client.clone())
         .list(&ListParams::default())
-        .await?;
+        .await
+        .step("list the StorageOSClusters")?;
     let is_active = active(&all.items).is_some_and(|a| same(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {
         return finalize::finalize(cluster, is_active, ctx).await;
     }
-    if !cluster.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut finalizers = cluster.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": cluster.resource_version()}});
-        api.patch(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+    if finalizer::add(&api, cluster, FINALIZER, &PatchParams::default())
+        .await
+        .step("add the finalizer")?
+        .is_some()
+    {
         // The patch triggers the next reconcile.
         return Ok(Action::await_change());
     }
     if !is_active {
         return pending(cluster, &api, ctx).await;
     }
-    if cluster.spec.pause == Some(true) || cluster.annotations().contains_key(PAUSED_BY_ANNOTATION) {
-        tracing::info!(cluster = %cluster.name_any(), "paused; not reconciling");
+    if let Some((reason, message)) = paused(cluster) {
+        tracing::info!(cluster = %cluster.name_any(), reason, "paused; not reconciling");
+        let previous = cluster.status.clone().unwrap_or_default();
+        let mut status = previous.clone();
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        conditions::set(conds, PAUSED, true, reason, message, cluster.meta().generation, &now());
+        write_status(&api, cluster, &previous, status).await?;
         return Ok(Action::await_change());
     }
     deploy(cluster, &api, ctx).await
+}
+
+/// The condition that says a cluster is paused: nothing is applied or repaired meanwhile.
+pub const PAUSED: &str = "Paused";
+
+/// Why `cluster` is paused (condition reason and message), or None when it is not.
+pub fn paused(cluster: &StorageOSCluster) -> Option<(&'static str, String)> {
+    if cluster.spec.pause == Some(true) {
+        return Some((
+            "SpecPause",
+            "spec.pause is true: changes are not applied and deleted objects are not recreated until it is false"
+                .into(),
+        ));
+    }
+    let upgrade = cluster.annotations().get(PAUSED_BY_ANNOTATION)?;
+    Some((
+        "UpgradeInProgress",
+        format!(
+            "StorageOSUpgrade {upgrade} is upgrading the cluster; reconciling resumes when it completes or is deleted"
+        ),
+    ))
 }
 
 /// Marks a cluster that is not the active one, once, and checks back for a takeover.
@@ -203,7 +173,7 @@ async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &
     if previous.phase.as_deref() != Some(phase::PENDING) {
         ctx.event(
             cluster,
-            true,
+            EventType::Warning,
             "FailedCreation",
             "can't create more than one storageos cluster".into(),
         )
@@ -239,7 +209,8 @@ async fn write_status(
     }
     let patch = json!({"status": status});
     api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+        .await
+        .step("write the status")?;
     Ok(())
 }
 
@@ -260,15 +231,16 @@ async fn not_ready(
     let news = conditions::set_not_ready(&mut conds, reason, &message, cluster.meta().generation);
     status.conditions = Some(conds);
     if news {
-        ctx.event(cluster, true, "FailedCreation", message).await;
+        ctx.event(cluster, EventType::Warning, "FailedCreation", message).await;
     }
     write_status(api, cluster, &previous, status).await
 }
 
 async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
-    Ok(Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+    Api::<Secret>::namespaced(ctx.client.clone(), namespace)
         .get_opt(name)
-        .await?)
+        .await
+        .step(format!("read Secret {namespace}/{name}"))
 }
 
 /// Reads every input of the build. Nothing else in a reconcile reads the cluster.
@@ -284,7 +256,8 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Er
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
     inputs.service_monitor_crd = crds
         .get_metadata_opt("servicemonitors.monitoring.coreos.com")
-        .await?
+        .await
+        .step("look up the ServiceMonitor CRD")?
         .is_some();
     Ok(inputs)
 }
@@ -400,11 +373,14 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         tracing::info!(cluster = %name, object = %key, "pruned");
     }
     let target_ns = render::resolve(&cluster.spec).namespace;
-    for removed in adopt::remove_go_leftovers(&ctx.client, cluster, &target_ns).await? {
+    let leftovers = adopt::remove_go_leftovers(&ctx.client, cluster, &target_ns)
+        .await
+        .step("remove the Go operator's leftovers")?;
+    for removed in leftovers {
         tracing::info!(cluster = %name, object = %removed, "removed the Go operator's leftover");
         ctx.event(
             cluster,
-            false,
+            EventType::Normal,
             "Adopted",
             format!("removed {removed}, which only the Go operator used"),
         )
@@ -462,7 +438,8 @@ async fn update_status(
         None => {
             Api::<Node>::all(ctx.client.clone())
                 .list(&ListParams::default())
-                .await?
+                .await
+                .step("list the Nodes")?
                 .items
         }
     };
@@ -486,7 +463,8 @@ async fn update_status(
         None => {
             Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
                 .list(&ListParams::default().labels(&selector(&pod_labels)))
-                .await?
+                .await
+                .step("list the StorageOS node pods")?
                 .items
         }
     };
@@ -523,7 +501,22 @@ async fn update_status(
         &now,
     );
     if let Some(message) = news {
-        ctx.event(cluster, false, adopt::GO_DEFAULTS_CONDITION, message).await;
+        ctx.event(cluster, EventType::Normal, adopt::GO_DEFAULTS_CONDITION, message)
+            .await;
+    }
+    // Only a cluster that was paused carries the condition; it now says it is not.
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    if conds.iter().any(|c| c.type_ == PAUSED) {
+        let generation = cluster.meta().generation;
+        conditions::set(
+            conds,
+            PAUSED,
+            false,
+            "Resumed",
+            "the cluster is reconciled again",
+            generation,
+            &now,
+        );
     }
     if status.ready != previous.ready {
         let ready = status.ready.clone().unwrap_or_default();
@@ -533,7 +526,8 @@ async fn update_status(
         } else {
             format!("{ready} StorageOS nodes are functional")
         };
-        ctx.event(cluster, !all, "ChangedStatus", note).await;
+        let type_ = if all { EventType::Normal } else { EventType::Warning };
+        ctx.event(cluster, type_, "ChangedStatus", note).await;
     }
     write_status(api, cluster, &previous, status.clone()).await?;
     Ok(status)
@@ -572,22 +566,6 @@ mod tests {
     }
 
     #[test]
-    fn owned_kinds_cover_every_rendered_kind_but_the_namespace() {
-        let kinds: Vec<_> = owned_kinds().iter().map(|k| k.kind).collect();
-        assert!(!kinds.contains(&"Namespace"));
-        for k in [
-            "DaemonSet",
-            "CSIDriver",
-            "MutatingWebhookConfiguration",
-            "ClusterRoleBinding",
-            "Ingress",
-            "Secret",
-        ] {
-            assert!(kinds.contains(&k), "{k} is not pruned");
-        }
-    }
-
-    #[test]
     fn apply_failed_message_names_every_object_and_reason() {
         let failures = [
             ApplyFailure {
@@ -605,13 +583,5 @@ mod tests {
         assert!(m.starts_with("cannot apply 2 of 40 objects"), "{m}");
         assert!(m.contains("DaemonSet ns/storageos-daemonset: 403 Forbidden: denied by policy; Service ns/storageos: 422 Invalid: duplicate port"), "{m}");
         assert!(m.contains("nothing is pruned"), "{m}");
-    }
-
-    #[test]
-    fn children_selector_uses_the_pruning_labels() {
-        let s = children_selector(&cluster("ns1", "c1", 1));
-        assert!(s.contains("storageos.com/cluster=c1"));
-        assert!(s.contains("storageos.com/cluster-namespace=ns1"));
-        assert!(s.contains("app.kubernetes.io/managed-by=storageos-operator"));
     }
 }

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -120,8 +121,8 @@ impl Context {
     }
 
     /// Publishes an event on `job`; failures are logged, never fatal.
-    pub async fn event(&self, job: &Job, warning: bool, reason: &str, note: String) {
-        self.kit.event(job, warning, reason, note).await;
+    pub async fn event(&self, job: &Job, type_: EventType, reason: &str, note: String) {
+        self.kit.event(job, type_, reason, note).await;
     }
 
     /// The log cursors of `key`'s pods (taken out; put them back with [`Self::put_cursors`]).
@@ -198,7 +199,8 @@ fn error_policy(job: Arc<Job>, error: &Error, ctx: Arc<Context>) -> Action {
 /// Wire it into the operator with
 /// `job::run(Arc::new(job::Context::new(client, metrics)), shutdown)`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(ctx.api::<Job>(), watcher::Config::default());
+    let controller = Controller::new(ctx.api::<Job>(), watcher::Config::default())
+        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
     let _ = ctx.store.set(controller.store());
     let labelled = watcher::Config::default().labels(JOB_LABEL);
     let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())

@@ -8,9 +8,9 @@ use std::time::Duration;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -19,7 +19,7 @@ use super::logs::{self, LogCursor};
 use super::status::{self, PodView};
 use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
-use crate::runtime::conditions;
+use crate::runtime::conditions::{self, now};
 use crate::runtime::controller::is_controlled_by;
 
 /// Reason and note of the event sent once when a Job completes (the Go operator's).
@@ -27,10 +27,6 @@ pub const COMPLETED_REASON: &str = "JobCompleted";
 pub const COMPLETED_NOTE: &str = "Job Completed. Safe to delete.";
 /// Logs read at the same time, so a Job on many nodes is checked quickly but gently.
 const PARALLEL_LOG_READS: usize = 8;
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
 
 /// Reconciles one Job.
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -143,7 +139,8 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
     if next.completed == Some(true) {
         tracing::info!(job = %name, namespace = %ns, nodes = next.nodes_total.unwrap_or(0), "job completed");
         ctx.mark_completed(&key, uid);
-        ctx.event(&job, false, COMPLETED_REASON, COMPLETED_NOTE.into()).await;
+        ctx.event(&job, EventType::Normal, COMPLETED_REASON, COMPLETED_NOTE.into())
+            .await;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(POLL))
@@ -242,7 +239,7 @@ async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: &str, messa
     let news = conditions::set_not_ready(&mut conds, reason, &message, job.meta().generation);
     status.conditions = Some(conds);
     if news {
-        ctx.event(job, true, reason, message).await;
+        ctx.event(job, EventType::Warning, reason, message).await;
     }
     write_status(api, job, &previous, &status).await
 }

@@ -11,6 +11,13 @@ use crate::crd::StorageOSCluster;
 /// Operator environment variables forwarded into the node ConfigMap when set (tracing).
 pub const FORWARDED_NODE_ENV: [&str; 2] = ["JAEGER_ENDPOINT", "JAEGER_SERVICE_NAME"];
 
+/// Whether the operator's variable `key` is forwarded to the api-manager container when set:
+/// every tracing variable but the service name, which each process sets for itself
+/// (docs/observability.md).
+pub fn forwarded_to_api_manager(key: &str) -> bool {
+    key != "OTEL_SERVICE_NAME" && crate::telemetry::config::VARIABLES.contains(&key)
+}
+
 /// The inputs of one build.
 #[derive(Clone, Debug)]
 pub struct Inputs {
@@ -33,7 +40,8 @@ pub struct Inputs {
     pub default_images: DefaultImages,
     /// Whether the ServiceMonitor CRD (monitoring.coreos.com/v1) exists.
     pub service_monitor_crd: bool,
-    /// Operator environment forwarded into the node ConfigMap (see [`FORWARDED_NODE_ENV`]).
+    /// Operator environment forwarded to operands: [`FORWARDED_NODE_ENV`] into the node
+    /// ConfigMap, the tracing variables ([`forwarded_to_api_manager`]) into the api-manager.
     pub node_env: BTreeMap<String, String>,
 }
 
@@ -55,13 +63,9 @@ impl Inputs {
 
 /// The forwarded variables of `env` that are set and non-empty.
 pub fn node_env_from(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    FORWARDED_NODE_ENV
-        .iter()
-        .filter_map(|k| {
-            env.get(*k)
-                .filter(|v| !v.is_empty())
-                .map(|v| ((*k).to_string(), v.clone()))
-        })
+    env.iter()
+        .filter(|(k, v)| !v.is_empty() && (FORWARDED_NODE_ENV.contains(&k.as_str()) || forwarded_to_api_manager(k)))
+        .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::Error;
 use super::defaults::{NODE_API_PORT, Resolved};
 use super::images::{self, Images, is_go_api_manager};
-use super::inputs::Inputs;
+use super::inputs::{FORWARDED_NODE_ENV, Inputs, forwarded_to_api_manager};
 use super::labels::{self, Labels};
 use super::scheduling::{affinity, helper_tolerations, merge_tolerations, node_tolerations, spread_over_hosts};
 use super::secrets;
@@ -59,8 +59,23 @@ fn node_config(r: &Resolved, node_env: &BTreeMap<String, String>) -> BTreeMap<St
     c.insert("LOG_FORMAT".into(), "json".into());
     c.insert("LOG_LEVEL".into(), if r.debug { "debug" } else { "info" }.into());
     c.insert("RECOMMENDED_MAX_PIDS_LIMIT".into(), "32768".into());
-    c.extend(node_env.clone());
+    c.extend(
+        node_env
+            .iter()
+            .filter(|(k, _)| FORWARDED_NODE_ENV.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     c
+}
+
+/// The api-manager container's environment: the operator's tracing variables, so that its
+/// spans go where the operator's go.
+fn api_manager_env(node_env: &BTreeMap<String, String>) -> Vec<Value> {
+    node_env
+        .iter()
+        .filter(|(k, _)| forwarded_to_api_manager(k))
+        .map(|(k, v)| json!({"name": k, "value": v}))
+        .collect()
 }
 
 /// Whether `path` is `dir` or below it (then the plugin dir is already visible through the
@@ -228,6 +243,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "apiManager": {
             "command": am_command,
             "args": am_args,
+            "env": api_manager_env(&inputs.node_env),
             "affinity": api_manager_affinity,
             "podSecurityContext": restricted_pod_security(openshift),
             // Our api-manager serves /healthz and /readyz (ready once logged in to StorageOS and

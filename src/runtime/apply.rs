@@ -21,6 +21,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::live::LiveIndex;
 
@@ -254,6 +255,18 @@ impl Applier {
         owner: Option<(&OwnerReference, &str)>,
     ) -> Result<(ObjectKey, Outcome), Error> {
         let key = ObjectKey::of(obj)?;
+        let span = crate::telemetry::spans::apply(&key.kind, key.namespace.as_deref(), &key.name);
+        let result = self.apply_key(key, obj, owner).instrument(span.clone()).await;
+        crate::telemetry::spans::finish(&span, &result);
+        result
+    }
+
+    async fn apply_key(
+        &self,
+        key: ObjectKey,
+        obj: &Value,
+        owner: Option<(&OwnerReference, &str)>,
+    ) -> Result<(ObjectKey, Outcome), Error> {
         let mut desired = obj.clone();
         if let Some((owner, owner_ns)) = owner
             && key.namespace.as_deref() == Some(owner_ns)

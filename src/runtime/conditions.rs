@@ -3,6 +3,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+/// The current time, as conditions and status fields record it.
+pub fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
 /// Sets condition `type_` in `conditions`, keeping its transition time if the status is unchanged.
 pub fn set(
     conditions: &mut Vec<Condition>,
@@ -42,15 +47,7 @@ pub fn set_not_ready(conditions: &mut Vec<Condition>, reason: &str, message: &st
     let news = !conditions
         .iter()
         .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason && c.message == message);
-    set(
-        conditions,
-        "Ready",
-        false,
-        reason,
-        message,
-        generation,
-        &Time(k8s_openapi::jiff::Timestamp::now()),
-    );
+    set(conditions, "Ready", false, reason, message, generation, &now());
     news
 }
 

@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
+use tracing::Instrument;
 
 use super::metrics::{ReconcileMetrics, ReconcileResult};
 
@@ -54,6 +55,33 @@ pub fn backoff_delay(failures: u32) -> Duration {
     Duration::from_millis(100).saturating_mul(1 << exp).min(MAX)
 }
 
+/// Backoff of a controller's combined trigger stream (`Controller::trigger_backoff`): 100 ms
+/// doubling up to 2 s. kube-runtime's default (up to 30 s, with jitter) pauses *every* watch of
+/// a controller after an error in any one of them. After a kube-apiserver restart, each watch
+/// has a stale error (403 while the apiserver's RBAC cache fills) and they arrive one backoff
+/// apart, so a controller stayed deaf to its objects for minutes (tests/k8s_faults.rs). Every
+/// auxiliary watch keeps its own backoff (`default_backoff()`); this only spaces out retries of
+/// the main watch.
+#[derive(Debug, Default)]
+pub struct TriggerBackoff {
+    failures: u32,
+}
+
+impl Iterator for TriggerBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        Some(backoff_delay(self.failures).min(Duration::from_secs(2)))
+    }
+}
+
+impl kube::runtime::utils::Backoff for TriggerBackoff {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
 /// One controller's events, backoff and metrics.
 pub struct Kit {
     name: &'static str,
@@ -81,6 +109,7 @@ impl Kit {
             controller: component.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        metrics.declare(name);
         Self {
             name,
             recorder: Recorder::new(client, reporter),
@@ -90,9 +119,9 @@ impl Kit {
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.
-    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, warning: bool, reason: &str, note: String) {
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
         let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
+            type_,
             reason: reason.into(),
             note: Some(note),
             action: "Reconcile".into(),
@@ -104,15 +133,18 @@ impl Kit {
     }
 
     /// Runs one reconcile of `obj`, recording its duration and outcome, and forgetting past
-    /// failures when it succeeds.
-    pub async fn timed<K: ResourceExt, E>(
+    /// failures when it succeeds. The reconcile runs in its trace span, the parent of the
+    /// applies and StorageOS requests made inside it.
+    pub async fn timed<K: ResourceExt, E: Display>(
         &self,
         obj: &K,
         reconcile: impl Future<Output = Result<Action, E>>,
     ) -> Result<Action, E> {
         let started = Instant::now();
         let k = key(obj);
-        let result = reconcile.await;
+        let span = crate::telemetry::spans::reconcile(self.name, &k.0, &k.1);
+        let result = reconcile.instrument(span.clone()).await;
+        crate::telemetry::spans::finish(&span, &result);
         let outcome = match &result {
             Ok(_) => {
                 if let Ok(mut f) = self.failures.lock() {
@@ -166,6 +198,18 @@ pub(crate) fn partial_meta<K: Resource<DynamicType = ()>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trigger_backoff_doubles_from_100ms_to_2s_and_resets() {
+        use kube::runtime::utils::Backoff;
+        let mut b = TriggerBackoff::default();
+        let first: Vec<Duration> = b.by_ref().take(6).collect();
+        assert_eq!(first[0], Duration::from_millis(100));
+        assert_eq!(first[5], Duration::from_secs(2));
+        assert_eq!(b.next(), Some(Duration::from_secs(2)));
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
 
     #[test]
     fn backoff_doubles_from_100ms_to_5min() {

@@ -63,6 +63,23 @@ impl ReconcileMetrics {
         this
     }
 
+    /// Creates the series of `controller` at zero, so that `/metrics` lists every running
+    /// controller (and dashboards and alerts see a 0, not a missing series) before its first
+    /// reconcile.
+    pub fn declare(&self, controller: &str) {
+        for result in ["success", "error", "requeue_after"] {
+            let _ = self.total.get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: result.into(),
+            });
+        }
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
+        let _ = self.errors.get_or_create(&labels);
+        let _ = self.time.get_or_create(&labels);
+    }
+
     /// Records one reconcile of `controller` that took `seconds`.
     pub fn observe(&self, controller: &str, result: ReconcileResult, seconds: f64) {
         let result_label = match result {
@@ -95,6 +112,23 @@ impl ReconcileMetrics {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_declared_controller_is_listed_at_zero() {
+        let mut registry = Registry::default();
+        let m = ReconcileMetrics::register(&mut registry);
+        m.declare("fencer");
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="fencer",result="success"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="fencer",result="error"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="fencer"} 0"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="fencer"} 0"#,
+        ] {
+            assert!(out.contains(line), "{line} missing from\n{out}");
+        }
+    }
 
     #[test]
     fn names_match_controller_runtime() {

@@ -8,16 +8,13 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 
-use super::server::{Shared, parse};
+use super::http::{Answer, Sh, Shared, parse};
 use super::state::{ApiError, Faults, NodeSeed, VolumeSeed};
 use crate::storageos::models::{Health, Labels};
-
-type Sh = AxState<Arc<Shared>>;
-type Answer = Result<Response, ApiError>;
 
 /// Routes under `/_sim/`.
 pub fn routes() -> Router<Arc<Shared>> {

@@ -14,7 +14,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::Error;
-use super::server::Shared;
+use super::http::Shared;
 use super::state::NodeSeed;
 use crate::storageos::models::Health;
 

@@ -3,6 +3,7 @@
 //! (`storageos-operator simulate`, controlled over HTTP under `/_sim/`).
 
 mod control;
+mod http;
 mod kube_sync;
 mod server;
 mod state;
@@ -21,7 +22,7 @@ pub use state::{ApiError, Faults, NodeSeed, RequestRecord, VolumeSeed};
 
 use crate::cli::SimulateArgs;
 use crate::storageos::models::{Cluster, Health, Namespace, Node, Volume};
-use server::Shared;
+use http::Shared;
 use state::State;
 
 /// Why the simulator failed.
@@ -37,18 +38,12 @@ pub enum Error {
     /// The server stopped with an I/O error.
     #[error("the simulator's HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
-    /// A duration flag did not parse.
-    #[error("invalid duration {value:?}: {reason}; use for example 300s, 5m, 1h or 1m30s")]
-    InvalidDuration { value: String, reason: String },
     /// A control call was refused (same status and text the `/_sim/` API would answer).
     #[error("the simulator refused the request ({status}): {message}")]
     Rejected { status: u16, message: String },
     /// The `--kubeconfig` mode could not start.
     #[error("cannot use kubeconfig {path}: {message}; check the path and that the cluster is reachable")]
     Kube { path: String, message: String },
-    /// Waiting for Ctrl-C failed.
-    #[error("cannot wait for the interrupt signal: {0}")]
-    Signal(#[source] std::io::Error),
 }
 
 impl From<ApiError> for Error {
@@ -125,7 +120,7 @@ impl Simulator {
             source,
         })?;
         let shared = Arc::new(Shared::new(State::new(config)));
-        let app = server::router(shared.clone());
+        let app = server::router(shared.clone(), control::routes());
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -285,38 +280,13 @@ impl Drop for SimHandle {
     }
 }
 
-/// Parses `300s`, `5m`, `1h`, `1500ms`, `1m30s` or a bare number of seconds.
-pub fn parse_duration(value: &str) -> Result<Duration, Error> {
-    crate::duration::parse(value).map_err(|e| Error::InvalidDuration {
-        value: e.value,
-        reason: e.reason,
-    })
-}
-
-/// Waits for Ctrl-C or, on Unix, SIGTERM (what `kill` and Kubernetes send).
-async fn wait_for_stop() -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(Error::Signal)?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(Error::Signal),
-            _ = term.recv() => Ok(()),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await.map_err(Error::Signal)
-    }
-}
-
 /// `storageos-operator simulate`: serve the simulator until interrupted.
 pub async fn run(args: SimulateArgs) -> Result<(), Error> {
     let config = Config {
         listen: args.listen.clone(),
         username: args.username.clone(),
         password: args.password.clone(),
-        token_ttl: parse_duration(&args.token_ttl)?,
+        token_ttl: args.token_ttl,
         ..Config::default()
     };
     let kube_client = match &args.kubeconfig {
@@ -327,14 +297,14 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
     tracing::info!(
         addr = %handle.addr(),
         username = %args.username,
-        token_ttl = %args.token_ttl,
+        token_ttl = ?args.token_ttl,
         "StorageOS simulator listening; control it under /_sim/"
     );
     let _sync = kube_client.map(|c| {
         tracing::info!("registering a StorageOS node for every Running StorageOS node pod");
         handle.sync_with_kubernetes(c)
     });
-    wait_for_stop().await?;
+    crate::runtime::signal::shutdown().await;
     tracing::info!("stopping the simulator");
     handle.shutdown().await;
     Ok(())

@@ -1,7 +1,7 @@
 //! The HTTP face of the simulator: `/v2` routes, auth, injected faults and the request log.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
@@ -11,59 +11,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::state::{ApiError, DeleteVersion, State, WriteBody};
-use crate::storageos::models::{AcceptedMessage, ErrorBody, UserSession};
-
-/// State shared by every handler and the control handle.
-pub struct Shared {
-    state: Mutex<State>,
-}
-
-impl Shared {
-    pub fn new(state: State) -> Self {
-        Self {
-            state: Mutex::new(state),
-        }
-    }
-
-    /// Locks the state. Handlers never panic while holding it, but if one did the state is
-    /// still consistent enough for a simulator, so poisoning is ignored.
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-type Sh = AxState<Arc<Shared>>;
-type Answer = Result<Response, ApiError>;
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, axum::Json(ErrorBody { error: self.message })).into_response()
-    }
-}
-
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
-    (status, axum::Json(value)).into_response()
-}
-
-fn ok<T: Serialize>(value: &T) -> Answer {
-    Ok(json(StatusCode::OK, value))
-}
+use super::http::{Answer, Sh, Shared, json, ok, parse};
+use super::state::{ApiError, DeleteVersion, WriteBody};
+use crate::storageos::models::{AcceptedMessage, UserSession};
 
 /// Request bodies larger than this are not kept in the request log.
 pub const MAX_LOGGED_BODY: usize = 4096;
-
-/// Parses a JSON body; an empty body reads as all fields missing.
-pub(crate) fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
-}
 
 fn ignore_version(q: &HashMap<String, String>) -> bool {
     q.get("ignore-version").is_some_and(|v| v == "true")
@@ -83,8 +37,8 @@ fn request_token(headers: &HeaderMap) -> Option<String> {
     (!t.is_empty()).then(|| t.to_string())
 }
 
-/// The `/v2` API plus the `/_sim` control API, with JSON 404/405 answers.
-pub fn router(shared: Arc<Shared>) -> Router {
+/// The `/v2` API plus `control` (the `/_sim` routes), with JSON 404/405 answers.
+pub fn router(shared: Arc<Shared>, control: Router<Arc<Shared>>) -> Router {
     let v2 = Router::new()
         .route("/v2/auth/login", post(login))
         .route("/v2/auth/refresh", post(refresh))
@@ -112,7 +66,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/v2/namespaces/{ns}/volumes/{id}/attach", post(attach).delete(detach))
         .route("/v2/namespaces/{ns}/volumes/{id}/nfs/attach", post(nfs_attach));
-    v2.merge(super::control::routes())
+    v2.merge(control)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(shared.clone(), api_layer))

@@ -7,6 +7,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tracing::Instrument;
 
 use super::auth::{Credentials, LoginBody, TokenCell, token_from_header};
 use super::error::Error;
@@ -313,7 +314,8 @@ impl Client {
         }
     }
 
-    /// One HTTP exchange; maps every status >= 400 to a typed error.
+    /// One HTTP exchange, in its trace span (method and route template only); maps every
+    /// status >= 400 to a typed error.
     async fn raw(
         &self,
         method: Method,
@@ -347,6 +349,24 @@ impl Client {
         if let Some(b) = body {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
         }
+        let span = crate::telemetry::spans::storageos_request(method.as_str(), &route_template(segments));
+        let result = self.send(req, &method, path, timeout).instrument(span.clone()).await;
+        let (status, failure) = match &result {
+            Ok(a) => (Some(a.status.as_u16()), None),
+            Err(e) => (e.status(), Some(error_type(e))),
+        };
+        crate::telemetry::spans::storageos_answer(&span, status, failure.as_deref());
+        result
+    }
+
+    /// Sends `req` and reads the answer, recording the transport metrics.
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        method: &Method,
+        path: String,
+        timeout: Duration,
+    ) -> Result<Answer, Error> {
         let started = Instant::now();
         let in_flight = self.inner.metrics.as_ref().map(|m| {
             m.in_flight.inc();
@@ -386,7 +406,7 @@ impl Client {
             }
         })?;
         if let Some(m) = &self.inner.metrics {
-            m.observe(&method, status.as_u16(), started.elapsed().as_secs_f64());
+            m.observe(method, status.as_u16(), started.elapsed().as_secs_f64());
         }
         let Some(body) = body else {
             return Err(Error::TooLarge {
@@ -674,6 +694,49 @@ fn merge_labels(current: &Labels, unreserved: &Labels, reserved: fn(&str) -> boo
         .collect()
 }
 
+/// Path segments that are route literals; any other segment is an ID.
+const ROUTE_LITERALS: [&str; 12] = [
+    "auth",
+    "login",
+    "refresh",
+    "cluster",
+    "namespaces",
+    "nodes",
+    "volumes",
+    "compute-only",
+    "replicas",
+    "failure-mode",
+    "nfs",
+    "mount-endpoint",
+];
+
+/// The route of `segments` with every ID replaced by `{id}` (`/namespaces/{id}/volumes`): a
+/// segment right after a collection name, or one that is no known literal, is an ID.
+fn route_template(segments: &[&str]) -> String {
+    let mut route = String::new();
+    let mut after_collection = false;
+    for s in segments {
+        let literal = !after_collection && ROUTE_LITERALS.contains(s);
+        route.push('/');
+        route.push_str(if literal { s } else { "{id}" });
+        after_collection = literal && matches!(*s, "namespaces" | "nodes" | "volumes");
+    }
+    route
+}
+
+/// The `error.type` of a failed request: its status code, or what kind of failure it was.
+fn error_type(e: &Error) -> String {
+    match (e.status(), e) {
+        (Some(code), _) => code.to_string(),
+        (None, Error::Timeout { .. }) => "timeout".into(),
+        (None, Error::Transport { .. }) => "transport".into(),
+        (None, Error::TooLarge { .. }) => "too_large".into(),
+        (None, Error::Decode { .. }) => "decode".into(),
+        (None, Error::NoToken) => "no_token".into(),
+        (None, _) => "other".into(),
+    }
+}
+
 fn display_path(segments: &[&str]) -> String {
     format!("/v2/{}", segments.join("/"))
 }
@@ -711,6 +774,26 @@ mod tests {
         );
         assert!(base_url("").is_err());
         assert!(base_url("ftp://x").is_err());
+    }
+
+    #[test]
+    fn route_templates_hide_every_id() {
+        assert_eq!(
+            route_template(&["namespaces", "ns-uuid", "volumes"]),
+            "/namespaces/{id}/volumes"
+        );
+        assert_eq!(
+            route_template(&["namespaces", "a", "volumes", "b", "nfs", "mount-endpoint"]),
+            "/namespaces/{id}/volumes/{id}/nfs/mount-endpoint"
+        );
+        assert_eq!(route_template(&["nodes", "nodes"]), "/nodes/{id}");
+        assert_eq!(
+            route_template(&["nodes", "n1", "compute-only"]),
+            "/nodes/{id}/compute-only"
+        );
+        assert_eq!(route_template(&["auth", "login"]), "/auth/login");
+        assert_eq!(route_template(&["cluster"]), "/cluster");
+        assert_eq!(route_template(&["something-new", "x"]), "/{id}/{id}");
     }
 
     #[test]

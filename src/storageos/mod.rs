@@ -6,14 +6,13 @@
 mod auth;
 mod client;
 mod error;
+pub mod kube;
 pub mod metrics;
 pub mod models;
-
-/// The CSI driver name of StorageOS volumes (and of the StorageOS CSIDriver object).
-pub const CSI_DRIVER: &str = "csi.storageos.com";
 
 pub use auth::Credentials;
 pub use client::{Client, Config, DEFAULT_LOGIN_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, base_url};
 pub use error::Error;
+pub use kube::CSI_DRIVER;
 pub use metrics::ApiMetrics;
 pub use models::*;

@@ -23,8 +23,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::patch_params;
-use crate::cluster::finalize::{CSI_DRIVER, is_storageos_volume, storageos_claims};
 use crate::crd::ScaledApp;
+use crate::storageos::kube::{CSI_DRIVER, is_storageos_volume, storageos_claims};
 
 /// Annotation holding an application's replicas while an upgrade has it scaled to zero.
 pub const REPLICAS_ANNOTATION: &str = "storageos.com/replicas-before-upgrade";

@@ -151,7 +151,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     // One reconcile at a time: upgrades are rare, and "one upgrade at a time" is then decided
     // without races between two upgrades' reconciles.
     let controller = Controller::new(Api::<StorageOSUpgrade>::all(client.clone()), watcher::Config::default())
-        .with_config(controller::Config::default().concurrency(1));
+        .with_config(controller::Config::default().concurrency(1))
+        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
     let store = controller.store();
     let _ = ctx.store.set(store.clone());
     let labelled = watcher::Config::default().labels(pull::UPGRADE_LABEL);

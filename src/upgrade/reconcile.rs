@@ -7,10 +7,10 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::Selector;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -24,13 +24,11 @@ use crate::cluster::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::render;
 use crate::runtime::apply::ObjectKey;
+use crate::runtime::conditions::now;
+use crate::runtime::finalizer;
 
 /// How often an upgrade that waits for another one checks again (watch events come first).
 const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
 
 fn key(u: &StorageOSUpgrade) -> String {
     format!("{}/{}", u.namespace().unwrap_or_default(), u.name_any())
@@ -53,11 +51,8 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     if up.meta().deletion_timestamp.is_some() {
         return finalize(&up, &api, &ctx).await;
     }
-    if !up.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut finalizers = up.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": up.resource_version()}});
-        up = api.patch(&name, &patch_params(), &Patch::Merge(&patch)).await?;
+    if let Some(written) = finalizer::add(&api, &up, FINALIZER, &patch_params()).await? {
+        up = written;
     }
     let image = up.spec.new_image.clone();
     let phase = plan::phase_of(&up);
@@ -79,7 +74,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             let (next, message, news) = status::blocked(&previous, first, generation, &now);
             write_status(&api, &up, &previous, next).await?;
             if news {
-                ctx.kit.event(&up, true, WAITING_REASON, message).await;
+                ctx.kit.event(&up, EventType::Warning, WAITING_REASON, message).await;
             }
             return Ok(Action::requeue(BLOCKED_RECHECK));
         }
@@ -88,7 +83,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             let (next, news) = status::degraded(&previous, problem.reason(), &message, generation, &now);
             write_status(&api, &up, &previous, next).await?;
             if news {
-                ctx.kit.event(&up, true, problem.reason(), message).await;
+                ctx.kit.event(&up, EventType::Warning, problem.reason(), message).await;
             }
             return Err(Error::Problem(problem.clone()));
         }
@@ -114,7 +109,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
                 let cluster_name = next.cluster.as_ref().map(|c| c.name.clone()).unwrap_or_default();
                 write_status(&api, &up, &previous, next).await?;
                 for (reason, note) in status::events_on_entering(to, &cluster_name, &image) {
-                    ctx.kit.event(&up, false, reason, note).await;
+                    ctx.kit.event(&up, EventType::Normal, reason, note).await;
                 }
             }
             Step::Record(apps) => {
@@ -409,7 +404,7 @@ async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) 
 /// cluster if this upgrade paused it, remove the puller, then release the finalizer. All of it
 /// is read from the API, so it works after an operator restart.
 async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Context) -> Result<Action, Error> {
-    if !up.finalizers().iter().any(|f| f == FINALIZER) {
+    if !finalizer::has(up, FINALIZER) {
         return Ok(Action::await_change());
     }
     let phase = plan::phase_of(up);
@@ -436,9 +431,6 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
         set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
     }
     ctx.applier.delete_ours(&puller_key(up)).await?;
-    let finalizers: Vec<String> = up.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": up.resource_version()}});
-    api.patch(&up.name_any(), &patch_params(), &Patch::Merge(&patch))
-        .await?;
+    finalizer::remove(api, up, FINALIZER, &patch_params()).await?;
     Ok(Action::await_change())
 }

@@ -247,6 +247,25 @@ pub fn writes_by(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Str
 /// log (hack/k8s.sh logs every ServiceAccount write and pod-log read), as
 /// `verb resource[/subresource] namespace/name`.
 pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+    audit_events(who, since)
+        .iter()
+        .map(|e| {
+            let o = &e["objectRef"];
+            let sub = o["subresource"].as_str().map(|s| format!("/{s}")).unwrap_or_default();
+            format!(
+                "{} {}{sub} {}/{}",
+                e["verb"].as_str().unwrap_or_default(),
+                o["resource"].as_str().unwrap_or_default(),
+                o["namespace"].as_str().unwrap_or_default(),
+                o["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// The audit events (JSON, as the apiserver wrote them) of every request `who` made from
+/// `since` on, for a test that needs more than [`audited`] shows (such as the response code).
+pub fn audit_events(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
     let log = kubeconfig_path()
         .parent()
         .expect("the kubeconfig lives in the plane's directory")
@@ -266,17 +285,6 @@ pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Strin
                 .as_str()
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                 .is_some_and(|t| t >= since)
-        })
-        .map(|e| {
-            let o = &e["objectRef"];
-            let sub = o["subresource"].as_str().map(|s| format!("/{s}")).unwrap_or_default();
-            format!(
-                "{} {}{sub} {}/{}",
-                e["verb"].as_str().unwrap_or_default(),
-                o["resource"].as_str().unwrap_or_default(),
-                o["namespace"].as_str().unwrap_or_default(),
-                o["name"].as_str().unwrap_or_default()
-            )
         })
         .collect()
 }

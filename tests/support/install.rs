@@ -45,6 +45,8 @@ pub fn repo(path: &str) -> String {
 pub struct Operator {
     child: Child,
     log: PathBuf,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_port: u16,
 }
 
 impl Operator {
@@ -97,7 +99,11 @@ impl Operator {
             .stderr(Stdio::from(out))
             .spawn()
             .expect("start the operator");
-        Self { child, log }
+        Self {
+            child,
+            log,
+            metrics_port: port,
+        }
     }
 
     /// The log so far.

@@ -67,6 +67,9 @@ pub fn check_plane_marker(kubeconfig: &Path) {
 }
 
 fn find_kubeconfig() -> PathBuf {
+    if let Some(own) = faults::own_plane_kubeconfig() {
+        return own;
+    }
     {
         if let Some(p) = std::env::var_os("KUBECONFIG").map(PathBuf::from).filter(|p| p.exists()) {
             return p;
@@ -531,5 +534,7 @@ pub const NO_KUBELET_TAINT: &str = "storageos-operator-test/no-kubelet";
 pub fn no_kubelet_taint() -> serde_json::Value {
     serde_json::json!({"key": NO_KUBELET_TAINT, "effect": "NoSchedule"})
 }
+pub mod apimanager;
+pub mod faults;
 pub mod install;
 pub mod operator;

@@ -28,6 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ListParams, ObjectMeta};
 use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -319,7 +320,7 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
         if !q.said_suspended {
             kit.event(
                 &q.obj,
-                true,
+                EventType::Warning,
                 "DeleteSuspended",
                 format!("StorageOS {} {name}: {why}", M::KIND),
             )
@@ -348,7 +349,7 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
             tracing::info!(controller = M::CONTROLLER, name, "StorageOS {} deleted", M::KIND);
             kit.event(
                 &q.obj,
-                false,
+                EventType::Normal,
                 "Deleted",
                 format!(
                     "StorageOS {} {name} is deleted: its Kubernetes {} was deleted",
@@ -364,7 +365,7 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
             if !q.said_failing {
                 kit.event(
                     &q.obj,
-                    true,
+                    EventType::Warning,
                     "DeleteRetrying",
                     format!(
                         "cannot delete StorageOS {} {name} yet ({e}); retrying with backoff",
@@ -444,7 +445,7 @@ async fn collect_garbage<M: Mirror>(ctx: &Context, kit: &Kit) {
                     tracing::info!(controller = M::CONTROLLER, name = %entry.name, "garbage collected the StorageOS {}", M::KIND);
                     kit.event(
                         &stand_in::<M::Object>(&entry.name),
-                        false,
+                        EventType::Normal,
                         "Deleted",
                         format!(
                             "StorageOS {} {} is deleted: no Kubernetes {} has its name",

@@ -32,16 +32,19 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Client, ResourceExt};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::Context;
 use crate::apimanager::maintenance::Maintenance;
 use crate::crd::StorageOSCluster;
 use crate::runtime::controller::Kit;
 use crate::storageos::models::{Namespace, Volume};
+use crate::telemetry::spans;
 use episodes::{Episodes, Start};
 use select::Claim;
 
@@ -117,7 +120,7 @@ async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
     {
         Ok(clusters) => {
             for c in &clusters.items {
-                kit.event(c, true, HELD_REASON, note.clone()).await;
+                kit.event(c, EventType::Warning, HELD_REASON, note.clone()).await;
             }
         }
         Err(e) => {
@@ -151,31 +154,37 @@ async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, star
     let deadline = Instant::now() + ctx.args.node_fencer_timeout;
     let retry = ctx.args.node_fencer_retry_interval;
     let mut memory = Memory::default();
-    loop {
-        if *stop.borrow() {
-            break;
-        }
-        let finished = {
-            let Ok(_permit) = workers.acquire().await else { break };
-            match attempt(&ctx, &kit, &node, &id, &mut memory).await {
-                Ok(finished) => finished,
-                Err(e) => {
-                    tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
-                    false
-                }
+    let span = spans::fencing(&node, episode);
+    let outcome = async {
+        loop {
+            if *stop.borrow() {
+                break "stopped";
             }
-        };
-        if finished {
-            break;
-        }
-        if Instant::now() + retry >= deadline {
-            tracing::info!(controller = CONTROLLER, node, timeout = ?ctx.args.node_fencer_timeout, "fencing timed out; pods were left on the offline node");
-            break;
-        }
-        if wait_or_stop(&mut stop, retry).await {
-            break;
+            let finished = {
+                let Ok(_permit) = workers.acquire().await else { break "stopped" };
+                match attempt(&ctx, &kit, &node, &id, &mut memory).await {
+                    Ok(finished) => finished,
+                    Err(e) => {
+                        tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
+                        false
+                    }
+                }
+            };
+            if finished {
+                break "done";
+            }
+            if Instant::now() + retry >= deadline {
+                tracing::info!(controller = CONTROLLER, node, timeout = ?ctx.args.node_fencer_timeout, "fencing timed out; pods were left on the offline node");
+                break "timed_out";
+            }
+            if wait_or_stop(&mut stop, retry).await {
+                break "stopped";
+            }
         }
     }
+    .instrument(span.clone())
+    .await;
+    spans::fencing_done(&span, memory.fenced.len(), memory.skipped.len(), outcome);
     (node, episode)
 }
 
@@ -254,7 +263,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                     "StorageOS reports node {name} offline, but upgrade {upgrade} is in progress: {} pod(s) are not fenced while it runs",
                     targets.len()
                 );
-                kit.event(node, true, "FencingSuspended", note).await;
+                kit.event(node, EventType::Warning, "FencingSuspended", note).await;
             }
             return Ok(false);
         }
@@ -275,7 +284,7 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                 let note = format!(
                     "StorageOS reports node {name} offline, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
                 );
-                kit.event(&pod, true, "FencingSkipped", note).await;
+                kit.event(&pod, EventType::Warning, "FencingSkipped", note).await;
             }
             continue;
         }
@@ -434,6 +443,6 @@ async fn fence_pod(
         note.push_str(&format!("; could not delete VolumeAttachments: {}", failed.join(", ")));
     }
     tracing::info!(controller = CONTROLLER, node, pod = %pod.name_any(), namespace = ?pod.namespace(), attachments = ?deleted, failed = ?failed, "pod fenced");
-    kit.event(pod, true, "Fenced", note).await;
+    kit.event(pod, EventType::Warning, "Fenced", note).await;
     Ok(())
 }

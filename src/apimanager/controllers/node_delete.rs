@@ -18,9 +18,9 @@ use kube::core::PartialObjectMeta;
 
 use super::Context;
 use super::delete_sync::{self, Entry, Mirror};
-use super::labels::runs_storageos;
 use crate::apimanager::flags::{ApiManagerArgs, Loop};
 use crate::storageos;
+use crate::storageos::kube::runs_storageos;
 
 /// The controller name (metrics, logs).
 pub const CONTROLLER: &str = "node-delete";

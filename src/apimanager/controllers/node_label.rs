@@ -23,8 +23,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::labels::{self, Failures, LabelSync, NodePlan, plan_node, runs_storageos};
+use super::labels::{self, Failures, LabelSync, NodePlan, plan_node};
 use crate::storageos;
+use crate::storageos::kube::runs_storageos;
 
 /// The controller's name in metrics, logs and events.
 pub const NAME: &str = "node-label";

@@ -25,13 +25,15 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::labels::{self, Failures, LabelSync, VolumePlan, plan_volume, provisioned_by_storageos};
+use super::labels::{self, Failures, LabelSync, VolumePlan, plan_volume};
 use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
 use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
 use crate::storageos;
+use crate::storageos::kube::provisioned_by_storageos;
 use crate::storageos::models::{Labels, Volume};
 
 /// The controller's name in metrics, logs and events.
@@ -232,7 +234,9 @@ async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<LabelSync>) -> Result<Act
     let (parameters, annotate) = match check_class(&pvc, &classes) {
         ClassCheck::Use { parameters, annotate } => (parameters, annotate),
         ClassCheck::Skip(skip) => {
-            st.kit.event(pvc.as_ref(), true, skip.reason(), skip.to_string()).await;
+            st.kit
+                .event(pvc.as_ref(), EventType::Warning, skip.reason(), skip.to_string())
+                .await;
             return Ok(Action::await_change());
         }
     };

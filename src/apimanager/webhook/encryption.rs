@@ -22,7 +22,8 @@ use kube::api::ObjectMeta;
 use rand::TryCryptoRng;
 
 use super::keys::{self, KeyError};
-use super::mutate::{LookupError, Lookups, parse_bool};
+use super::lookups::{LookupError, Lookups};
+use crate::go::parse_bool;
 use crate::render::labels::label_value;
 
 /// PVC label or StorageClass parameter that turns encryption on.

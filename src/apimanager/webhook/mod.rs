@@ -8,6 +8,7 @@
 
 pub mod encryption;
 pub mod keys;
+pub mod lookups;
 pub mod mutate;
 #[cfg(test)]
 mod testing;
@@ -31,10 +32,12 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
+use tracing::Instrument;
 
 use crate::runtime::cache;
+use crate::telemetry::spans;
 
-use mutate::{LookupError, Lookups};
+use lookups::{LookupError, Lookups};
 
 /// Lookups through the Kubernetes API.
 #[derive(Clone)]
@@ -340,11 +343,44 @@ async fn mutate_pvc<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(
     }
 }
 
+/// Answers `review` with `handle` in the admission's trace span, and records the verdict.
+async fn traced<F: Future<Output = Json<Review>>>(
+    webhook: &str,
+    review: Review,
+    handle: impl FnOnce(Review) -> F,
+) -> Json<Review> {
+    let (operation, namespace, name) = review
+        .request
+        .as_ref()
+        .map(|r| {
+            let op = format!("{:?}", r.operation).to_uppercase();
+            (op, r.namespace.clone().unwrap_or_default(), r.name.clone())
+        })
+        .unwrap_or_default();
+    let span = spans::admission(webhook, &operation, &namespace, &name);
+    let answer = handle(review).instrument(span.clone()).await;
+    let verdict = match &answer.0.response {
+        Some(r) if !r.allowed => "denied",
+        Some(r) if r.patch.is_some() => "patched",
+        _ => "allowed",
+    };
+    spans::verdict(&span, verdict);
+    answer
+}
+
+async fn pod_admission<L: Lookups>(state: State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
+    traced("pod", review, |r| mutate_pod(state, Json(r))).await
+}
+
+async fn pvc_admission<L: Lookups>(state: State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
+    traced("pvc", review, |r| mutate_pvc(state, Json(r))).await
+}
+
 /// The webhook routes at the configured paths.
 pub fn router<L: Lookups + Send + 'static>(state: WebhookState<L>, pods_path: &str, pvcs_path: &str) -> Router {
     Router::new()
-        .route(pods_path, post(mutate_pod::<L>))
-        .route(pvcs_path, post(mutate_pvc::<L>))
+        .route(pods_path, post(pod_admission::<L>))
+        .route(pvcs_path, post(pvc_admission::<L>))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::new(state))
 }
@@ -359,8 +395,10 @@ mod tests {
     use super::*;
 
     fn class() -> StorageClass {
-        serde_json::from_value(json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": mutate::PROVISIONER}))
-            .unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": "fast", "uid": "u1"}, "provisioner": crate::storageos::CSI_DRIVER}),
+        )
+        .unwrap()
     }
 
     /// The response to a PVC CREATE of `labels` through the router, and the fail-open count.

@@ -7,56 +7,22 @@
 //! user errors in a PVC's encryption settings are denied.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use rand::TryCryptoRng;
 use serde_json::{Value, json};
 
 use super::encryption;
+use super::lookups::{LookupError, Lookups};
 use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
+use crate::go::parse_bool;
+use crate::storageos::CSI_DRIVER;
 
-/// The StorageOS CSI provisioner (its CSI driver name).
-pub const PROVISIONER: &str = crate::cluster::finalize::CSI_DRIVER;
 /// Pod annotation that opts a pod out of the scheduler-name mutation when it is `false`.
 pub const SCHEDULER_ANNOTATION: &str = "storageos.com/scheduler";
 /// PVC annotation naming the UID of the StorageClass the volume was made from.
 pub const STORAGECLASS_ANNOTATION: &str = "storageos.com/storageclass";
-
-/// A failed lookup (the apiserver could not answer).
-#[derive(Debug, thiserror::Error)]
-#[error("lookup failed: {0}")]
-pub struct LookupError(pub String);
-
-/// What the mutators read from the cluster.
-pub trait Lookups: Sync {
-    /// The PVC `namespace/name`, or None when it does not exist.
-    fn pvc(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<PersistentVolumeClaim>, LookupError>> + Send;
-    /// The StorageClass `name`, or None when it does not exist.
-    fn storage_class(&self, name: &str) -> impl Future<Output = Result<Option<StorageClass>, LookupError>> + Send;
-    /// Every StorageClass (to find the default).
-    fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, LookupError>> + Send;
-    /// The Secret `namespace/name`, or None when it does not exist. A direct read: the webhook
-    /// must not cache every Secret of the cluster.
-    fn secret(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<Secret>, LookupError>> + Send;
-    /// Creates `secret` in `namespace`; false when one of that name already exists.
-    fn create_secret(&self, namespace: &str, secret: &Secret)
-    -> impl Future<Output = Result<bool, LookupError>> + Send;
-}
-
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
 
 /// The StorageClass of `pvc`, resolved as Kubernetes does: the legacy annotation if present,
 /// else `spec.storageClassName`; an empty name means "no class". Only an unset class falls back
@@ -73,7 +39,7 @@ pub async fn storage_class_of(
 }
 
 fn is_storageos(sc: &StorageClass) -> bool {
-    sc.provisioner == PROVISIONER
+    sc.provisioner == CSI_DRIVER
 }
 
 /// The JSON patch that sets the scheduler of `pod` (in `namespace`), or None to admit it as is.
@@ -217,7 +183,7 @@ mod tests {
 
     fn fake() -> Fake {
         let f = Fake {
-            classes: vec![sc("fast", PROVISIONER, false), sc("other", "ebs.csi.aws.com", true)],
+            classes: vec![sc("fast", CSI_DRIVER, false), sc("other", "ebs.csi.aws.com", true)],
             ..Default::default()
         };
         f.add_pvc("app", pvc("data", Some("fast")));
@@ -313,7 +279,7 @@ mod tests {
     async fn storage_classes_resolve_as_kubernetes_does() {
         let f = Fake {
             classes: vec![
-                sc("fast", PROVISIONER, false),
+                sc("fast", CSI_DRIVER, false),
                 serde_json::from_value(
                     json!({"metadata": {"name": "old-default", "creationTimestamp": "2020-01-01T00:00:00Z",
                     "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}}, "provisioner": "x"}),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::mutate::{LookupError, Lookups};
+use super::lookups::{LookupError, Lookups};
 
 type Key = (String, String);
 

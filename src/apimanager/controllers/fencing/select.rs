@@ -7,8 +7,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
-use crate::apimanager::controllers::labels::provisioned_by_storageos;
-use crate::apimanager::webhook::mutate::{PROVISIONER as DRIVER, parse_bool};
+use crate::go::parse_bool;
+use crate::storageos::CSI_DRIVER as DRIVER;
+use crate::storageos::kube::{is_storageos_volume, provisioned_by_storageos};
 use crate::storageos::models::{Health, Volume};
 
 /// The pod label that opts a pod into fencing.
@@ -66,7 +67,7 @@ pub fn classify(pvc: &PersistentVolumeClaim) -> Claim {
 
 /// Whether the PV is a StorageOS CSI volume.
 pub fn is_storageos_pv(pv: &PersistentVolume) -> bool {
-    crate::cluster::finalize::is_storageos_volume(pv)
+    is_storageos_volume(pv)
 }
 
 /// Why the volume makes fencing unsafe, if it does: its master is not online, so the offline
@@ -109,7 +110,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::apimanager::controllers::labels::PROVISIONER_ANNOTATIONS;
+    use crate::storageos::kube::PROVISIONER_ANNOTATIONS;
     use crate::storageos::models::Master;
 
     fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -253,7 +254,7 @@ async fn ensure(
     if svc.created {
         kit.event(
             &svc.object,
-            false,
+            EventType::Normal,
             "Created",
             format!("Created service for shared volume {name}"),
         )
@@ -262,12 +263,12 @@ async fn ensure(
     if !svc.restored.is_empty() {
         let what = svc.restored.join(", ");
         let note = format!("Put back the {what} of shared volume service {name}; it is managed by the api-manager");
-        kit.event(&svc.object, true, "Restored", note).await;
+        kit.event(&svc.object, EventType::Warning, "Restored", note).await;
     }
     let eps: Written<Endpoints> = write(ctx, cached(&caches.endpoints, sv), sv, owner).await?;
     if !svc.created && (svc.target_changed || eps.target_changed) {
         let note = format!("Shared volume service target changed {name}");
-        kit.event(&svc.object, true, "Updated", note).await;
+        kit.event(&svc.object, EventType::Warning, "Updated", note).await;
     }
     let svc = verify(ctx, svc, sv, owner).await?;
     verify(ctx, eps, sv, owner).await?;

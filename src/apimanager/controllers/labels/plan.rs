@@ -1,44 +1,19 @@
-//! What node and PVC label sync share: which Kubernetes objects are StorageOS's, what each
-//! reserved `storageos.com/` key means, the pure decision of what to write, failure sorting and
-//! the watch filter that turns label changes into reconciles.
+//! The pure decision of label sync: what each reserved `storageos.com/` key means and what to
+//! write to a StorageOS node or volume so that it carries the labels Kubernetes asks for.
 //!
 //! Fixes of the Go api-manager (docs/api-manager.md): an invalid value is reported and
 //! leaves the current setting alone (Go reset replicas to 0 and compute-only to false);
 //! create-time-only keys are ignored instead of failing every sync; unknown reserved keys are
 //! reported, never retried.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::future::Future;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
 
-use futures::channel::mpsc;
-use futures::{Stream, StreamExt, future};
-use kube::api::Api;
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-
-use super::{Context, periodic};
-use crate::apimanager::flags::Loop;
-use crate::apimanager::webhook::mutate::{PROVISIONER, parse_bool};
-use crate::runtime::controller::Kit;
-use crate::storageos;
+use crate::go::parse_bool;
 use crate::storageos::models::{
     FailureMode, LABEL_COMPUTE_ONLY, LABEL_FAILURE_MODE, LABEL_REPLICAS, Labels, Node, RESERVED_PREFIX, Volume,
     is_reserved_node_label, is_reserved_volume_label,
 };
 
-/// Node annotation the CSI node plugin writes: JSON `{driver: node ID}`.
-pub const CSI_NODE_ANNOTATION: &str = "csi.volume.kubernetes.io/nodeid";
-/// PVC annotations naming the provisioner (GA first, then the beta one older clusters set).
-pub const PROVISIONER_ANNOTATIONS: [&str; 2] = [
-    "volume.kubernetes.io/storage-provisioner",
-    "volume.beta.kubernetes.io/storage-provisioner",
-];
 /// Reserved keys that only matter when a volume is created; changing them later has no effect,
 /// so label sync ignores them quietly (topology placement is create-time here too: the API this
 /// operator speaks has no endpoint to change it).
@@ -52,22 +27,6 @@ pub const CREATE_TIME_ONLY: [&str; 6] = [
 ];
 /// Highest replica count StorageOS accepts.
 pub const MAX_REPLICAS: u8 = 5;
-
-/// Whether the node runs the StorageOS CSI node plugin (its `nodeid` annotation names the
-/// driver). A malformed annotation counts as no.
-pub fn runs_storageos(annotations: &std::collections::BTreeMap<String, String>) -> bool {
-    annotations
-        .get(CSI_NODE_ANNOTATION)
-        .and_then(|v| serde_json::from_str::<HashMap<String, serde_json::Value>>(v).ok())
-        .is_some_and(|drivers| drivers.contains_key(PROVISIONER))
-}
-
-/// Whether the PVC is (being) provisioned by StorageOS.
-pub fn provisioned_by_storageos(annotations: &std::collections::BTreeMap<String, String>) -> bool {
-    PROVISIONER_ANNOTATIONS
-        .iter()
-        .any(|a| annotations.get(*a).map(String::as_str) == Some(PROVISIONER))
-}
 
 fn unreserved(labels: &Labels, reserved: fn(&str) -> bool) -> Labels {
     labels
@@ -294,244 +253,10 @@ pub fn plan_volume(class_parameters: &Labels, pvc_labels: &Labels, volume: &Volu
     plan
 }
 
-/// The failed writes of one sync, sorted: a 400 means StorageOS will never accept the value
-/// (reported, not retried); anything else is retried with backoff. A 404 means the entity went
-/// away meanwhile, which leaves nothing to sync.
-#[derive(Debug, Default)]
-pub struct Failures {
-    /// Rejected for good.
-    pub rejected: Vec<String>,
-    /// Worth retrying.
-    pub retry: Vec<String>,
-}
-
-impl Failures {
-    /// The failures of one step.
-    pub fn of(step: &str, error: &storageos::Error) -> Self {
-        let mut f = Self::default();
-        f.add(step, error);
-        f
-    }
-
-    /// Files the failure of `step`.
-    pub fn add(&mut self, step: &str, error: &storageos::Error) {
-        if error.is_not_found() {
-            tracing::debug!(step, error = %error, "the StorageOS entity is gone; nothing to sync");
-            return;
-        }
-        let text = format!("{step}: {error}");
-        if error.status() == Some(400) {
-            self.rejected.push(text);
-        } else {
-            self.retry.push(text);
-        }
-    }
-}
-
-impl fmt::Display for Failures {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shown = if self.retry.is_empty() {
-            &self.rejected
-        } else {
-            &self.retry
-        };
-        f.write_str(&shown.join("; "))
-    }
-}
-
-/// A hash of what a controller reacts to, for objects it handles (None for other objects).
-pub fn fingerprint(parts: impl Hash) -> u64 {
-    let mut h = DefaultHasher::new();
-    parts.hash(&mut h);
-    h.finish()
-}
-
-/// Remembers the fingerprint of every watched object, to tell which events are changes.
-///
-/// Objects of the first (initial) list are only recorded: the resync loop compares them with
-/// StorageOS in one batch. After that, an object is passed on when its fingerprint is new or
-/// differs from the one recorded: labels changed, the object became StorageOS's, or it was
-/// created. Objects of a later re-list (after a watch error) are compared too, so changes made
-/// while the watch was down are not lost.
-#[derive(Debug, Default)]
-pub struct Seen {
-    fingerprints: HashMap<(String, String), u64>,
-    initialised: bool,
-    listing: Option<HashSet<(String, String)>>,
-}
-
-impl Seen {
-    /// Takes one watch event; returns the object if it must be reconciled.
-    pub fn observe<K: ResourceExt>(
-        &mut self,
-        event: watcher::Event<K>,
-        fingerprint: impl Fn(&K) -> Option<u64>,
-    ) -> Option<K> {
-        let key = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
-        match event {
-            watcher::Event::Init => {
-                self.listing = Some(HashSet::new());
-                None
-            }
-            watcher::Event::InitApply(obj) => {
-                if let Some(listing) = &mut self.listing {
-                    listing.insert(key(&obj));
-                }
-                let changed = self.record(key(&obj), fingerprint(&obj));
-                (self.initialised && changed).then_some(obj)
-            }
-            watcher::Event::InitDone => {
-                if let Some(listing) = self.listing.take() {
-                    self.fingerprints.retain(|k, _| listing.contains(k));
-                }
-                self.initialised = true;
-                None
-            }
-            watcher::Event::Apply(obj) => self.record(key(&obj), fingerprint(&obj)).then_some(obj),
-            watcher::Event::Delete(obj) => {
-                self.fingerprints.remove(&key(&obj));
-                None
-            }
-        }
-    }
-
-    /// Records `fp` for `key`; true when it is a fingerprint (not None) that differs from before.
-    fn record(&mut self, key: (String, String), fp: Option<u64>) -> bool {
-        match fp {
-            None => {
-                self.fingerprints.remove(&key);
-                false
-            }
-            Some(fp) => self.fingerprints.insert(key, fp) != Some(fp),
-        }
-    }
-}
-
-/// The objects of `events` that must be reconciled (see [`Seen`]); watch errors pass through.
-pub fn changes<K, S, F>(events: S, fingerprint: F) -> impl Stream<Item = Result<K, watcher::Error>> + Send
-where
-    K: ResourceExt + Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
-    F: Fn(&K) -> Option<u64> + Send + 'static,
-{
-    let mut seen = Seen::default();
-    events.filter_map(move |event| {
-        future::ready(match event {
-            Ok(e) => seen.observe(e, &fingerprint).map(Ok),
-            Err(e) => Some(Err(e)),
-        })
-    })
-}
-
-/// What the reconciles of one label sync controller share.
-pub struct LabelSync {
-    pub ctx: Arc<Context>,
-    pub kit: Kit,
-}
-
-impl LabelSync {
-    /// Reports the labels of `obj` that are not applied, as one warning event.
-    pub async fn report_not_applied<K: Resource<DynamicType = ()>>(&self, obj: &K, items: &[NotApplied]) {
-        if !items.is_empty() {
-            self.kit.event(obj, true, "LabelNotSynced", describe(items)).await;
-        }
-    }
-
-    /// Reports the writes made for `obj` to the StorageOS `entity` (a normal event for what was
-    /// applied, a warning for what StorageOS rejected for good); Err with what is worth retrying.
-    pub async fn finish<K: Resource<DynamicType = ()>>(
-        &self,
-        obj: &K,
-        entity: &str,
-        applied: &[String],
-        failures: Failures,
-    ) -> Result<Action, Failures> {
-        if !applied.is_empty() {
-            let note = format!("Set on the StorageOS {entity}: {}", applied.join(", "));
-            self.kit.event(obj, false, "LabelsSynced", note).await;
-        }
-        if !failures.rejected.is_empty() {
-            let note = format!("StorageOS rejected the labels: {}", failures.rejected.join("; "));
-            self.kit.event(obj, true, "LabelSyncRejected", note).await;
-        }
-        if failures.retry.is_empty() {
-            Ok(Action::await_change())
-        } else {
-            Err(failures)
-        }
-    }
-}
-
-/// Runs the label sync controller `name` over every `K` until the future is dropped: `reconcile`
-/// on the changes [`changes`] passes on (with `workers` at once, per-object backoff on errors),
-/// and, on `schedule`, a resync pass that gets every cached `K` and returns those to reconcile.
-#[allow(clippy::too_many_arguments)]
-pub async fn run<K, R, RF, E, P, PF>(
-    ctx: Arc<Context>,
-    name: &'static str,
-    workers: u16,
-    schedule: Loop,
-    fingerprint: fn(&K) -> Option<u64>,
-    reconcile: R,
-    resync: P,
-) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-    R: Fn(Arc<K>, Arc<LabelSync>) -> RF,
-    RF: Future<Output = Result<Action, E>> + Send + 'static,
-    E: std::error::Error + Send + 'static,
-    P: Fn(Arc<LabelSync>, Vec<Arc<K>>) -> PF,
-    PF: Future<Output = Vec<ObjectRef<K>>>,
-{
-    let (reader, writer) = reflector::store();
-    // The cache keeps every object of the kind: without their managedFields (about half of a
-    // small object, and never read here).
-    let events = watcher(Api::<K>::all(ctx.kube.clone()), watcher::Config::default())
-        .modify(|o| o.managed_fields_mut().clear())
-        .default_backoff()
-        .reflect(writer);
-    let (queue, queued) = mpsc::unbounded();
-    let st = Arc::new(LabelSync {
-        kit: ctx.kit(name),
-        ctx,
-    });
-    let controller = Controller::for_stream(changes(events, fingerprint), reader.clone())
-        .with_config(controller::Config::default().concurrency(workers))
-        .reconcile_on(queued)
-        .run(
-            |obj: Arc<K>, st: Arc<LabelSync>| {
-                let work = reconcile(obj.clone(), st.clone());
-                async move { st.kit.timed(obj.as_ref(), work).await }
-            },
-            |obj: Arc<K>, error: &E, st: Arc<LabelSync>| st.kit.retry_after_error(obj.as_ref(), error),
-            st.clone(),
-        )
-        .for_each(move |result| {
-            match result {
-                // Reconcile failures are logged where their backoff is decided; an object gone
-                // from the cache before its reconcile is expected.
-                Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) | Ok(_) => {}
-                Err(e) => tracing::warn!(controller = name, error = %e, "watch or queue error; the watch retries"),
-            }
-            future::ready(())
-        });
-    let pass = || async {
-        if reader.wait_until_ready().await.is_err() {
-            return;
-        }
-        let due = resync(st.clone(), reader.state()).await;
-        tracing::debug!(controller = name, differing = due.len(), "resync pass");
-        for obj in due {
-            let _ = queue.unbounded_send(obj);
-        }
-    };
-    tokio::join!(controller, periodic(schedule, pass));
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ConfigMap;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -543,19 +268,6 @@ mod tests {
 
     fn volume(yaml: &str) -> Volume {
         serde_yaml::from_str(yaml).unwrap()
-    }
-
-    #[test]
-    fn storageos_nodes_and_pvcs_are_recognised_by_annotation() {
-        let a = |k: &str, v: &str| labels(&[(k, v)]);
-        assert!(runs_storageos(&a(CSI_NODE_ANNOTATION, r#"{"csi.storageos.com":"n1"}"#)));
-        assert!(!runs_storageos(&a(CSI_NODE_ANNOTATION, r#"{"other.csi":"n1"}"#)));
-        assert!(!runs_storageos(&a(CSI_NODE_ANNOTATION, "csi.storageos.com")));
-        assert!(!runs_storageos(&Labels::new()));
-        for ann in PROVISIONER_ANNOTATIONS {
-            assert!(provisioned_by_storageos(&a(ann, "csi.storageos.com")));
-            assert!(!provisioned_by_storageos(&a(ann, "ebs.csi.aws.com")));
-        }
     }
 
     #[test]
@@ -682,64 +394,5 @@ mod tests {
             &volume("name: v\n"),
         );
         assert!(plan.not_applied.is_empty());
-    }
-
-    #[test]
-    fn failures_are_sorted_into_rejected_and_retryable() {
-        let err = |status| storageos::Error::from_status(status, "PUT", "/v2/x", "m".into());
-        let mut f = Failures::default();
-        f.add("a", &err(400));
-        f.add("b", &err(404));
-        f.add("c", &err(409));
-        f.add("d", &err(500));
-        assert_eq!(f.rejected.len(), 1);
-        assert_eq!(f.retry.len(), 2);
-        assert!(f.to_string().starts_with("c: "), "{f}");
-    }
-
-    fn cm(name: &str, label: &str) -> ConfigMap {
-        serde_json::from_value(
-            serde_json::json!({"metadata": {"name": name, "namespace": "ns", "labels": {"l": label}}}),
-        )
-        .unwrap()
-    }
-
-    fn fp(c: &ConfigMap) -> Option<u64> {
-        let l = c.labels().get("l")?;
-        (l != "ignored").then(|| fingerprint(l))
-    }
-
-    #[test]
-    fn only_changes_after_the_first_list_are_passed_on() {
-        use watcher::Event as E;
-        let mut seen = Seen::default();
-        let names =
-            |v: Vec<Option<ConfigMap>>| -> Vec<String> { v.into_iter().flatten().map(|c| c.name_any()).collect() };
-        let first = vec![
-            seen.observe(E::Init, fp),
-            seen.observe(E::InitApply(cm("a", "1")), fp),
-            seen.observe(E::InitApply(cm("b", "1")), fp),
-            seen.observe(E::InitDone, fp),
-        ];
-        assert!(names(first).is_empty(), "the first list is left to the resync");
-        let later = vec![
-            seen.observe(E::Apply(cm("a", "1")), fp),       // unchanged
-            seen.observe(E::Apply(cm("a", "2")), fp),       // changed
-            seen.observe(E::Apply(cm("c", "1")), fp),       // created
-            seen.observe(E::Apply(cm("b", "ignored")), fp), // no longer ours
-            seen.observe(E::Apply(cm("b", "1")), fp),       // ours again
-        ];
-        assert_eq!(names(later), vec!["a", "c", "b"]);
-        // A re-list after a watch error compares, and forgets objects that are gone.
-        let relist = vec![
-            seen.observe(E::Init, fp),
-            seen.observe(E::InitApply(cm("a", "2")), fp),
-            seen.observe(E::InitApply(cm("c", "9")), fp),
-            seen.observe(E::InitDone, fp),
-        ];
-        assert_eq!(names(relist), vec!["c"]);
-        assert_eq!(names(vec![seen.observe(E::Apply(cm("b", "1")), fp)]), vec!["b"]);
-        seen.observe(E::Delete(cm("b", "1")), fp);
-        assert_eq!(names(vec![seen.observe(E::Apply(cm("b", "1")), fp)]), vec!["b"]);
     }
 }

@@ -1,0 +1,194 @@
+//! Running a label sync: the generic controller both node and PVC label sync use (watch,
+//! reconcile queue and periodic resync), and how failed writes are sorted into rejected and
+//! retryable.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::channel::mpsc;
+use futures::{StreamExt, future};
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::plan::{NotApplied, describe};
+use super::watch::changes;
+use crate::apimanager::controllers::{Context, periodic};
+use crate::apimanager::flags::Loop;
+use crate::runtime::controller::Kit;
+use crate::storageos;
+
+/// The failed writes of one sync, sorted: a 400 means StorageOS will never accept the value
+/// (reported, not retried); anything else is retried with backoff. A 404 means the entity went
+/// away meanwhile, which leaves nothing to sync.
+#[derive(Debug, Default)]
+pub struct Failures {
+    /// Rejected for good.
+    pub rejected: Vec<String>,
+    /// Worth retrying.
+    pub retry: Vec<String>,
+}
+
+impl Failures {
+    /// The failures of one step.
+    pub fn of(step: &str, error: &storageos::Error) -> Self {
+        let mut f = Self::default();
+        f.add(step, error);
+        f
+    }
+
+    /// Files the failure of `step`.
+    pub fn add(&mut self, step: &str, error: &storageos::Error) {
+        if error.is_not_found() {
+            tracing::debug!(step, error = %error, "the StorageOS entity is gone; nothing to sync");
+            return;
+        }
+        let text = format!("{step}: {error}");
+        if error.status() == Some(400) {
+            self.rejected.push(text);
+        } else {
+            self.retry.push(text);
+        }
+    }
+}
+
+impl fmt::Display for Failures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = if self.retry.is_empty() {
+            &self.rejected
+        } else {
+            &self.retry
+        };
+        f.write_str(&shown.join("; "))
+    }
+}
+
+/// What the reconciles of one label sync controller share.
+pub struct LabelSync {
+    pub ctx: Arc<Context>,
+    pub kit: Kit,
+}
+
+impl LabelSync {
+    /// Reports the labels of `obj` that are not applied, as one warning event.
+    pub async fn report_not_applied<K: Resource<DynamicType = ()>>(&self, obj: &K, items: &[NotApplied]) {
+        if !items.is_empty() {
+            self.kit
+                .event(obj, EventType::Warning, "LabelNotSynced", describe(items))
+                .await;
+        }
+    }
+
+    /// Reports the writes made for `obj` to the StorageOS `entity` (a normal event for what was
+    /// applied, a warning for what StorageOS rejected for good); Err with what is worth retrying.
+    pub async fn finish<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        entity: &str,
+        applied: &[String],
+        failures: Failures,
+    ) -> Result<Action, Failures> {
+        if !applied.is_empty() {
+            let note = format!("Set on the StorageOS {entity}: {}", applied.join(", "));
+            self.kit.event(obj, EventType::Normal, "LabelsSynced", note).await;
+        }
+        if !failures.rejected.is_empty() {
+            let note = format!("StorageOS rejected the labels: {}", failures.rejected.join("; "));
+            self.kit.event(obj, EventType::Warning, "LabelSyncRejected", note).await;
+        }
+        if failures.retry.is_empty() {
+            Ok(Action::await_change())
+        } else {
+            Err(failures)
+        }
+    }
+}
+
+/// Runs the label sync controller `name` over every `K` until the future is dropped: `reconcile`
+/// on the changes [`changes`] passes on (with `workers` at once, per-object backoff on errors),
+/// and, on `schedule`, a resync pass that gets every cached `K` and returns those to reconcile.
+#[allow(clippy::too_many_arguments)]
+pub async fn run<K, R, RF, E, P, PF>(
+    ctx: Arc<Context>,
+    name: &'static str,
+    workers: u16,
+    schedule: Loop,
+    fingerprint: fn(&K) -> Option<u64>,
+    reconcile: R,
+    resync: P,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    R: Fn(Arc<K>, Arc<LabelSync>) -> RF,
+    RF: Future<Output = Result<Action, E>> + Send + 'static,
+    E: std::error::Error + Send + 'static,
+    P: Fn(Arc<LabelSync>, Vec<Arc<K>>) -> PF,
+    PF: Future<Output = Vec<ObjectRef<K>>>,
+{
+    let (reader, writer) = reflector::store();
+    // The cache keeps every object of the kind: without their managedFields (about half of a
+    // small object, and never read here).
+    let events = watcher(Api::<K>::all(ctx.kube.clone()), watcher::Config::default())
+        .modify(|o| o.managed_fields_mut().clear())
+        .default_backoff()
+        .reflect(writer);
+    let (queue, queued) = mpsc::unbounded();
+    let st = Arc::new(LabelSync {
+        kit: ctx.kit(name),
+        ctx,
+    });
+    let controller = Controller::for_stream(changes(events, fingerprint), reader.clone())
+        .with_config(controller::Config::default().concurrency(workers))
+        .reconcile_on(queued)
+        .run(
+            |obj: Arc<K>, st: Arc<LabelSync>| {
+                let work = reconcile(obj.clone(), st.clone());
+                async move { st.kit.timed(obj.as_ref(), work).await }
+            },
+            |obj: Arc<K>, error: &E, st: Arc<LabelSync>| st.kit.retry_after_error(obj.as_ref(), error),
+            st.clone(),
+        )
+        .for_each(move |result| {
+            match result {
+                // Reconcile failures are logged where their backoff is decided; an object gone
+                // from the cache before its reconcile is expected.
+                Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) | Ok(_) => {}
+                Err(e) => tracing::warn!(controller = name, error = %e, "watch or queue error; the watch retries"),
+            }
+            future::ready(())
+        });
+    let pass = || async {
+        if reader.wait_until_ready().await.is_err() {
+            return;
+        }
+        let due = resync(st.clone(), reader.state()).await;
+        tracing::debug!(controller = name, differing = due.len(), "resync pass");
+        for obj in due {
+            let _ = queue.unbounded_send(obj);
+        }
+    };
+    tokio::join!(controller, periodic(schedule, pass));
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_sorted_into_rejected_and_retryable() {
+        let err = |status| storageos::Error::from_status(status, "PUT", "/v2/x", "m".into());
+        let mut f = Failures::default();
+        f.add("a", &err(400));
+        f.add("b", &err(404));
+        f.add("c", &err(409));
+        f.add("d", &err(500));
+        assert_eq!(f.rejected.len(), 1);
+        assert_eq!(f.retry.len(), 2);
+        assert!(f.to_string().starts_with("c: "), "{f}");
+    }
+}
