@@ -66,20 +66,8 @@ kc wait --for condition=Established crd --all --timeout=60s >/dev/null
 # Its pods would be kwok fakes here; the same binary runs locally instead, as its ServiceAccount.
 kc -n storageos-operator scale deployment storageos-operator --replicas=0 >/dev/null
 
-kubeconfig_for() { # namespace, ServiceAccount, output file: a kubeconfig acting as that ServiceAccount
-  local token server ca
-  token=$(kc -n "$1" create token "$2" --duration 24h)
-  server=$(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$(kc config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  cat >"$3" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
-users: [{name: "$2", user: {token: "$token"}}]
-contexts: [{name: "$2", context: {cluster: local, user: "$2", namespace: "$1"}}]
-current-context: "$2"
-EOF
-}
+# shellcheck source=hack/lib.sh
+source hack/lib.sh
 kubeconfig_for storageos-operator storageos-operator "$DEMO/operator.kubeconfig"
 
 start() { # name, command...

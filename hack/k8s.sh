@@ -10,7 +10,8 @@
 #   hack/k8s.sh restart-apiserver   stop and start only the kube-apiserver (a fault for tests)
 #
 # Environment: NODES (fake nodes, default 3), STORAGEOS_CACHE (default ~/.cache/storageos-operator),
-# K8S_STATE (runtime state dir, default $STORAGEOS_CACHE/plane), K8S_PORT (apiserver, default 16443).
+# K8S_STATE (runtime state dir, default $STORAGEOS_CACHE/plane), K8S_PORT (apiserver, default 16443),
+# K8S_AUDIT_POLICY (an audit policy file used instead of the built-in one).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -288,8 +289,11 @@ cmd_up() {
 
   # Audit: every write and pod-log read made by a ServiceAccount (the operator and the
   # api-manager run as theirs in the tests), so a test can count exactly what its code under
-  # test did.
-  cat >"$STATE/audit-policy.yaml" <<EOF
+  # test did. K8S_AUDIT_POLICY names another policy file (hack/bench.sh audits more).
+  if [[ -n ${K8S_AUDIT_POLICY:-} ]]; then
+    cp "$K8S_AUDIT_POLICY" "$STATE/audit-policy.yaml" || die "cannot read K8S_AUDIT_POLICY=$K8S_AUDIT_POLICY"
+  else
+    cat >"$STATE/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -302,6 +306,7 @@ rules:
     resources: [{group: "", resources: ["pods/log"]}]
   - level: None
 EOF
+  fi
   local apiserver=("$BIN/kube-apiserver" \
     --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
     --audit-log-format json --audit-log-maxsize 200 --audit-log-maxbackup 1 \

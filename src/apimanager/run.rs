@@ -15,7 +15,7 @@ use super::certs::{self, CertManager};
 use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
-use super::webhook::{self, KubeLookups, WebhookMetrics, WebhookState};
+use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
 use crate::runtime::health::Health;
 use crate::runtime::https::{self, CertSlot};
 use crate::runtime::leader::{self, Leadership};
@@ -218,11 +218,9 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
     helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
-    let state = WebhookState::new(
-        KubeLookups(client.clone()),
-        args.scheduler().map(str::to_string),
-        webhook_metrics,
-    );
+    let (lookups, caches) = CachedLookups::start(client.clone());
+    tokio::spawn(caches);
+    let state = WebhookState::new(lookups, args.scheduler().map(str::to_string), webhook_metrics);
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
     let webhook_listener = tokio::net::TcpListener::bind(&args.webhook_addr)
         .await

@@ -1,11 +1,13 @@
 //! What every reconcile of a StorageOSCluster shares: clients, configuration, caches.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
 
 use super::metrics::ClusterMetrics;
 use crate::crd::StorageOSCluster;
@@ -47,6 +49,16 @@ pub struct Context {
     pub cluster_metrics: ClusterMetrics,
     /// One StorageOS client per (endpoint, username, password), so tokens are reused.
     api_clients: Mutex<HashMap<(String, String, String), storageos::Client>>,
+    /// The controller's caches of Nodes and node pods, once it runs (status reads them
+    /// instead of listing every Node and node pod on each pass).
+    pub caches: OnceLock<NodeCaches>,
+}
+
+/// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
+#[derive(Clone)]
+pub struct NodeCaches {
+    pub nodes: Store<Node>,
+    pub node_pods: Store<Pod>,
 }
 
 impl Context {
@@ -65,6 +77,7 @@ impl Context {
             api_metrics,
             cluster_metrics: ClusterMetrics::default(),
             api_clients: Mutex::new(HashMap::new()),
+            caches: OnceLock::new(),
         }
     }
 

@@ -18,6 +18,7 @@ use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use futures::TryStreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
@@ -27,13 +28,16 @@ use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-pub use context::{CONTROLLER, Context, OperatorConfig};
+pub use context::{CONTROLLER, Context, NodeCaches, OperatorConfig};
 pub use error::Error;
 pub use ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
+
+/// Labels of the StorageOS node pods (the node DaemonSet's, as the Go operator set them).
+pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
@@ -94,11 +98,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
     let store = controller.store();
     let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    // The children watches also tell the apply step and pruning what exists, so an idle pass
+    // reads nothing from the apiserver.
+    let live = ctx.applier.live();
 
     macro_rules! children {
         ($controller:expr, $($kind:ty),+) => {
             $controller$(.watches_stream(
                 watcher(Api::<PartialObjectMeta<$kind>>::all(client.clone()), managed.clone())
+                    .inspect_ok({
+                        let live = live.clone();
+                        move |event| live.observe(event)
+                    })
                     .default_backoff()
                     .touched_objects(),
                 {
@@ -126,21 +137,33 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     );
     let node_store = store.clone();
     let pod_store = store.clone();
+    // Nodes and node pods are cached (without managedFields) for the status step; a node
+    // change that cannot change membership triggers nothing.
+    let (nodes_cache, nodes_writer) = reflector::store::<Node>();
+    let (pods_cache, pods_writer) = reflector::store::<Pod>();
+    let _ = ctx.caches.set(NodeCaches {
+        nodes: nodes_cache,
+        node_pods: pods_cache,
+    });
     let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .modify(|n| n.managed_fields_mut().clear())
         .default_backoff()
+        .reflect(nodes_writer)
         .touched_objects()
         .predicate_filter(node_membership_hash, Default::default());
-    // Node pods change readiness without touching their labels: watch their metadata.
+    // Node pods change readiness without touching their labels: every change counts.
     let node_pods = watcher(
-        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
-        watcher::Config::default().labels("app=storageos,kind=daemonset"),
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(NODE_POD_SELECTOR),
     )
+    .modify(|p| p.managed_fields_mut().clear())
     .default_backoff()
+    .reflect(pods_writer)
     .touched_objects();
 
     let results = controller
         .watches_stream(nodes, move |_| all_clusters(&node_store))
-        .watches_stream(node_pods, move |pod: PartialObjectMeta<Pod>| {
+        .watches_stream(node_pods, move |pod: Pod| {
             let cr = pod.labels().get("storageos_cr").cloned();
             all_clusters(&pod_store)
                 .into_iter()

@@ -313,14 +313,28 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
     // Every object is applied even when one fails: a rejected DaemonSet must not leave the
     // Service, RBAC or api-manager unreconciled.
     let mut failures = Vec::new();
+    let mut values = Vec::with_capacity(objects.len());
     for obj in &objects {
         let value = obj
             .to_value()
             .map_err(|_| apply::Error::Malformed("a serialisable object"))?;
-        let applied = ctx
-            .applier
-            .apply(&value, owner.as_ref().map(|o| (o, cluster_ns.as_str())))
-            .await;
+        values.push((obj, value));
+    }
+    // A fresh cluster's ~40 applies take one round trip each, so one at a time they add up to
+    // seconds (docs/benchmarks.md): they go a few at once, in waves: Namespaces (the other
+    // objects may live in them), then everything but role bindings, then role bindings (the
+    // apiserver checks a binding against its role, which must exist by then).
+    let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
+    let mut results = Vec::with_capacity(objects.len());
+    for wave in 0..3 {
+        let this: Vec<_> = values.iter().filter(|(o, _)| apply_wave(o.kind()) == wave).collect();
+        for chunk in this.chunks(APPLY_CONCURRENCY) {
+            let applied =
+                futures::future::join_all(chunk.iter().map(|(_, value)| ctx.applier.apply(value, owner_in))).await;
+            results.extend(chunk.iter().map(|(obj, _)| *obj).zip(applied));
+        }
+    }
+    for (obj, applied) in results {
         match applied {
             Ok((key, outcome)) => {
                 if outcome == apply::Outcome::Applied {
@@ -389,6 +403,31 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
     }
 }
 
+/// The controller's Node and node pod caches once both have listed everything; None when the
+/// controller does not run them (a reconcile called on its own) or they are not filled within
+/// a minute: status then lists from the apiserver.
+async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
+    let caches = ctx.caches.get()?;
+    let ready =
+        async { caches.nodes.wait_until_ready().await.is_ok() && caches.node_pods.wait_until_ready().await.is_ok() };
+    match tokio::time::timeout(Duration::from_secs(60), ready).await {
+        Ok(true) => Some(caches.clone()),
+        _ => None,
+    }
+}
+
+/// The wave a kind is applied in (see the apply step of [`reconcile_steps`]).
+fn apply_wave(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "ClusterRoleBinding" | "RoleBinding" => 2,
+        _ => 1,
+    }
+}
+
+/// How many objects of a cluster are applied at once.
+const APPLY_CONCURRENCY: usize = 8;
+
 async fn update_status(
     cluster: &StorageOSCluster,
     api: &Api<StorageOSCluster>,
@@ -397,22 +436,42 @@ async fn update_status(
 ) -> Result<StorageOSClusterStatus, Error> {
     let resolved = render::resolve(&cluster.spec);
     let target_ns = resolved.namespace.clone();
-    let nodes = Api::<Node>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await
-        .step("list the Nodes")?
-        .items;
+    let caches = ready_caches(ctx).await;
+    let nodes = match &caches {
+        Some(c) => c.nodes.state().iter().map(|n| n.as_ref().clone()).collect(),
+        None => {
+            Api::<Node>::all(ctx.client.clone())
+                .list(&ListParams::default())
+                .await
+                .step("list the Nodes")?
+                .items
+        }
+    };
     let tolerations = scheduling::merge_tolerations(
         scheduling::node_tolerations(),
         cluster.spec.tolerations.as_deref().unwrap_or_default(),
     );
     let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &tolerations);
     let pod_labels = labels::pod(&cluster.name_any(), Some("daemonset"), "storageos-daemonset");
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
-        .list(&ListParams::default().labels(&selector(&pod_labels)))
-        .await
-        .step("list the StorageOS node pods")?
-        .items;
+    let pods = match &caches {
+        Some(c) => c
+            .node_pods
+            .state()
+            .iter()
+            .filter(|p| {
+                p.namespace().as_deref() == Some(target_ns.as_str())
+                    && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
+            })
+            .map(|p| p.as_ref().clone())
+            .collect(),
+        None => {
+            Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
+                .list(&ListParams::default().labels(&selector(&pod_labels)))
+                .await
+                .step("list the StorageOS node pods")?
+                .items
+        }
+    };
     let api_nodes = match config::api_client(cluster, ctx, inputs) {
         Ok(client) => client.list_nodes().await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
@@ -22,6 +22,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use serde_json::Value;
 use tracing::Instrument;
+
+use super::live::LiveIndex;
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "storageos-operator";
@@ -176,6 +178,8 @@ pub struct Applier {
     client: Client,
     /// (desired hash, live marker) of the last successful apply of each object.
     applied: Mutex<HashMap<ObjectKey, (u64, String)>>,
+    /// What the controller's watches of its children saw (empty unless a controller feeds it).
+    live: Arc<LiveIndex>,
 }
 
 /// Background deletion of exactly the object `meta` describes.
@@ -196,7 +200,8 @@ fn hash_of(v: &Value) -> u64 {
     h.finish()
 }
 
-fn live_marker(meta: &ObjectMeta) -> String {
+/// What tells whether the live object changed since we applied it.
+pub(crate) fn live_marker(meta: &ObjectMeta) -> String {
     match meta.generation {
         Some(g) => format!("g{g}"),
         None => format!("rv{}", meta.resource_version.clone().unwrap_or_default()),
@@ -209,7 +214,14 @@ impl Applier {
         Self {
             client,
             applied: Mutex::new(HashMap::new()),
+            live: Arc::default(),
         }
+    }
+
+    /// The index the controller's metadata watches of its children feed
+    /// ([`LiveIndex::observe`]); reads of the kinds it has listed then come from it.
+    pub fn live(&self) -> Arc<LiveIndex> {
+        self.live.clone()
     }
 
     fn api(&self, key: &ObjectKey) -> Api<DynamicObject> {
@@ -273,8 +285,15 @@ impl Applier {
 
         match self.remembered(&key) {
             Some((last_hash, last_marker)) if last_hash == hash => {
-                let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
-                if live.is_some_and(|l| live_marker(&l.metadata) == last_marker) {
+                let unchanged = match self.live.get(&key) {
+                    Some(seen) => seen.is_some_and(|s| s.marker == last_marker),
+                    None => api
+                        .get_metadata_opt(&key.name)
+                        .await
+                        .map_err(|e| kube_err("get", e))?
+                        .is_some_and(|l| live_marker(&l.metadata) == last_marker),
+                };
+                if unchanged {
                     return Ok((key, Outcome::Unchanged));
                 }
             }
@@ -335,8 +354,15 @@ impl Applier {
         selector: &str,
         keep: &BTreeSet<ObjectKey>,
     ) -> Result<Vec<ObjectKey>, Error> {
+        let mut found_all = Vec::new();
+        for k in kinds {
+            match self.live.written_by_us(k.api_version, k.kind, selector) {
+                Some(found) => found_all.extend(found),
+                None => found_all.extend(self.list(std::slice::from_ref(k), selector).await?),
+            }
+        }
         let mut deleted = Vec::new();
-        for found in self.list(kinds, selector).await? {
+        for found in found_all {
             if !keep.contains(&found) {
                 self.delete(&found).await?;
                 deleted.push(found);

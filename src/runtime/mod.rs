@@ -1,6 +1,7 @@
 //! Shared runtime pieces used by the operator, the api-manager and the tests.
 
 pub mod apply;
+pub mod cache;
 pub mod conditions;
 pub mod controller;
 pub mod finalizer;
@@ -8,6 +9,7 @@ pub mod health;
 pub mod https;
 pub mod identity;
 pub mod leader;
+pub mod live;
 pub mod metrics;
 pub mod pki;
 pub mod signal;

@@ -17,10 +17,7 @@ pub mod shared_volume;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::Client;
 
 use super::flags::{ApiManagerArgs, Loop};
 use super::maintenance::{self, Maintenance};
@@ -64,27 +61,9 @@ impl Context {
     }
 }
 
-/// Keeps a reflector of `events` going forever, logging (and backing off on) watch errors;
-/// `controller` names it in the logs.
-pub fn reflect<K>(
-    controller: &'static str,
-    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
-) -> (Store<K>, impl Future<Output = ()>)
-where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let kind = K::kind(&()).to_string();
-    let drive = reflector::reflector(writer, events.modify(|o| o.managed_fields_mut().clear()))
-        .default_backoff()
-        .for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(controller, %kind, error = %e, "watch failed; retrying");
-            }
-            std::future::ready(())
-        });
-    (store, drive)
-}
+/// Keeps a reflector of `events` going forever (without managedFields), logging and backing
+/// off on watch errors; the first argument names the controller in the logs.
+pub use crate::runtime::cache::reflect_events as reflect;
 
 /// Runs `pass` after `schedule.delay`, then every `schedule.every`; returns at once (never
 /// running it) when the loop is disabled.

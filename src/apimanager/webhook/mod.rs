@@ -13,6 +13,7 @@ pub mod mutate;
 #[cfg(test)]
 mod testing;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -31,6 +34,7 @@ use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
 use tracing::Instrument;
 
+use crate::runtime::cache;
 use crate::telemetry::spans;
 
 use lookups::{LookupError, Lookups};
@@ -78,6 +82,72 @@ impl Lookups for KubeLookups {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(lookup_err(e)),
         }
+    }
+}
+
+/// Lookups served from watch caches of PVCs and StorageClasses, falling back to a direct
+/// read when the cache does not hold the object (not yet listed, or created a moment ago): an
+/// admission then costs no apiserver round trip (docs/benchmarks.md). Secrets are always read
+/// directly.
+#[derive(Clone)]
+pub struct CachedLookups {
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub storage_classes: Store<StorageClass>,
+    pub direct: KubeLookups,
+}
+
+impl CachedLookups {
+    /// Starts the caches; the future keeps them filled and runs for the life of the process.
+    pub fn start(client: kube::Client) -> (Self, impl Future<Output = ()>) {
+        let (pvcs, a) = cache::reflect(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            "webhook",
+        );
+        let (storage_classes, b) = cache::reflect(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            "webhook",
+        );
+        let drive = async move {
+            tokio::join!(a, b);
+        };
+        (
+            Self {
+                pvcs,
+                storage_classes,
+                direct: KubeLookups(client),
+            },
+            drive,
+        )
+    }
+}
+
+impl Lookups for CachedLookups {
+    async fn pvc(&self, namespace: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
+        match self.pvcs.get(&ObjectRef::new(name).within(namespace)) {
+            Some(pvc) => Ok(Some(pvc.as_ref().clone())),
+            None => self.direct.pvc(namespace, name).await,
+        }
+    }
+    async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {
+        match self.storage_classes.get(&ObjectRef::new(name)) {
+            Some(sc) => Ok(Some(sc.as_ref().clone())),
+            None => self.direct.storage_class(name).await,
+        }
+    }
+    async fn storage_classes(&self) -> Result<Vec<StorageClass>, LookupError> {
+        let cached = self.storage_classes.state();
+        if cached.is_empty() {
+            return self.direct.storage_classes().await;
+        }
+        Ok(cached.iter().map(|sc| sc.as_ref().clone()).collect())
+    }
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, LookupError> {
+        self.direct.secret(namespace, name).await
+    }
+    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<bool, LookupError> {
+        self.direct.create_secret(namespace, secret).await
     }
 }
 

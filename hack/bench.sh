@@ -1,0 +1,350 @@
+#!/usr/bin/env bash
+# Benchmarks at scale (SPEC §10): for each node count, a fresh local control plane with that
+# many kwok nodes, the StorageOS simulator, and the release build of the operator and of the
+# api-manager, each a process acting as its own ServiceAccount. It measures
+#
+#   - RSS (VmRSS, VmHWM) of both after a steady idle minute, and their CPU seconds in it;
+#   - writes to the apiserver in that minute by verb and resource (audit log, filtered by the
+#     `storageos-operator/...` user agent) and StorageOS API requests by route (simulator log);
+#   - StorageOSCluster created → every child applied (audit log), over fresh clusters;
+#   - fencing latency: node offline in the simulator → fenced pod deleted, at a random point
+#     of the poll cycle;
+#   - pod and PVC mutating webhook latency at a fixed rate through the real apiserver
+#     (dry-run creates: the webhooks run, nothing is stored);
+#   - one shared-volume pass (NFS volumes → Services, Endpoints, mount endpoints published);
+#
+# and writes OUT/results.json, OUT/table.md, PNG plots (gnuplot) and, unless --no-doc, the
+# generated part of docs/benchmarks.md (between its bench markers) and docs/benchmarks/*.png.
+#
+#   hack/bench.sh [--nodes 3,100,1000] [--pods 10000] [--out DIR] [--no-doc]
+#                 [--fence-trials 20] [--cluster-trials 10] [--shared 1000] [--rps 200]
+#                 [--webhook-seconds 30] [--report-only] [--no-build]
+#
+# --pods is the pod count at the largest size; smaller sizes get as many per node. Each size
+# gets 2 StorageOS volumes per 10 pods, and one namespace per 100 pods (half of them hold the
+# StorageOS volumes and the pods using them). Loopback only, except the webhook listener: the
+# apiserver reaches webhooks through a Service, and Endpoints may not point at loopback, so it
+# listens on this machine's own address. Everything it starts is stopped on exit.
+#
+# Its plane is its own (K8S_STATE, K8S_PORT, ETCD_PORT default to bench values, apart from
+# hack/test.sh's); ports K8S_PORT+10..+13 serve the simulator, metrics and the webhook.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=hack/versions.env
+source hack/versions.env
+CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
+export K8S_STATE=${K8S_STATE:-$CACHE/bench-plane}
+export K8S_PORT=${K8S_PORT:-17443}
+export ETCD_PORT=${ETCD_PORT:-25790}
+KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
+
+SIZES=3,100,1000
+PODS=10000
+OUT=$ROOT/target/bench/$(date -u +%Y%m%dT%H%M%SZ)
+DOC=1
+FENCE_TRIALS=20
+CLUSTER_TRIALS=10
+# Fresh clusters at larger sizes cost minutes of DaemonSet pod churn each (controller-manager
+# at its default 20 requests/s): above this size one cluster is measured.
+CLUSTER_TRIALS_MAX_NODES=100
+SHARED=1000
+RPS=200
+WEBHOOK_SECONDS=30
+REPORT_ONLY=0
+BUILD=1
+while (($#)); do
+  case $1 in
+    --nodes) SIZES=$2; shift 2 ;;
+    --pods) PODS=$2; shift 2 ;;
+    --out) OUT=$(realpath -m "$2"); shift 2 ;;
+    --no-doc) DOC=0; shift ;;
+    --fence-trials) FENCE_TRIALS=$2; shift 2 ;;
+    --cluster-trials) CLUSTER_TRIALS=$2; shift 2 ;;
+    --shared) SHARED=$2; shift 2 ;;
+    --rps) RPS=$2; shift 2 ;;
+    --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
+    --report-only) REPORT_ONLY=1; shift ;;
+    --no-build) BUILD=0; shift ;;
+    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+IFS=, read -r -a NODE_SIZES <<<"$SIZES"
+MAX_NODES=$(printf '%s\n' "${NODE_SIZES[@]}" | sort -n | tail -1)
+POLL=5
+SIM_ADDR=127.0.0.1:$((K8S_PORT + 10))
+SIM=http://$SIM_ADDR
+OP_METRICS=127.0.0.1:$((K8S_PORT + 11))
+AM_METRICS=127.0.0.1:$((K8S_PORT + 12))
+WEBHOOK_PORT=$((K8S_PORT + 13))
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release/storageos-operator
+TOOL=$TARGET/release/examples/bench_load
+T0=$SECONDS
+
+step() { printf '[bench %4ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+kc() { "$KUBECTL" "$@"; }
+
+report() {
+  step "report: $OUT/results.json, $OUT/table.md"
+  local plots=1
+  if ! command -v gnuplot >/dev/null; then
+    step "gnuplot missing; installing the Debian package gnuplot-nox (if apt-get may)"
+    { apt-get install -y -qq gnuplot-nox >/dev/null 2>&1 || sudo -n apt-get install -y -qq gnuplot-nox >/dev/null 2>&1; } || true
+    command -v gnuplot >/dev/null || { plots=0; step "no gnuplot: the report has no plots"; }
+  fi
+  python3 hack/bench_report.py "$OUT" --plots "$plots" --doc "$DOC" --root "$ROOT"
+  cat "$OUT/table.md"
+}
+
+if ((REPORT_ONLY)); then
+  report
+  exit 0
+fi
+
+command -v python3 >/dev/null || die "python3 is needed for the report"
+command -v curl >/dev/null || die "curl is needed"
+mkdir -p "$OUT"
+
+# ---------------------------------------------------------------- processes and cleanup
+
+PIDS=()
+start() { # name, command... (environment as given by the caller)
+  local name=$1
+  shift
+  "$@" >"$DIR/$name.log" 2>&1 &
+  echo $! >"$DIR/$name.pid"
+  PIDS+=("$!")
+}
+stop_all() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  done
+  PIDS=()
+}
+cleanup() {
+  stop_all
+  hack/k8s.sh down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- build
+
+if ((BUILD)); then
+  step "building the release binary and the load tool (cargo build --release)"
+  cargo build --release --quiet --bin storageos-operator --example bench_load
+fi
+[[ -x $BIN && -x $TOOL ]] || die "$BIN or $TOOL missing (run without --no-build)"
+
+# The machine, versions and load, for the report.
+{
+  echo "{"
+  echo "  \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
+  echo "  \"cpu\": \"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)\","
+  echo "  \"cores\": $(nproc),"
+  echo "  \"memory_gib\": $(awk '/MemTotal/{printf "%.1f", $2/1048576}' /proc/meminfo),"
+  echo "  \"kernel\": \"$(uname -r)\","
+  echo "  \"rustc\": \"$(rustc --version)\","
+  echo "  \"operator\": \"$("$BIN" --version 2>/dev/null || echo unknown)\","
+  echo "  \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo -dirty)\","
+  echo "  \"kubernetes\": \"$K8S_VERSION\", \"etcd\": \"$ETCD_VERSION\", \"kwok\": \"$KWOK_VERSION\","
+  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $PODS,"
+  echo "  \"load_at_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\""
+  echo "}"
+} >"$OUT/machine.json"
+
+# Audit policy of the bench plane: the default (every ServiceAccount write), plus reads by
+# ServiceAccounts (re-lists show there) and StorageOSCluster creates by anyone (the start of
+# the cluster-apply measure).
+cat >"$OUT/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: ["create", "delete"]
+    resources: [{group: "storageos.com", resources: ["storageosclusters"]}]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection", "get", "list"]
+  - level: None
+EOF
+
+# shellcheck source=hack/lib.sh
+source hack/lib.sh
+
+host_ip() { # this machine's primary non-loopback IPv4 address
+  ip -4 route get 10.255.255.255 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1
+}
+
+wait_until() { # description, seconds, command...
+  local what=$1 secs=$2 i
+  shift 2
+  for ((i = 0; i < secs * 4; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.25
+  done
+  die "$what: not within ${secs}s (logs in $DIR)"
+}
+
+# /proc figures of a process: "VmRSS_KiB VmHWM_KiB cpu_seconds"
+proc_stats() {
+  local pid=$1 tck rss hwm cpu
+  tck=$(getconf CLK_TCK)
+  rss=$(awk '/^VmRSS/{print $2}' "/proc/$pid/status")
+  hwm=$(awk '/^VmHWM/{print $2}' "/proc/$pid/status")
+  cpu=$(awk -v t="$tck" '{sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / t}' "/proc/$pid/stat")
+  echo "$rss $hwm $cpu"
+}
+
+# ---------------------------------------------------------------- one size
+
+run_size() {
+  local n=$1
+  DIR=$OUT/n$n
+  mkdir -p "$DIR"
+  local pods=$((PODS * n / MAX_NODES))
+  ((pods >= 10)) || pods=10
+  local volumes=$((pods / 5)) namespaces=$(((pods + 99) / 100))
+
+  step "n=$n: control plane with $n kwok nodes"
+  hack/k8s.sh down >/dev/null 2>&1 || true
+  NODES=$n K8S_AUDIT_POLICY=$OUT/audit-policy.yaml hack/k8s.sh up >/dev/null
+  eval "$(hack/k8s.sh env)"
+  export KUBECONFIG
+  local audit=$K8S_STATE/logs/audit.log
+
+  step "n=$n: install (deploy/operator.yaml), simulator, operator"
+  kc apply --server-side -f deploy/operator.yaml >/dev/null
+  kc wait --for condition=Established crd --all --timeout=60s >/dev/null
+  kc -n storageos-operator scale deployment storageos-operator --replicas=0 >/dev/null
+  # kwok's api-manager pods would receive the webhook calls (their IPs are not on this machine):
+  # refuse them, so the webhook Service routes only to the local api-manager below.
+  kc apply -f - >/dev/null <<'EOF'
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bench-no-api-manager-pods}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+    objectSelector: {matchLabels: {app.kubernetes.io/component: storageos-api-manager}}
+  validations:
+    - expression: "false"
+      message: "hack/bench.sh runs the api-manager as a local process"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: bench-no-api-manager-pods}
+spec:
+  policyName: bench-no-api-manager-pods
+  validationActions: [Deny]
+EOF
+  start simulator "$BIN" simulate --listen "$SIM_ADDR" --kubeconfig "$KUBECONFIG"
+  kubeconfig_for storageos-operator storageos-operator "$DIR/operator.kubeconfig"
+  KUBECONFIG=$DIR/operator.kubeconfig POD_NAMESPACE=storageos-operator POD_NAME=bench \
+    start operator "$BIN" run --storageos-endpoint "$SIM" --metrics-addr "$OP_METRICS"
+  wait_until "simulator" 30 curl -sf "$SIM/_sim/nodes"
+  wait_until "operator /healthz" 60 curl -sf "http://$OP_METRICS/healthz"
+  kc apply -f deploy/examples/storageos-secret.yaml >/dev/null
+
+  local trials=$CLUSTER_TRIALS
+  ((n <= CLUSTER_TRIALS_MAX_NODES)) || trials=1
+  step "n=$n: StorageOSCluster applied → children applied, $trials fresh cluster(s)"
+  "$TOOL" cluster --file deploy/examples/storageoscluster.yaml --trials "$trials" --keep-last >"$DIR/cluster.json"
+  step "n=$n: waiting for $n StorageOS nodes online in the simulator"
+  wait_until "simulator nodes" 600 bash -c "[[ \$(curl -sf $SIM/_sim/nodes | jq '[.[] | select(.health == \"online\")] | length') -ge $n ]]"
+
+  step "n=$n: api-manager"
+  local cns
+  cns=$(kc get stos storageos -n default -o jsonpath='{.spec.namespace}')
+  cns=${cns:-kube-system}
+  mkdir -p "$DIR/api-secret"
+  printf storageos >"$DIR/api-secret/username"
+  printf storageos >"$DIR/api-secret/password"
+  kubeconfig_for "$cns" storageos-api-manager-sa "$DIR/api-manager.kubeconfig"
+  local hip
+  hip=$(host_ip)
+  [[ -n $hip ]] || die "no non-loopback IPv4 address for the webhook listener"
+  start api-manager "$BIN" api-manager -kubeconfig "$DIR/api-manager.kubeconfig" -api-endpoint "$SIM" \
+    -api-secret-path "$DIR/api-secret" -namespace "$cns" -enable-leader-election \
+    -metrics-addr "$AM_METRICS" --webhook-addr "$hip:$WEBHOOK_PORT" -node-poll-interval "${POLL}s"
+  # The rendered webhook Service's endpoints: this process (an EndpointSlice the slice
+  # controller leaves alone).
+  kc apply -f - >/dev/null <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: storageos-webhook-bench
+  namespace: $cns
+  labels: {kubernetes.io/service-name: storageos-webhook, endpointslice.kubernetes.io/managed-by: bench.storageos.com}
+addressType: IPv4
+endpoints: [{addresses: ["$hip"], conditions: {ready: true}}]
+ports: [{name: webhooks, port: $WEBHOOK_PORT, protocol: TCP}]
+EOF
+  wait_until "api-manager /readyz" 120 curl -sf "http://$AM_METRICS/readyz"
+  wait_until "webhook caBundle" 60 bash -c "[[ -n \$('$KUBECTL' get mutatingwebhookconfiguration storageos-mutating-webhook -o jsonpath='{.webhooks[0].clientConfig.caBundle}') ]]"
+
+  step "n=$n: workload: $pods pods ($((pods / 2)) on StorageOS PVCs), $volumes volumes, $namespaces namespaces"
+  "$TOOL" workload --sim "$SIM" --nodes "$n" --pods "$pods" --volumes "$volumes" --namespaces "$namespaces" >"$DIR/workload.json"
+
+  step "n=$n: settling 15 s, then the idle minute (RSS, CPU, writes, StorageOS requests)"
+  sleep 15
+  local op_pid am_pid
+  op_pid=$(cat "$DIR/operator.pid")
+  am_pid=$(cat "$DIR/api-manager.pid")
+  local a0 op0 am0
+  a0=$(wc -l <"$audit")
+  read -r _ _ op0 <<<"$(proc_stats "$op_pid")"
+  read -r _ _ am0 <<<"$(proc_stats "$am_pid")"
+  curl -sf -X DELETE "$SIM/_sim/requests" >/dev/null
+  local load0
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
+  sleep 60
+  local op1 am1 op_rss op_hwm am_rss am_hwm
+  read -r op_rss op_hwm op1 <<<"$(proc_stats "$op_pid")"
+  read -r am_rss am_hwm am1 <<<"$(proc_stats "$am_pid")"
+  tail -n +"$((a0 + 1))" "$audit" >"$DIR/idle-audit.jsonl"
+  curl -sf "$SIM/_sim/requests" >"$DIR/idle-sim.json"
+  cat >"$DIR/idle.json" <<EOF
+{"seconds": 60, "load_before": "$load0", "load_after": "$(cut -d' ' -f1-3 /proc/loadavg)",
+ "operator": {"vmrss_kib": $op_rss, "vmhwm_kib": $op_hwm, "cpu_s": $(awk "BEGIN{print $op1 - $op0}")},
+ "api_manager": {"vmrss_kib": $am_rss, "vmhwm_kib": $am_hwm, "cpu_s": $(awk "BEGIN{print $am1 - $am0}")}}
+EOF
+
+  step "n=$n: fencing, $FENCE_TRIALS trials (poll ${POLL}s)"
+  "$TOOL" fence --sim "$SIM" --nodes "$n" --trials "$FENCE_TRIALS" --poll "$POLL" >"$DIR/fence.json"
+
+  step "n=$n: baseline: pods without a PVC (no webhook), $RPS rps for ${WEBHOOK_SECONDS}s (dry-run creates)"
+  "$TOOL" webhook --kind pod-baseline --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-baseline.json"
+  step "n=$n: pod webhook, $RPS rps for ${WEBHOOK_SECONDS}s (dry-run creates through the apiserver)"
+  "$TOOL" webhook --kind pod --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-pod.json"
+  step "n=$n: PVC webhook, $RPS rps for ${WEBHOOK_SECONDS}s"
+  "$TOOL" webhook --kind pvc --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-pvc.json"
+
+  if ((n == MAX_NODES && SHARED > 0)); then
+    step "n=$n: shared-volume pass with $SHARED shared volumes"
+    "$TOOL" shared --sim "$SIM" --nodes "$n" --count "$SHARED" >"$DIR/shared.json"
+  fi
+
+  read -r op_rss op_hwm _ <<<"$(proc_stats "$op_pid")"
+  read -r am_rss am_hwm _ <<<"$(proc_stats "$am_pid")"
+  echo "{\"operator_vmhwm_kib\": $op_hwm, \"api_manager_vmhwm_kib\": $am_hwm, \"load\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >"$DIR/end.json"
+  cp "$audit" "$DIR/audit.jsonl"
+  step "n=$n: done; stopping"
+  stop_all
+  hack/k8s.sh down >/dev/null 2>&1 || true
+}
+
+for n in "${NODE_SIZES[@]}"; do
+  run_size "$n"
+done
+report
+step "finished in $((SECONDS - T0)) s"
