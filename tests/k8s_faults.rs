@@ -402,14 +402,7 @@ impl Fencing {
 
     /// Waits until the fencer has listed the StorageOS nodes (and so seen them online).
     async fn polled(&self) {
-        wait_for("the fencer's first poll", SETTLE, || async {
-            self.sim
-                .requests()
-                .iter()
-                .any(|r| r.method == "GET" && r.path == "/v2/nodes" && r.status == 200)
-                .then_some(())
-        })
-        .await;
+        support::apimanager::fencer_polled(&self.sim, SETTLE).await;
     }
 }
 
@@ -471,7 +464,6 @@ async fn api_manager_leader_killed_mid_fencing_the_standby_finishes_and_nothing_
         faults::lease_holder(&w.ns.client, &w.ns.name, lease).await.as_deref(),
         Some("replica-b")
     );
-    let deleted = faults::deletes_by(API_MANAGER, since);
     let ns = &w.ns.name;
     let expected: BTreeMap<String, usize> = [
         format!("pods {ns}/first"),
@@ -482,6 +474,13 @@ async fn api_manager_leader_killed_mid_fencing_the_standby_finishes_and_nothing_
     .into_iter()
     .map(|k| (k, 1))
     .collect();
+    // The pod is gone before its attachment's delete is in the audit log (the fencer deletes
+    // the attachments after the pod, and the apiserver writes the log in batches).
+    let deleted = wait_for("the attachments' deletes in the audit log", SETTLE, || async {
+        let deleted = faults::deletes_by(API_MANAGER, since);
+        expected.keys().all(|k| deleted.contains_key(k)).then_some(deleted)
+    })
+    .await;
     assert_eq!(deleted, expected, "each pod and attachment deleted exactly once");
 }
 

@@ -156,14 +156,7 @@ impl World {
 
     /// Waits until the fencer has listed the StorageOS nodes once (it saw them online).
     async fn polled(&self) {
-        wait_for("the fencer's first poll", Duration::from_secs(10), || async {
-            self.sim
-                .requests()
-                .iter()
-                .any(|r| r.method == "GET" && r.path == "/v2/nodes" && r.status == 200)
-                .then_some(())
-        })
-        .await;
+        support::apimanager::fencer_polled(&self.sim, Duration::from_secs(60)).await;
     }
 
     /// A world with nodes `lost` and `healthy`, PVC `data` (master on `healthy`) and the

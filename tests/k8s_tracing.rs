@@ -24,7 +24,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
@@ -261,14 +261,7 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
     let ns = TestNamespace::new("trace-op").await;
     let client = ns.client.clone();
     let clusters: Api<StorageOSCluster> = ns.api();
-    wait_for("other StorageOSClusters to be gone", SETTLE, || async {
-        let all = Api::<StorageOSCluster>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .ok()?;
-        all.items.is_empty().then_some(())
-    })
-    .await;
+    support::wait_no_clusters(&client, SETTLE).await;
 
     let password = format!("pw-{}-trace", suffix());
     let sim = simulator(&password).await;
@@ -277,17 +270,7 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = support::operator_kubeconfig(dir.path()).await;
     let mut operator = Process::spawn(
-        binary()
-            .args([
-                "run",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--storageos-endpoint",
-                &sim.url(),
-            ])
-            .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
-            .args(["--identity", "tracing-test"])
-            .env("KUBECONFIG", &kubeconfig)
+        support::operator::run_command(&kubeconfig, &sim.url(), "tracing-test")
             .env("LOG_LEVEL", "info,kube=warn")
             .env(
                 "OTEL_EXPORTER_OTLP_ENDPOINT",

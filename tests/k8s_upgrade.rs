@@ -15,7 +15,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -47,22 +47,8 @@ impl Operator {
     /// Lease, as the Deployment does.
     fn start(kubeconfig: &Path, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
-            .args([
-                "run",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--storageos-endpoint",
-                &sim.url(),
-            ])
-            .args([
-                "--leader-election-namespace",
-                storageos_operator::install::NAMESPACE,
-                "--identity",
-                "upgrade-test",
-            ])
+        let child = support::operator::run_command(kubeconfig, &sim.url(), "upgrade-test")
             .args(["--upgrade-step-delay", step_delay])
-            .env("KUBECONFIG", kubeconfig)
             .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))

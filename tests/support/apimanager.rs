@@ -44,3 +44,15 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Waits until the fencer has listed the StorageOS nodes once (it then saw them online, so a
+/// node set offline afterwards is a change it will act on).
+pub async fn fencer_polled(sim: &storageos_operator::sim::SimHandle, timeout: std::time::Duration) {
+    super::wait_for("the fencer's first poll", timeout, || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.path == "/v2/nodes" && r.status == 200)
+            .then_some(())
+    })
+    .await;
+}

@@ -225,18 +225,8 @@ impl Drop for Process {
 /// The operator (`run`) as its ServiceAccount (`kubeconfig`), electing a leader on the
 /// install's Lease under `identity`, as a replica of the Deployment does.
 pub fn operator(kubeconfig: &Path, sim: &SimHandle, identity: &str, extra: &[&str]) -> Process {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_storageos-operator"));
-    cmd.args([
-        "run",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--storageos-endpoint",
-        &sim.url(),
-    ])
-    .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
-    .args(["--identity", identity])
-    .args(extra)
-    .env("KUBECONFIG", kubeconfig);
+    let mut cmd = super::operator::run_command(kubeconfig, &sim.url(), identity);
+    cmd.args(extra);
     let log = kubeconfig.with_file_name(format!("{identity}.log"));
     Process::spawn(&format!("operator {identity}"), cmd, log)
 }
@@ -435,14 +425,7 @@ pub async fn clear_clusters(client: &Client) {
             .await;
         let _ = api.delete(&c.name_any(), &DeleteParams::default()).await;
     }
-    wait_for("earlier clusters to be gone", Duration::from_secs(60), || async {
-        let left = Api::<StorageOSCluster>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .ok()?;
-        left.items.is_empty().then_some(())
-    })
-    .await;
+    super::wait_no_clusters(client, Duration::from_secs(60)).await;
 }
 
 /// Name of the clusters the fault tests create.

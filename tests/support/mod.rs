@@ -136,6 +136,19 @@ where
     }
 }
 
+/// Waits until no StorageOSCluster is left on the plane: a cluster an earlier test left would
+/// stay the active one and the next test's cluster would only wait.
+pub async fn wait_no_clusters(client: &Client, timeout: Duration) {
+    wait_for("earlier StorageOSClusters to be gone", timeout, || async {
+        let left = Api::<StorageOSCluster>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+}
+
 /// A namespace of one test, deleted (without waiting) when dropped, also on failure.
 pub struct TestNamespace {
     pub name: String,

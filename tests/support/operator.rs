@@ -23,6 +23,18 @@ pub fn api_of(client: &kube::Client, obj: &serde_json::Value) -> kube::Api<kube:
     }
 }
 
+/// `storageos-operator run` as its ServiceAccount (`kubeconfig`), talking to the simulator at
+/// `sim_url`, electing a leader on the install's Lease under `identity` as a replica of the
+/// Deployment does; metrics on a free port.
+pub fn run_command(kubeconfig: &std::path::Path, sim_url: &str, identity: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_storageos-operator"));
+    cmd.args(["run", "--metrics-addr", "127.0.0.1:0", "--storageos-endpoint", sim_url])
+        .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
+        .args(["--identity", identity])
+        .env("KUBECONFIG", kubeconfig);
+    cmd
+}
+
 /// The image the operator believes it runs as (and so the api-manager's default image).
 pub const OPERATOR_IMAGE: &str = "registry.invalid/storageos-operator:test";
 

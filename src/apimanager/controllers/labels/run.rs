@@ -143,6 +143,7 @@ pub async fn run<K, R, RF, E, P, PF>(
     });
     let controller = Controller::for_stream(changes(events, fingerprint), reader.clone())
         .with_config(controller::Config::default().concurrency(workers))
+        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default())
         .reconcile_on(queued)
         .run(
             |obj: Arc<K>, st: Arc<LabelSync>| {
