@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod finalize;
 pub mod metrics;
+pub mod node_cache;
 pub mod ownership;
 pub mod reconcile;
 pub mod select;
@@ -64,7 +65,7 @@ fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSClust
 }
 
 /// What about a Node can change cluster membership: labels, taints and readiness.
-fn node_membership_hash(node: &Node) -> Option<u64> {
+pub(crate) fn node_membership_hash(node: &Node) -> Option<u64> {
     let mut h = DefaultHasher::new();
     node.labels().hash(&mut h);
     if let Some(taints) = node.spec.as_ref().and_then(|s| s.taints.as_ref()) {
@@ -137,26 +138,31 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     );
     let node_store = store.clone();
     let pod_store = store.clone();
-    // Nodes and node pods are cached (without managedFields) for the status step; a node
-    // change that cannot change membership triggers nothing.
+    // Nodes and node pods are cached for the status step, slimmed to what it reads
+    // (`node_cache`); a node change that cannot change membership triggers nothing.
     let (nodes_cache, nodes_writer) = reflector::store::<Node>();
     let (pods_cache, pods_writer) = reflector::store::<Pod>();
     let _ = ctx.caches.set(NodeCaches {
         nodes: nodes_cache,
         node_pods: pods_cache,
     });
-    let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .modify(|n| n.managed_fields_mut().clear())
-        .default_backoff()
-        .reflect(nodes_writer)
-        .touched_objects()
-        .predicate_filter(node_membership_hash, Default::default());
+    let nodes = watcher(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default().page_size(node_cache::LIST_PAGE),
+    )
+    .modify(node_cache::slim_node)
+    .default_backoff()
+    .reflect(nodes_writer)
+    .touched_objects()
+    .predicate_filter(node_membership_hash, Default::default());
     // Node pods change readiness without touching their labels: every change counts.
     let node_pods = watcher(
         Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(NODE_POD_SELECTOR),
+        watcher::Config::default()
+            .labels(NODE_POD_SELECTOR)
+            .page_size(node_cache::LIST_PAGE),
     )
-    .modify(|p| p.managed_fields_mut().clear())
+    .modify(node_cache::slim_pod)
     .default_backoff()
     .reflect(pods_writer)
     .touched_objects();

@@ -437,15 +437,17 @@ async fn update_status(
     let resolved = render::resolve(&cluster.spec);
     let target_ns = resolved.namespace.clone();
     let caches = ready_caches(ctx).await;
-    let nodes = match &caches {
-        Some(c) => c.nodes.state().iter().map(|n| n.as_ref().clone()).collect(),
-        None => {
-            Api::<Node>::all(ctx.client.clone())
-                .list(&ListParams::default())
-                .await
-                .step("list the Nodes")?
-                .items
-        }
+    // From the caches, shared (their objects are slimmed: `node_cache`); else listed.
+    let nodes: Vec<Arc<Node>> = match &caches {
+        Some(c) => c.nodes.state(),
+        None => Api::<Node>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+            .step("list the Nodes")?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
     };
     let tolerations = scheduling::merge_tolerations(
         scheduling::node_tolerations(),
@@ -453,24 +455,18 @@ async fn update_status(
     );
     let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &tolerations);
     let pod_labels = labels::pod(&cluster.name_any(), Some("daemonset"), "storageos-daemonset");
-    let pods = match &caches {
-        Some(c) => c
-            .node_pods
-            .state()
-            .iter()
-            .filter(|p| {
-                p.namespace().as_deref() == Some(target_ns.as_str())
-                    && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
-            })
-            .map(|p| p.as_ref().clone())
-            .collect(),
-        None => {
-            Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
+    let pods_ready_on = match &caches {
+        Some(c) => status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
+            p.namespace().as_deref() == Some(target_ns.as_str())
+                && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
+        })),
+        None => status::pod_ready_nodes(
+            &Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
                 .list(&ListParams::default().labels(&selector(&pod_labels)))
                 .await
                 .step("list the StorageOS node pods")?
-                .items
-        }
+                .items,
+        ),
     };
     let api_nodes = match config::api_client(cluster, ctx, inputs) {
         Ok(client) => client.list_nodes().await.map_err(|e| e.to_string()),
@@ -486,7 +482,7 @@ async fn update_status(
     .to_container_images();
     let mut status = status::compute(&status::Observation {
         selected: &selected,
-        pods: &pods,
+        pods_ready_on,
         api_nodes: api_nodes.as_deref().map_err(Clone::clone),
         previous: Some(&previous),
         generation: cluster.meta().generation,

@@ -5,6 +5,8 @@
 //! and a node is excluded only by a NoSchedule/NoExecute taint the pods do not tolerate — with
 //! the tolerations the DaemonSet controller adds to every daemon pod.
 
+use std::borrow::Borrow;
+
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 
 /// Tolerations the DaemonSet controller adds to every daemon pod, so these taints never keep
@@ -21,9 +23,14 @@ const DAEMONSET_AUTO_TOLERATED: [&str; 7] = [
 
 /// The names of `nodes` selected by `terms` (none means every node) whose taints `tolerations`
 /// tolerate, sorted.
-pub fn selected_nodes(nodes: &[Node], terms: Option<&[NodeSelectorTerm]>, tolerations: &[Toleration]) -> Vec<String> {
+pub fn selected_nodes<N: Borrow<Node>>(
+    nodes: &[N],
+    terms: Option<&[NodeSelectorTerm]>,
+    tolerations: &[Toleration],
+) -> Vec<String> {
     let mut names: Vec<String> = nodes
         .iter()
+        .map(Borrow::borrow)
         .filter(|n| matches_terms(n, terms) && tolerates_taints(n, tolerations))
         .filter_map(|n| n.metadata.name.clone())
         .collect();

@@ -31,8 +31,8 @@ pub mod phase {
 pub struct Observation<'a> {
     /// Names of the nodes selected to run StorageOS.
     pub selected: &'a [String],
-    /// Pods of the node DaemonSet.
-    pub pods: &'a [Pod],
+    /// Nodes whose node DaemonSet pod is Ready ([`pod_ready_nodes`]).
+    pub pods_ready_on: BTreeSet<String>,
     /// StorageOS nodes, or why they could not be read.
     pub api_nodes: Result<&'a [ApiNode], String>,
     /// The status before this reconcile.
@@ -45,8 +45,9 @@ pub struct Observation<'a> {
     pub now: &'a Time,
 }
 
-fn pod_ready_nodes(pods: &[Pod]) -> BTreeSet<String> {
-    pods.iter()
+/// The nodes of the Ready, not deleted, pods among `pods`.
+pub fn pod_ready_nodes<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeSet<String> {
+    pods.into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
             p.status
@@ -69,7 +70,7 @@ fn summarise(names: &[String]) -> String {
 
 /// The status for `obs`.
 pub fn compute(obs: &Observation<'_>) -> StorageOSClusterStatus {
-    let pods_ready = pod_ready_nodes(obs.pods);
+    let pods_ready = &obs.pods_ready_on;
     let online: BTreeMap<&str, Health> = match &obs.api_nodes {
         Ok(nodes) => nodes.iter().map(|n| (n.name.as_str(), n.health)).collect(),
         Err(_) => BTreeMap::new(),
@@ -198,7 +199,7 @@ mod tests {
         let now = now();
         compute(&Observation {
             selected: &selected,
-            pods,
+            pods_ready_on: pod_ready_nodes(pods),
             api_nodes,
             previous: prev,
             generation: Some(1),
