@@ -17,12 +17,14 @@ pub mod shared_volume;
 use std::future::Future;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Client;
 
 use super::flags::{ApiManagerArgs, Loop};
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
 use super::storageos_state::StorageOSState;
+use crate::runtime::cache::Shared;
 use crate::runtime::controller::Kit;
 use crate::runtime::metrics::ReconcileMetrics;
 use crate::storageos;
@@ -46,6 +48,8 @@ pub struct Context {
     pub metrics: ApiManagerMetrics,
     /// The one StorageOS poll the controllers share (nodes and volumes).
     pub storageos_state: StorageOSState,
+    /// Every PVC, cached once for the process (the webhooks' cache in `run`).
+    pub pvcs: Shared<PersistentVolumeClaim>,
 }
 
 impl Context {

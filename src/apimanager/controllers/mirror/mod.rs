@@ -57,7 +57,7 @@ fn brief(e: &kube::Error) -> String {
 pub async fn run(ctx: Arc<Context>) {
     let mut nodes = ctx.storageos_state.nodes();
     let mut volumes = ctx.storageos_state.volumes();
-    let (caches, watches) = Caches::start(&ctx.kube);
+    let (caches, watches) = Caches::start(&ctx);
     let work = async {
         caches.ready().await;
         tracing::info!(controller = CONTROLLER, "mirroring StorageOS nodes and volumes");
@@ -83,11 +83,13 @@ struct Caches {
     nodes: Store<StorageOSNode>,
     volumes: Store<StorageOSVolume>,
     k8s_nodes: Store<PartialObjectMeta<Node>>,
-    pvcs: Store<PartialObjectMeta<PersistentVolumeClaim>>,
+    /// The process's PVC cache (`Context::pvcs`).
+    pvcs: Store<PersistentVolumeClaim>,
 }
 
 impl Caches {
-    fn start(client: &kube::Client) -> (Self, impl Future<Output = ()>) {
+    fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
+        let client = &ctx.kube;
         let all = watcher::Config::default;
         let (nodes, a) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
         let (volumes, b) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
@@ -95,15 +97,9 @@ impl Caches {
             CONTROLLER,
             watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), all()),
         );
-        let (pvcs, d) = reflect(
-            CONTROLLER,
-            watcher(
-                Api::<PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()),
-                all(),
-            ),
-        );
+        let pvcs = ctx.pvcs.get(client, CONTROLLER);
         let drive = async move {
-            tokio::join!(a, b, c, d);
+            tokio::join!(a, b, c);
         };
         (
             Self {
@@ -128,7 +124,7 @@ impl Caches {
 
 /// An owner reference to `owner` (no `blockOwnerDeletion`: that would need rights on the
 /// owner's finalizers, and the mirror must never hold up a Node or PVC delete).
-fn owner_of<K: Resource<DynamicType = ()>>(owner: &PartialObjectMeta<K>) -> Option<OwnerReference> {
+fn owner_of<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),
@@ -177,7 +173,7 @@ impl Mirror<'_> {
                 .caches
                 .k8s_nodes
                 .get(&ObjectRef::new(&n.name))
-                .and_then(|k| owner_of(&k));
+                .and_then(|k| owner_of(k.as_ref()));
             if cached
                 .as_ref()
                 .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want))
@@ -222,7 +218,7 @@ impl Mirror<'_> {
                 .caches
                 .pvcs
                 .get(&ObjectRef::new(&pvc).within(&namespace))
-                .and_then(|p| owner_of(&p))
+                .and_then(|p| owner_of(p.as_ref()))
             else {
                 continue;
             };

@@ -83,7 +83,7 @@ impl From<storageos::Error> for Error {
 
 /// Runs the controller until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
-    let (caches, watches) = Caches::start(&ctx.kube);
+    let (caches, watches) = Caches::start(&ctx);
     let mut volumes = ctx.storageos_state.volumes();
     let work = async {
         caches.ready().await;
@@ -105,17 +105,14 @@ struct Caches {
 }
 
 impl Caches {
-    fn start(client: &kube::Client) -> (Self, impl Future<Output = ()>) {
+    fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
+        let client = &ctx.kube;
         let ours = watcher::Config::default().labels(desired::VOLUME_ID_LABEL);
-        let watch = |api, config| reflect(CONTROLLER, watcher(api, config));
-        let (pvcs, a) = watch(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
-        );
+        let pvcs = ctx.pvcs.get(client, CONTROLLER);
         let (services, b) = reflect(CONTROLLER, watcher(Api::<Service>::all(client.clone()), ours.clone()));
         let (endpoints, c) = reflect(CONTROLLER, watcher(Api::<Endpoints>::all(client.clone()), ours));
         let drive = async move {
-            tokio::join!(a, b, c);
+            tokio::join!(b, c);
         };
         (
             Self {
