@@ -68,11 +68,7 @@ fn context_with_metrics(client: &kube::Client, sim: &sim::SimHandle, registry: &
 }
 
 async fn secret(ns: &TestNamespace) {
-    let s: Secret = from_json(json!({
-        "metadata": {"name": "storageos-api"},
-        "stringData": {"username": "storageos", "password": "storageos"}
-    }));
-    ns.api::<Secret>().create(&PostParams::default(), &s).await.unwrap();
+    support::create_api_secret(ns, "storageos", "storageos").await;
 }
 
 fn status_of(c: &StorageOSCluster) -> (String, String, bool) {

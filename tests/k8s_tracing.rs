@@ -23,7 +23,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -283,14 +283,7 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
 
     // Declared after the operator, so dropped (also on failure) while the operator still runs.
     let _cluster = ClusterGuard(ns.name.clone());
-    let secret: Secret = from_json(json!({
-        "metadata": {"name": "storageos-api"},
-        "stringData": {"username": "trace-admin", "password": password}
-    }));
-    ns.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    support::create_api_secret(&ns, "trace-admin", &password).await;
     let cluster: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "traced"},

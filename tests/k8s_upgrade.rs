@@ -19,7 +19,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -107,16 +107,7 @@ impl Scene {
         };
         let operator = scene.operator("0s");
 
-        let secret: Secret = from_json(json!({
-            "metadata": {"name": "storageos-api"},
-            "stringData": {"username": "storageos", "password": "storageos"}
-        }));
-        scene
-            .ns
-            .api::<Secret>()
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
+        support::create_api_secret(&scene.ns, "storageos", "storageos").await;
         let cluster: StorageOSCluster = from_json(json!({
             "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
             "metadata": {"name": CLUSTER},

@@ -434,14 +434,7 @@ pub const CLUSTER: &str = "storageos";
 /// Creates the StorageOS credentials Secret and a StorageOSCluster `storageos` in `ns`, on the
 /// plane's three kwok nodes, with the node image `node_image`.
 pub async fn create_cluster(ns: &TestNamespace, node_image: &str) {
-    let secret: Secret = from_json(json!({
-        "metadata": {"name": "storageos-api"},
-        "stringData": {"username": "storageos", "password": "storageos"}
-    }));
-    ns.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    super::create_api_secret(ns, "storageos", "storageos").await;
     let cluster: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": CLUSTER},

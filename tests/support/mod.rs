@@ -149,6 +149,19 @@ pub async fn wait_no_clusters(client: &Client, timeout: Duration) {
     .await;
 }
 
+/// Creates the StorageOS credentials Secret `storageos-api` in `ns` (what a StorageOSCluster's
+/// `secretRefName` points at in the tests).
+pub async fn create_api_secret(ns: &TestNamespace, username: &str, password: &str) {
+    let secret: k8s_openapi::api::core::v1::Secret = from_json(json!({
+        "metadata": {"name": "storageos-api"},
+        "stringData": {"username": username, "password": password}
+    }));
+    ns.api::<k8s_openapi::api::core::v1::Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
 /// A namespace of one test, deleted (without waiting) when dropped, also on failure.
 pub struct TestNamespace {
     pub name: String,
