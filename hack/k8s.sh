@@ -242,6 +242,9 @@ fail_up() {
   exit 1
 }
 
+# The nodes carry the labels a kubelet registers with, beta ones included: otherwise
+# kube-controller-manager adds those to every node, a few a second, and at 1,000 nodes the
+# operator's Node watch sees a label change on each for minutes after the plane is up.
 create_nodes() {
   local i manifest=""
   for ((i = 0; i < NODES; i++)); do
@@ -257,6 +260,8 @@ metadata:
     kubernetes.io/hostname: kwok-node-$i
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
+    beta.kubernetes.io/os: linux
+    beta.kubernetes.io/arch: amd64
     type: kwok
 status:
   allocatable: {cpu: \"32\", memory: 256Gi, pods: \"110\"}

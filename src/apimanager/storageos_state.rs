@@ -9,23 +9,32 @@
 //! volume list per namespace. Namespaces that held no volumes at their last read are read again
 //! only every [`EMPTY_NAMESPACE_RECHECK`] (their earlier, empty answer stands meanwhile): the
 //! steady cost grows with the namespaces that hold volumes, not with every namespace StorageOS
-//! ever created. A namespace StorageOS creates for a new volume is read at the first poll that
-//! sees it.
+//! ever created. The namespace list itself is read again every [`NAMESPACE_RELIST`], or at the
+//! next poll when a PVC (not another provisioner's) lies in a namespace the last list did not have
+//! (StorageOS creates a namespace with the first volume in it): a new namespace is still read at
+//! the first poll after its first volume is made, and an idle cluster does not list namespaces
+//! every few seconds.
 //!
 //! Whoever consumes a snapshot also drives the poll ([`StorageOSState::drive`]); only one driver
 //! polls at a time, the others wait and take over if it stops. A kind nobody subscribed to is
 //! not read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::ResourceExt;
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
 use super::controllers::Context;
+use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS};
 use crate::storageos::models::{Namespace, Node, Volume};
+
+/// How often the namespace list is read again when no PVC lies outside it.
+pub const NAMESPACE_RELIST: Duration = Duration::from_secs(60);
 
 /// How often a namespace that held no volumes at its last read is read again.
 pub const EMPTY_NAMESPACE_RECHECK: Duration = Duration::from_secs(60);
@@ -173,18 +182,40 @@ impl StorageOSState {
 struct Namespaces {
     /// By namespace ID: when its volumes were last read, found empty.
     empty_since_read: HashMap<String, Instant>,
+    /// The last namespace list, and when it was read.
+    listed: Option<(Instant, Vec<Namespace>)>,
+}
+
+/// Whether a claim lies in a namespace missing from `listed`: its volume may be in a namespace
+/// StorageOS created since. Claims another provisioner makes (the annotation names it) are not
+/// StorageOS's and ask for nothing.
+fn unlisted_claim(pvcs: &[Arc<PersistentVolumeClaim>], listed: &[Namespace]) -> bool {
+    let known: HashSet<&str> = listed.iter().map(|n| n.name.as_str()).collect();
+    pvcs.iter().any(|pvc| {
+        let ours = PROVISIONER_ANNOTATIONS
+            .iter()
+            .all(|a| pvc.annotations().get(*a).is_none_or(|p| p == CSI_DRIVER));
+        ours && pvc.namespace().is_some_and(|ns| !known.contains(ns.as_str()))
+    })
 }
 
 impl Namespaces {
-    /// Lists the namespaces, then the volumes of each one that held volumes, is new, or was
-    /// last read empty at least [`EMPTY_NAMESPACE_RECHECK`] ago.
+    /// Lists the namespaces (or keeps the last list, see [`NAMESPACE_RELIST`]), then the volumes
+    /// of each one that held volumes, is new, or was last read empty at least
+    /// [`EMPTY_NAMESPACE_RECHECK`] ago.
     async fn read(&mut self, ctx: &Context, now: Instant) -> Result<VolumeList, String> {
-        let namespaces = match ctx.metrics.track("list_namespaces", ctx.api.list_namespaces()).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list StorageOS namespaces; trying again at the next poll");
-                return Err(e.to_string());
+        let pvcs = ctx.pvcs.get(&ctx.kube, "storageos-poll");
+        let (listed_at, namespaces) = match self.listed.take() {
+            Some((at, list)) if now.duration_since(at) < NAMESPACE_RELIST && !unlisted_claim(&pvcs.state(), &list) => {
+                (at, list)
             }
+            _ => match ctx.metrics.track("list_namespaces", ctx.api.list_namespaces()).await {
+                Ok(list) => (now, list),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list StorageOS namespaces; trying again at the next poll");
+                    return Err(e.to_string());
+                }
+            },
         };
         self.empty_since_read
             .retain(|id, _| namespaces.iter().any(|n| n.id == *id));
@@ -209,7 +240,8 @@ impl Namespaces {
                 }
             }
         }
-        list.namespaces = namespaces;
+        list.namespaces = namespaces.clone();
+        self.listed = Some((listed_at, namespaces));
         Ok(list)
     }
 
@@ -222,6 +254,7 @@ impl Namespaces {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -233,6 +266,45 @@ mod tests {
         n.empty_since_read.insert("a".into(), t0);
         assert!(n.skip("a", t0 + Duration::from_secs(5)));
         assert!(!n.skip("a", t0 + EMPTY_NAMESPACE_RECHECK));
+    }
+
+    fn namespace(name: &str) -> Namespace {
+        serde_json::from_value(serde_json::json!({
+            "id": format!("id-{name}"), "name": name, "labels": {},
+            "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z", "version": "1"
+        }))
+        .unwrap()
+    }
+
+    fn claim(namespace: &str, volume: Option<&str>, provisioner: Option<&str>) -> Arc<PersistentVolumeClaim> {
+        let annotations: serde_json::Value = provisioner
+            .map(|p| serde_json::json!({PROVISIONER_ANNOTATIONS[0]: p}))
+            .unwrap_or_default();
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "c", "namespace": namespace, "annotations": annotations},
+                "spec": {"volumeName": volume},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_a_storageos_claim_outside_the_list_asks_for_a_new_namespace_list() {
+        let listed = [namespace("app")];
+        let none: &[Arc<PersistentVolumeClaim>] = &[];
+        assert!(!unlisted_claim(none, &listed));
+        assert!(!unlisted_claim(&[claim("app", Some("pv1"), None)], &listed), "listed");
+        assert!(
+            unlisted_claim(&[claim("new", None, Some(CSI_DRIVER))], &listed),
+            "being provisioned"
+        );
+        assert!(
+            !unlisted_claim(&[claim("new", Some("pv2"), Some("ebs.csi.aws.com"))], &listed),
+            "another provisioner's"
+        );
+        assert!(unlisted_claim(&[claim("new", Some("pv2"), Some(CSI_DRIVER))], &listed));
+        assert!(unlisted_claim(&[claim("new", Some("pv2"), None)], &listed), "pre-bound");
     }
 
     #[test]
