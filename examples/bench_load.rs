@@ -82,6 +82,10 @@ enum Cmd {
         rps: u64,
         #[arg(long, default_value_t = 30)]
         seconds: u64,
+        /// The api-manager's /metrics: the webhook's own time is read from its
+        /// `storageos_webhook_duration_seconds` histogram before and after.
+        #[arg(long)]
+        metrics: Option<String>,
     },
     Cluster {
         /// The StorageOSCluster as JSON.
@@ -507,6 +511,44 @@ async fn webhook(
     out
 }
 
+/// The cumulative buckets `(le, count)` of the api-manager's duration histogram of `webhook`.
+async fn webhook_histogram(url: &str, webhook: &str) -> Vec<(f64, u64)> {
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    let prefix = format!("storageos_webhook_duration_seconds_bucket{{webhook=\"{webhook}\",le=\"");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `q` quantile of cumulative buckets, interpolated linearly within its bucket (as
+/// Prometheus' `histogram_quantile` does); the last finite bound if it falls in `+Inf`.
+fn histogram_quantile(buckets: &[(f64, u64)], q: f64) -> f64 {
+    let Some(&(_, total)) = buckets.last() else {
+        return f64::NAN;
+    };
+    if total == 0 {
+        return f64::NAN;
+    }
+    let rank = q * total as f64;
+    let (mut lower, mut below) = (0.0, 0u64);
+    for &(le, count) in buckets {
+        if count as f64 >= rank {
+            if le.is_infinite() {
+                return lower;
+            }
+            let within = (count - below).max(1) as f64;
+            return lower + (le - lower) * ((rank - below as f64) / within);
+        }
+        (lower, below) = (le, count);
+    }
+    lower
+}
+
 async fn cluster(client: Client, file: String, trials: usize, keep_last: bool) -> Value {
     let text = std::fs::read_to_string(&file).unwrap();
     let obj: StorageOSCluster = serde_yaml::from_str(&text).unwrap();
@@ -667,7 +709,27 @@ async fn main() {
             class,
             rps,
             seconds,
-        } => webhook(client, kind, namespace, claim, class, rps, seconds).await,
+            metrics,
+        } => {
+            let webhook_name = if kind == "pvc" { "pvc" } else { "pod" };
+            let before = match &metrics {
+                Some(url) => Some(webhook_histogram(url, webhook_name).await),
+                None => None,
+            };
+            let mut out = webhook(client, kind, namespace, claim, class, rps, seconds).await;
+            if let (Some(url), Some(before)) = (&metrics, before) {
+                let after = webhook_histogram(url, webhook_name).await;
+                let delta: Vec<(f64, u64)> = after
+                    .iter()
+                    .zip(&before)
+                    .map(|((le, a), (_, b))| (*le, a.saturating_sub(*b)))
+                    .collect();
+                out["server_count"] = json!(delta.last().map(|d| d.1).unwrap_or(0));
+                out["server_p50_ms"] = json!(histogram_quantile(&delta, 0.5) * 1000.0);
+                out["server_p99_ms"] = json!(histogram_quantile(&delta, 0.99) * 1000.0);
+            }
+            out
+        }
         Cmd::Cluster {
             file,
             trials,

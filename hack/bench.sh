@@ -325,9 +325,9 @@ EOF
   step "n=$n: baseline: pods without a PVC (no webhook), $RPS rps for ${WEBHOOK_SECONDS}s (dry-run creates)"
   "$TOOL" webhook --kind pod-baseline --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-baseline.json"
   step "n=$n: pod webhook, $RPS rps for ${WEBHOOK_SECONDS}s (dry-run creates through the apiserver)"
-  "$TOOL" webhook --kind pod --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-pod.json"
+  "$TOOL" webhook --kind pod --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" --metrics "http://$AM_METRICS/metrics" >"$DIR/webhook-pod.json"
   step "n=$n: PVC webhook, $RPS rps for ${WEBHOOK_SECONDS}s"
-  "$TOOL" webhook --kind pvc --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-pvc.json"
+  "$TOOL" webhook --kind pvc --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" --metrics "http://$AM_METRICS/metrics" >"$DIR/webhook-pvc.json"
 
   if ((n == MAX_NODES && SHARED > 0)); then
     step "n=$n: shared-volume pass with $SHARED shared volumes"

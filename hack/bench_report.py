@@ -201,6 +201,8 @@ def table(machine, sizes):
             "p99 ≤ 10",
             lambda s, k=kind: f"{fmt(s[f'webhook_{k}'].get('p50_ms'))} / {fmt(s[f'webhook_{k}'].get('p99_ms'))}"
             + (f" (errors {s[f'webhook_{k}'].get('errors')})" if s[f"webhook_{k}"].get("errors") else ""))
+        row(f"{kind} webhook's own time p50 / p99, ms (its histogram)", "",
+            lambda s, k=kind: f"{fmt(s[f'webhook_{k}'].get('server_p50_ms'))} / {fmt(s[f'webhook_{k}'].get('server_p99_ms'))}")
     row("shared-volume pass, s", "", lambda s: fmt((s.get("shared") or {}).get("pass_s")) + (
         f" ({s['shared'].get('published')}/{s['shared'].get('count')} published)" if s.get("shared") else ""))
     head = "| measure | target | " + " | ".join(cols) + " |\n|---|---|" + "---|" * len(cols) + "\n"

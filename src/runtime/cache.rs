@@ -1,5 +1,5 @@
-//! Watch caches: one reflector per kind, holding objects without their `managedFields` (about
-//! half of a small object, and never read by the controllers), kept going forever with backoff.
+//! Watch caches: one reflector per kind, holding objects slimmed by [`slim`] (no
+//! `managedFields`, no `kubectl apply` copy), kept going forever with backoff.
 
 use std::future::{Future, ready};
 use std::sync::{Arc, OnceLock};
@@ -20,6 +20,19 @@ where
     reflect_events(owner, watcher(api, config))
 }
 
+/// The annotation `kubectl apply` keeps a copy of the whole applied object in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no reader of a cache needs and what can be as large as the rest of the object:
+/// `managedFields` and `kubectl apply`'s copy of the object (a GitOps-managed PVC or a Node
+/// registered from a manifest carries one).
+pub fn slim<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+    if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+}
+
 /// A cache of the watch `events` (for a watch built by the caller, such as a metadata watch)
 /// and the future that keeps it filled; errors are logged under `owner` and retried with backoff.
 pub fn reflect_events<K>(
@@ -31,7 +44,7 @@ where
 {
     let (store, writer) = reflector::store::<K>();
     let kind = K::kind(&()).to_string();
-    let drive = reflector::reflector(writer, events.modify(|o| o.managed_fields_mut().clear()))
+    let drive = reflector::reflector(writer, events.modify(slim))
         .default_backoff()
         .for_each(move |event| {
             if let Err(e) = event {
@@ -86,5 +99,34 @@ where
                 store
             })
             .clone()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn slim_drops_managed_fields_and_the_apply_copy_and_keeps_the_rest() {
+        let mut pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "data", "namespace": "app", "labels": {"a": "1"},
+                "annotations": {LAST_APPLIED_ANNOTATION: "{\"kind\":\"PersistentVolumeClaim\"}",
+                                "volume.kubernetes.io/storage-provisioner": "csi.storageos.com"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"storageClassName": "fast", "volumeName": "pv1"}
+        }))
+        .unwrap();
+        slim(&mut pvc);
+        assert!(pvc.managed_fields().is_empty());
+        assert_eq!(
+            pvc.annotations().keys().collect::<Vec<_>>(),
+            ["volume.kubernetes.io/storage-provisioner"]
+        );
+        assert_eq!(pvc.labels().get("a").map(String::as_str), Some("1"));
+        assert_eq!(pvc.spec.unwrap().volume_name.as_deref(), Some("pv1"));
     }
 }

@@ -15,7 +15,7 @@ mod testing;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::post;
@@ -30,6 +30,7 @@ use kube::runtime::watcher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
 use tracing::Instrument;
@@ -156,18 +157,41 @@ struct WebhookLabels {
     webhook: String,
 }
 
-/// Requests admitted unchanged because a mutator's lookup failed, and encrypted PVCs denied
-/// because their keys could not be made.
-#[derive(Clone, Default)]
+/// Requests admitted unchanged because a mutator's lookup failed, encrypted PVCs denied
+/// because their keys could not be made, and how long each request took here.
+#[derive(Clone)]
 pub struct WebhookMetrics {
     failed_open: Family<WebhookLabels, Counter>,
     failed_closed: Family<WebhookLabels, Counter>,
+    duration: Family<WebhookLabels, Histogram>,
+}
+
+/// Buckets of the webhook duration, in seconds: fine around the 10 ms a mutator should take.
+const DURATION_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0, 4.0,
+];
+
+impl Default for WebhookMetrics {
+    fn default() -> Self {
+        Self {
+            failed_open: Family::default(),
+            failed_closed: Family::default(),
+            duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
+        }
+    }
 }
 
 impl WebhookMetrics {
-    /// Registers `storageos_webhook_failed_open_total{webhook}`.
+    /// New webhook metrics, registered in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
+        m.register_into(registry);
+        m
+    }
+
+    /// Registers these metrics (the counters at zero from the start) in `registry`.
+    fn register_into(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "storageos_webhook_failed_open",
             "Admission requests admitted unchanged because a lookup failed",
@@ -185,7 +209,19 @@ impl WebhookMetrics {
             });
         }
         let _ = m.failed_closed.get_or_create(&WebhookLabels { webhook: "pvc".into() });
-        m
+        registry.register(
+            "storageos_webhook_duration_seconds",
+            "Time a mutator took to answer an admission request (after its body is parsed), by webhook",
+            m.duration.clone(),
+        );
+    }
+
+    fn observe(&self, webhook: &str, since: Instant) {
+        self.duration
+            .get_or_create(&WebhookLabels {
+                webhook: webhook.into(),
+            })
+            .observe(since.elapsed().as_secs_f64());
     }
 }
 
@@ -376,11 +412,17 @@ async fn traced<F: Future<Output = Json<Review>>>(
 }
 
 async fn pod_admission<L: Lookups>(state: State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
-    traced("pod", review, |r| mutate_pod(state, Json(r))).await
+    let (started, metrics) = (Instant::now(), state.metrics.clone());
+    let answer = traced("pod", review, |r| mutate_pod(state, Json(r))).await;
+    metrics.observe("pod", started);
+    answer
 }
 
 async fn pvc_admission<L: Lookups>(state: State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
-    traced("pvc", review, |r| mutate_pvc(state, Json(r))).await
+    let (started, metrics) = (Instant::now(), state.metrics.clone());
+    let answer = traced("pvc", review, |r| mutate_pvc(state, Json(r))).await;
+    metrics.observe("pvc", started);
+    answer
 }
 
 /// The webhook routes at the configured paths.
@@ -446,6 +488,16 @@ mod tests {
             })
             .get();
         let v: Value = serde_json::from_slice(&body).unwrap();
+        let mut text = String::new();
+        let mut registry = Registry::default();
+        WebhookMetrics::register_into(&metrics, &mut registry);
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(&format!(
+                "storageos_webhook_duration_seconds_count{{webhook=\"{webhook}\"}} 1"
+            )),
+            "each answer is timed: {text}"
+        );
         (v["response"].clone(), failed)
     }
 

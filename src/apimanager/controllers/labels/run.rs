@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use futures::channel::mpsc;
 use futures::{StreamExt, future};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::plan::{NotApplied, describe};
@@ -131,9 +131,9 @@ pub async fn run<K, R, RF, E, P, PF>(
 {
     let (reader, writer) = reflector::store();
     // The cache keeps every object of the kind: without their managedFields (about half of a
-    // small object, and never read here).
+    // small object, and never read here) and `kubectl apply`'s copy of the object.
     let events = watcher(Api::<K>::all(ctx.kube.clone()), watcher::Config::default())
-        .modify(|o| o.managed_fields_mut().clear())
+        .modify(crate::runtime::cache::slim)
         .default_backoff()
         .reflect(writer);
     let (queue, queued) = mpsc::unbounded();
