@@ -514,15 +514,26 @@ async fn webhook(
 /// The cumulative buckets `(le, count)` of the api-manager's duration histogram of `webhook`.
 async fn webhook_histogram(url: &str, webhook: &str) -> Vec<(f64, u64)> {
     let text = reqwest::get(url).await.unwrap().text().await.unwrap();
-    let prefix = format!("storageos_webhook_duration_seconds_bucket{{webhook=\"{webhook}\",le=\"");
-    text.lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
+    let ours = format!("webhook=\"{webhook}\"");
+    let mut buckets: Vec<(f64, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("storageos_webhook_duration_seconds_bucket{"))
         .filter_map(|rest| {
-            let (le, count) = rest.split_once("\"} ")?;
+            let (labels, count) = rest.split_once("} ")?;
+            let labels: Vec<&str> = labels.split(',').collect();
+            if !labels.contains(&ours.as_str()) {
+                return None;
+            }
+            let le = labels
+                .iter()
+                .find_map(|l| l.strip_prefix("le=\""))?
+                .trim_end_matches('"');
             let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
             Some((le, count.trim().parse().ok()?))
         })
-        .collect()
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
 }
 
 /// The `q` quantile of cumulative buckets, interpolated linearly within its bucket (as
