@@ -26,6 +26,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
+use kube::runtime::reflector::Store;
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
@@ -186,17 +187,24 @@ struct Namespaces {
     listed: Option<(Instant, Vec<Namespace>)>,
 }
 
-/// Whether a claim lies in a namespace missing from `listed`: its volume may be in a namespace
-/// StorageOS created since. Claims another provisioner makes (the annotation names it) are not
-/// StorageOS's and ask for nothing.
-fn unlisted_claim(pvcs: &[Arc<PersistentVolumeClaim>], listed: &[Namespace]) -> bool {
-    let known: HashSet<&str> = listed.iter().map(|n| n.name.as_str()).collect();
-    pvcs.iter().any(|pvc| {
-        let ours = PROVISIONER_ANNOTATIONS
-            .iter()
-            .all(|a| pvc.annotations().get(*a).is_none_or(|p| p == CSI_DRIVER));
-        ours && pvc.namespace().is_some_and(|ns| !known.contains(ns.as_str()))
-    })
+/// Whether `pvc` lies in a namespace missing from `known` (the names the last list had): its
+/// volume may be in a namespace StorageOS created since. A claim another provisioner makes (the
+/// annotation names it) is not StorageOS's and asks for nothing.
+fn unlisted_claim(pvc: &PersistentVolumeClaim, known: &HashSet<&str>) -> bool {
+    let ours = PROVISIONER_ANNOTATIONS
+        .iter()
+        .all(|a| pvc.annotations().get(*a).is_none_or(|p| p == CSI_DRIVER));
+    ours && pvc.namespace().is_some_and(|ns| !known.contains(ns.as_str()))
+}
+
+/// Whether the last namespace list still stands: younger than [`NAMESPACE_RELIST`], and no
+/// claim in `pvcs` lies outside it.
+fn list_stands(listed_at: Instant, list: &[Namespace], now: Instant, pvcs: &Store<PersistentVolumeClaim>) -> bool {
+    if now.duration_since(listed_at) >= NAMESPACE_RELIST {
+        return false;
+    }
+    let known: HashSet<&str> = list.iter().map(|n| n.name.as_str()).collect();
+    pvcs.find(|pvc| unlisted_claim(pvc, &known)).is_none()
 }
 
 impl Namespaces {
@@ -206,9 +214,7 @@ impl Namespaces {
     async fn read(&mut self, ctx: &Context, now: Instant) -> Result<VolumeList, String> {
         let pvcs = ctx.pvcs.get(&ctx.kube, "storageos-poll");
         let (listed_at, namespaces) = match self.listed.take() {
-            Some((at, list)) if now.duration_since(at) < NAMESPACE_RELIST && !unlisted_claim(&pvcs.state(), &list) => {
-                (at, list)
-            }
+            Some((at, list)) if list_stands(at, &list, now, &pvcs) => (at, list),
             _ => match ctx.metrics.track("list_namespaces", ctx.api.list_namespaces()).await {
                 Ok(list) => (now, list),
                 Err(e) => {
@@ -276,35 +282,49 @@ mod tests {
         .unwrap()
     }
 
-    fn claim(namespace: &str, volume: Option<&str>, provisioner: Option<&str>) -> Arc<PersistentVolumeClaim> {
+    fn claim(namespace: &str, volume: Option<&str>, provisioner: Option<&str>) -> PersistentVolumeClaim {
         let annotations: serde_json::Value = provisioner
             .map(|p| serde_json::json!({PROVISIONER_ANNOTATIONS[0]: p}))
             .unwrap_or_default();
-        Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "c", "namespace": namespace, "annotations": annotations},
-                "spec": {"volumeName": volume},
-            }))
-            .unwrap(),
-        )
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": namespace, "annotations": annotations},
+            "spec": {"volumeName": volume},
+        }))
+        .unwrap()
     }
 
     #[test]
     fn only_a_storageos_claim_outside_the_list_asks_for_a_new_namespace_list() {
         let listed = [namespace("app")];
-        let none: &[Arc<PersistentVolumeClaim>] = &[];
-        assert!(!unlisted_claim(none, &listed));
-        assert!(!unlisted_claim(&[claim("app", Some("pv1"), None)], &listed), "listed");
+        let known: HashSet<&str> = listed.iter().map(|n| n.name.as_str()).collect();
+        assert!(!unlisted_claim(&claim("app", Some("pv1"), None), &known), "listed");
         assert!(
-            unlisted_claim(&[claim("new", None, Some(CSI_DRIVER))], &listed),
+            unlisted_claim(&claim("new", None, Some(CSI_DRIVER)), &known),
             "being provisioned"
         );
         assert!(
-            !unlisted_claim(&[claim("new", Some("pv2"), Some("ebs.csi.aws.com"))], &listed),
+            !unlisted_claim(&claim("new", Some("pv2"), Some("ebs.csi.aws.com")), &known),
             "another provisioner's"
         );
-        assert!(unlisted_claim(&[claim("new", Some("pv2"), Some(CSI_DRIVER))], &listed));
-        assert!(unlisted_claim(&[claim("new", Some("pv2"), None)], &listed), "pre-bound");
+        assert!(unlisted_claim(&claim("new", Some("pv2"), Some(CSI_DRIVER)), &known));
+        assert!(unlisted_claim(&claim("new", Some("pv2"), None), &known), "pre-bound");
+    }
+
+    #[test]
+    fn the_last_list_stands_for_a_minute_unless_a_claim_lies_outside_it() {
+        let listed = [namespace("app")];
+        let (store, mut writer) = kube::runtime::reflector::store::<PersistentVolumeClaim>();
+        let t0 = Instant::now();
+        assert!(list_stands(t0, &listed, t0, &store), "no claims");
+        assert!(!list_stands(t0, &listed, t0 + NAMESPACE_RELIST, &store), "a minute old");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(claim("app", Some("pv1"), None)));
+        assert!(list_stands(t0, &listed, t0, &store), "a claim in a listed namespace");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(claim(
+            "new",
+            None,
+            Some(CSI_DRIVER),
+        )));
+        assert!(!list_stands(t0, &listed, t0, &store), "a claim outside it");
     }
 
     #[test]

@@ -185,13 +185,6 @@ impl WebhookMetrics {
     /// New webhook metrics, registered in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        m.register_into(registry);
-        m
-    }
-
-    /// Registers these metrics (the counters at zero from the start) in `registry`.
-    fn register_into(&self, registry: &mut Registry) {
-        let m = self;
         registry.register(
             "storageos_webhook_failed_open",
             "Admission requests admitted unchanged because a lookup failed",
@@ -214,6 +207,7 @@ impl WebhookMetrics {
             "Time a mutator took to answer an admission request (after its body is parsed), by webhook",
             m.duration.clone(),
         );
+        m
     }
 
     fn observe(&self, webhook: &str, since: Instant) {
@@ -386,12 +380,15 @@ async fn mutate_pvc<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(
     }
 }
 
-/// Answers `review` with `handle` in the admission's trace span, and records the verdict.
+/// Answers `review` with `handle` in the admission's trace span, records the verdict and times
+/// the answer.
 async fn traced<F: Future<Output = Json<Review>>>(
+    metrics: WebhookMetrics,
     webhook: &str,
     review: Review,
     handle: impl FnOnce(Review) -> F,
 ) -> Json<Review> {
+    let started = Instant::now();
     let (operation, namespace, name) = review
         .request
         .as_ref()
@@ -408,21 +405,16 @@ async fn traced<F: Future<Output = Json<Review>>>(
         _ => "allowed",
     };
     spans::verdict(&span, verdict);
+    metrics.observe(webhook, started);
     answer
 }
 
 async fn pod_admission<L: Lookups>(state: State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
-    let (started, metrics) = (Instant::now(), state.metrics.clone());
-    let answer = traced("pod", review, |r| mutate_pod(state, Json(r))).await;
-    metrics.observe("pod", started);
-    answer
+    traced(state.metrics.clone(), "pod", review, |r| mutate_pod(state, Json(r))).await
 }
 
 async fn pvc_admission<L: Lookups>(state: State<Arc<WebhookState<L>>>, Json(review): Json<Review>) -> Json<Review> {
-    let (started, metrics) = (Instant::now(), state.metrics.clone());
-    let answer = traced("pvc", review, |r| mutate_pvc(state, Json(r))).await;
-    metrics.observe("pvc", started);
-    answer
+    traced(state.metrics.clone(), "pvc", review, |r| mutate_pvc(state, Json(r))).await
 }
 
 /// The webhook routes at the configured paths.
@@ -463,7 +455,8 @@ mod tests {
     /// The response to a CREATE of `object` posted to `path` (`/pods` or `/pvcs`), and the
     /// fail-open count of that webhook.
     async fn review(lookups: Fake, path: &str, object: Value, dry_run: bool, deadline: Duration) -> (Value, u64) {
-        let metrics = WebhookMetrics::default();
+        let mut registry = Registry::default();
+        let metrics = WebhookMetrics::register(&mut registry);
         let mut state = WebhookState::new(lookups, Some("sched".into()), metrics.clone());
         state.deadline = deadline;
         let (kind, resource, webhook) = match path {
@@ -489,8 +482,6 @@ mod tests {
             .get();
         let v: Value = serde_json::from_slice(&body).unwrap();
         let mut text = String::new();
-        let mut registry = Registry::default();
-        WebhookMetrics::register_into(&metrics, &mut registry);
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(
             text.contains(&format!(

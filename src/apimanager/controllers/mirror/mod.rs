@@ -149,6 +149,14 @@ fn up_to_date<S: PartialEq>(
     owners == owner.clone().into_iter().collect::<Vec<_>>() && status == Some(want)
 }
 
+/// A mirror to write: where, its name, its owner and its status.
+struct Stale<K, S> {
+    api: Api<K>,
+    name: String,
+    owner: Option<OwnerReference>,
+    status: S,
+}
+
 struct Mirror<'a> {
     ctx: &'a Context,
     caches: &'a Caches,
@@ -183,27 +191,15 @@ impl Mirror<'_> {
                 .as_ref()
                 .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want))
             {
-                stale.push((n.name.as_str(), owner, want));
+                stale.push(Stale {
+                    api: api.clone(),
+                    name: n.name.clone(),
+                    owner,
+                    status: want,
+                });
             }
         }
-        let this = &*self;
-        stream::iter(stale)
-            .for_each_concurrent(WRITES_IN_FLIGHT, |(name, owner, want)| {
-                let api = &api;
-                async move {
-                    let saved = Instant::now();
-                    match save(api, name, &owner, "Node", &want).await {
-                        Ok(()) => {
-                            tracing::debug!(controller = CONTROLLER, node = %name, health = %want.health, "node mirror written")
-                        }
-                        Err(e) => {
-                            tracing::warn!(controller = CONTROLLER, node = %name, error = %e, "cannot write the node mirror")
-                        }
-                    }
-                    this.observe(MirrorStep::SaveNode, saved);
-                }
-            })
-            .await;
+        self.save_all(stale, "Node", MirrorStep::SaveNode).await;
         let known: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         for orphan in self.caches.nodes.state() {
             if !known.contains(orphan.name_any().as_str()) {
@@ -250,26 +246,16 @@ impl Mirror<'_> {
                 .as_ref()
                 .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want))
             {
-                stale.push((key.clone(), owner, want));
+                stale.push(Stale {
+                    api: Api::<StorageOSVolume>::namespaced(self.ctx.kube.clone(), &key.namespace),
+                    name: key.name.clone(),
+                    owner,
+                    status: want,
+                });
             }
             wanted.insert(key);
         }
-        let this = &*self;
-        stream::iter(stale)
-            .for_each_concurrent(WRITES_IN_FLIGHT, |(key, owner, want)| async move {
-                let api: Api<StorageOSVolume> = Api::namespaced(this.ctx.kube.clone(), &key.namespace);
-                let saved = Instant::now();
-                match save(&api, &key.name, &owner, "Volume", &want).await {
-                    Ok(()) => {
-                        tracing::debug!(controller = CONTROLLER, volume = %key.name, namespace = %key.namespace, health = %want.health, "volume mirror written")
-                    }
-                    Err(e) => {
-                        tracing::warn!(controller = CONTROLLER, volume = %key.name, namespace = %key.namespace, error = %e, "cannot write the volume mirror")
-                    }
-                }
-                this.observe(MirrorStep::SaveVolume, saved);
-            })
-            .await;
+        self.save_all(stale, "Volume", MirrorStep::SaveVolume).await;
         if list.complete() {
             for orphan in self.caches.volumes.state() {
                 let key = VolumeKey {
@@ -285,6 +271,30 @@ impl Mirror<'_> {
             }
         }
         self.observe(MirrorStep::SyncVolume, started);
+    }
+
+    /// Writes the `stale` mirrors of `kind`, [`WRITES_IN_FLIGHT`] at once; a failure is logged
+    /// and retried at the next snapshot.
+    async fn save_all<K, S>(&self, stale: Vec<Stale<K, S>>, kind: &str, step: MirrorStep)
+    where
+        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        S: Serialize,
+    {
+        stream::iter(stale)
+            .for_each_concurrent(WRITES_IN_FLIGHT, |m| async move {
+                let saved = Instant::now();
+                let namespace = m.api.namespace().unwrap_or_default();
+                match save(&m.api, &m.name, &m.owner, kind, &m.status).await {
+                    Ok(()) => {
+                        tracing::debug!(controller = CONTROLLER, %kind, name = %m.name, %namespace, "mirror written")
+                    }
+                    Err(e) => {
+                        tracing::warn!(controller = CONTROLLER, %kind, name = %m.name, %namespace, error = %e, "cannot write the mirror")
+                    }
+                }
+                self.observe(step, saved);
+            })
+            .await;
     }
 
     fn observe(&self, step: MirrorStep, since: Instant) {
