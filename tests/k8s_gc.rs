@@ -428,3 +428,24 @@ async fn an_unreachable_api_never_stops_the_controllers() {
     nodes.abort();
     namespaces.abort();
 }
+
+#[tokio::test]
+async fn the_garbage_collection_reads_every_page_of_names() {
+    let client = support::client().await;
+    let api: Api<Namespace> = Api::all(client);
+    let whole = async || -> std::collections::HashSet<String> {
+        let list = api.list_metadata(&Default::default()).await.unwrap();
+        list.items.iter().map(kube::ResourceExt::name_any).collect()
+    };
+    // Other tests create and delete namespaces meanwhile: what exists before and after must be
+    // in the paged read.
+    let before = whole().await;
+    let paged = storageos_operator::runtime::cache::names_in_pages(&api, 2)
+        .await
+        .unwrap();
+    let after = whole().await;
+    let throughout: Vec<_> = before.intersection(&after).collect();
+    assert!(throughout.len() > 3, "{throughout:?}");
+    let missing: Vec<_> = throughout.into_iter().filter(|n| !paged.contains(*n)).collect();
+    assert!(missing.is_empty(), "names missing from the paged read: {missing:?}");
+}

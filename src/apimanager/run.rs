@@ -218,8 +218,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
     helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
-    let (lookups, caches) = CachedLookups::start(client.clone());
-    let pvc_cache = lookups.pvcs.clone();
+    let pvcs = crate::runtime::cache::Shared::default();
+    let (lookups, caches) = CachedLookups::start(client.clone(), &pvcs);
     tokio::spawn(caches);
     let state = WebhookState::new(lookups, args.scheduler().map(str::to_string), webhook_metrics);
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
@@ -248,7 +248,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         reconcile_metrics,
         metrics: helper_metrics.clone(),
         storageos_state: Default::default(),
-        pvcs: crate::runtime::cache::Shared::of(pvc_cache),
+        pvcs,
+        nodes: Default::default(),
     });
     let controllers = lead(ctx);
     tokio::pin!(controllers);

@@ -146,21 +146,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         nodes: nodes_cache,
         node_pods: pods_cache,
     });
-    let nodes = watcher(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default().page_size(node_cache::LIST_PAGE),
-    )
-    .modify(node_cache::slim_node)
-    .default_backoff()
-    .reflect(nodes_writer)
-    .touched_objects()
-    .predicate_filter(node_membership_hash, Default::default());
+    let nodes = watcher(Api::<Node>::all(client.clone()), crate::runtime::cache::every())
+        .modify(node_cache::slim_node)
+        .default_backoff()
+        .reflect(nodes_writer)
+        .touched_objects()
+        .predicate_filter(node_membership_hash, Default::default());
     // Node pods change readiness without touching their labels: every change counts.
     let node_pods = watcher(
         Api::<Pod>::all(client.clone()),
-        watcher::Config::default()
-            .labels(NODE_POD_SELECTOR)
-            .page_size(node_cache::LIST_PAGE),
+        crate::runtime::cache::every().labels(NODE_POD_SELECTOR),
     )
     .modify(node_cache::slim_pod)
     .default_backoff()

@@ -8,10 +8,6 @@
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Objects per page of the caches' initial lists: each page is parsed whole before it is
-/// slimmed, so smaller pages bound that peak (100 node pods are a few MiB of JSON).
-pub const LIST_PAGE: u32 = 100;
-
 /// The identity and labels of an object; annotations, managedFields and the rest go.
 fn slim_meta(meta: &mut ObjectMeta) {
     let old = std::mem::take(meta);

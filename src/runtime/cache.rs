@@ -1,15 +1,55 @@
 //! Watch caches: one reflector per kind, holding objects slimmed by [`slim`] (no
-//! `managedFields`, no `kubectl apply` copy), kept going forever with backoff.
+//! `managedFields`, no `kubectl apply` copy), kept going forever with backoff; and lists read
+//! a page at a time.
 
+use std::collections::HashSet;
 use std::future::{Future, ready};
 use std::sync::{Arc, OnceLock};
 
 use futures::{Stream, StreamExt};
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, watch};
+
+/// Objects per list request, for a watch's (re-)list and for [`names`]: a page is parsed whole,
+/// `managedFields` included, before anything is dropped, and its peak stays in the allocator
+/// afterwards. kube's default page of 500 Node metadata is ~7 MB at 1,000 nodes; 100 keep it
+/// under 2 MB for a few more requests at start-up.
+pub const LIST_PAGE: u32 = 100;
+
+/// A watch of every object of a kind, listed [`LIST_PAGE`] at a time.
+pub fn every() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE)
+}
+
+/// The names of every object of `api`'s kind, read [`LIST_PAGE`] metadata at a time. `Err` if
+/// any page fails: the caller must not act on a partial list.
+pub async fn names<K>(api: &Api<K>) -> Result<HashSet<String>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    names_in_pages(api, LIST_PAGE).await
+}
+
+/// [`names`], `page` at a time.
+pub async fn names_in_pages<K>(api: &Api<K>, page: u32) -> Result<HashSet<String>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut names = HashSet::new();
+    let mut params = ListParams::default().limit(page);
+    loop {
+        let page = api.list_metadata(&params).await?;
+        names.extend(page.items.iter().map(ResourceExt::name_any));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(names),
+        }
+    }
+}
 
 /// A cache of `api` (filtered by `config`) and the future that keeps it filled; watch errors
 /// are logged under `owner` and retried with backoff.
@@ -42,30 +82,84 @@ pub fn reflect_events<K>(
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
+    reflect_into(owner, events, None)
+}
+
+/// Where a [`Shared`] cache tells its readers what it took in.
+struct Feed<K> {
+    changes: broadcast::Sender<watcher::Event<Arc<K>>>,
+    filled: watch::Sender<bool>,
+}
+
+/// [`reflect_events`], passing each event the cache has taken in on to `feed` (when anyone
+/// listens) and saying there once the first list is in.
+fn reflect_into<K>(
+    owner: &'static str,
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    feed: Option<Feed<K>>,
+) -> (Store<K>, impl Future<Output = ()>)
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store::<K>();
     let kind = K::kind(&()).to_string();
     let drive = reflector::reflector(writer, events.modify(slim))
         .default_backoff()
         .for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(owner, %kind, error = %e, "watch failed; retrying");
+            match event {
+                Err(e) => tracing::warn!(owner, %kind, error = %e, "watch failed; retrying"),
+                Ok(event) => {
+                    if let Some(feed) = &feed {
+                        if matches!(event, watcher::Event::InitDone) {
+                            feed.filled.send_if_modified(|filled| !std::mem::replace(filled, true));
+                        }
+                        if feed.changes.receiver_count() > 0 {
+                            // No receiver left is not an error: nobody listens right now.
+                            let _ = feed.changes.send(share(event));
+                        }
+                    }
+                }
             }
             ready(())
         });
     (store, drive)
 }
 
+fn share<K>(event: watcher::Event<K>) -> watcher::Event<Arc<K>> {
+    use watcher::Event as E;
+    match event {
+        E::Apply(o) => E::Apply(Arc::new(o)),
+        E::Delete(o) => E::Delete(Arc::new(o)),
+        E::InitApply(o) => E::InitApply(Arc::new(o)),
+        E::Init => E::Init,
+        E::InitDone => E::InitDone,
+    }
+}
+
+/// How many changes a reader of a [`Shared`] cache may fall behind before it is handed the
+/// whole cache again instead.
+const CHANGES_BUFFER: usize = 256;
+
+struct Cache<K: Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    changes: broadcast::Sender<watcher::Event<Arc<K>>>,
+    /// Whether the first list is in. kube's `Store::wait_until_ready` wakes only the last of
+    /// several tasks waiting at once, and a shared cache has several readers.
+    filled: watch::Receiver<bool>,
+}
+
 /// A cache of every object of a kind that several parts of a process read, so the kind is
-/// watched and held once: handed an already running cache ([`Shared::of`]), or started by the
-/// first reader ([`Shared::get`]) and kept filled for the life of the process.
+/// watched and held once: started by the first reader ([`Shared::get`]) and kept filled for the
+/// life of the process. A controller that needs the changes as a watch would give them reads
+/// them from the cache ([`Shared::changes`]) instead of watching and caching the kind again.
 pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
-    store: Arc<OnceLock<Store<K>>>,
+    cache: Arc<OnceLock<Cache<K>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
     fn clone(&self) -> Self {
         Self {
-            store: self.store.clone(),
+            cache: self.cache.clone(),
         }
     }
 }
@@ -73,7 +167,7 @@ impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
 impl<K: Resource<DynamicType = ()> + 'static> Default for Shared<K> {
     fn default() -> Self {
         Self {
-            store: Arc::new(OnceLock::new()),
+            cache: Arc::new(OnceLock::new()),
         }
     }
 }
@@ -82,24 +176,104 @@ impl<K> Shared<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    /// A shared cache that is `store` (kept filled by whoever made it).
-    pub fn of(store: Store<K>) -> Self {
-        let shared = Self::default();
-        let _ = shared.store.set(store);
-        shared
+    fn cache(&self, client: &Client, owner: &'static str) -> &Cache<K> {
+        self.cache.get_or_init(|| {
+            let (changes, _) = broadcast::channel(CHANGES_BUFFER);
+            let (filled_tx, filled) = watch::channel(false);
+            let feed = Feed {
+                changes: changes.clone(),
+                filled: filled_tx,
+            };
+            let events = watcher(Api::<K>::all(client.clone()), every());
+            let (store, drive) = reflect_into(owner, events, Some(feed));
+            tokio::spawn(drive);
+            Cache { store, changes, filled }
+        })
     }
 
-    /// The cache; the first call without one starts it (every object of the kind, through
-    /// `client`, watch errors logged under `owner`). Needs a Tokio runtime.
+    /// The cache; the first call starts it (every object of the kind, through `client`, watch
+    /// errors logged under `owner`). Needs a Tokio runtime.
     pub fn get(&self, client: &Client, owner: &'static str) -> Store<K> {
-        self.store
-            .get_or_init(|| {
-                let (store, drive) = reflect(Api::<K>::all(client.clone()), watcher::Config::default(), owner);
-                tokio::spawn(drive);
-                store
-            })
-            .clone()
+        self.cache(client, owner).store.clone()
     }
+
+    /// Waits until the cache (started by [`Shared::get`]) holds its first complete list; at once
+    /// if it was never started. Use this, not the store's `wait_until_ready`, from any task.
+    pub async fn ready(&self) {
+        if let Some(cache) = self.cache.get() {
+            let _ = cache.filled.clone().wait_for(|filled| *filled).await;
+        }
+    }
+
+    /// The cache as a watch stream: once the cache is filled, its whole content as a list
+    /// (`Init`, `InitApply` each, `InitDone`), then every change it takes in. Whenever the cache
+    /// re-lists, and whenever this reader fell more than [`CHANGES_BUFFER`] changes behind, it
+    /// is handed the whole (new) content as a list again, as a watch re-lists after a gap.
+    pub fn changes(
+        &self,
+        client: &Client,
+        owner: &'static str,
+    ) -> impl Stream<Item = watcher::Event<K>> + Send + 'static {
+        let cache = self.cache(client, owner);
+        replay(cache.store.clone(), cache.changes.subscribe(), cache.filled.clone())
+    }
+}
+
+/// Where a [`replay`] stands.
+enum Replay<K> {
+    /// Hand over the whole store next.
+    List,
+    /// Handing over the store's objects.
+    Listing(std::vec::IntoIter<Arc<K>>),
+    /// Passing on changes.
+    Live,
+}
+
+/// The watch stream of `store` fed by `changes` (see [`Shared::changes`]). The list the cache's
+/// own watch makes after a gap is not passed on object by object: the store holds the new list
+/// once that watch says it is done, and is handed over whole then.
+fn replay<K>(
+    store: Store<K>,
+    changes: broadcast::Receiver<watcher::Event<Arc<K>>>,
+    ready: watch::Receiver<bool>,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    use watcher::Event as E;
+    let start = (store, changes, ready, Replay::<K>::List);
+    futures::stream::unfold(start, |(store, mut rx, mut ready, mut at)| async move {
+        loop {
+            match at {
+                Replay::List => {
+                    ready.wait_for(|filled| *filled).await.ok()?;
+                    let objects = store.state().into_iter();
+                    return Some((E::Init, (store, rx, ready, Replay::Listing(objects))));
+                }
+                Replay::Listing(ref mut objects) => {
+                    let event = match objects.next() {
+                        Some(obj) => E::InitApply(obj.as_ref().clone()),
+                        None => {
+                            at = Replay::Live;
+                            E::InitDone
+                        }
+                    };
+                    return Some((event, (store, rx, ready, at)));
+                }
+                Replay::Live => match rx.recv().await {
+                    Ok(E::Apply(obj)) => return Some((E::Apply(unshared(obj)), (store, rx, ready, at))),
+                    Ok(E::Delete(obj)) => return Some((E::Delete(unshared(obj)), (store, rx, ready, at))),
+                    Ok(E::Init | E::InitApply(_)) => {}
+                    Ok(E::InitDone) | Err(broadcast::error::RecvError::Lagged(_)) => at = Replay::List,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            }
+        }
+    })
+}
+
+fn unshared<K: Clone>(obj: Arc<K>) -> K {
+    Arc::try_unwrap(obj).unwrap_or_else(|shared| shared.as_ref().clone())
 }
 
 #[cfg(test)]
@@ -128,5 +302,76 @@ mod tests {
         );
         assert_eq!(pvc.labels().get("a").map(String::as_str), Some("1"));
         assert_eq!(pvc.spec.unwrap().volume_name.as_deref(), Some("pv1"));
+    }
+
+    fn cm(name: &str, v: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns", "labels": {"v": v}}})).unwrap()
+    }
+
+    /// Events as "Init", "InitApply a=1", "Apply b=2", … (a list's objects sorted).
+    fn show(events: Vec<watcher::Event<k8s_openapi::api::core::v1::ConfigMap>>) -> Vec<String> {
+        use watcher::Event as E;
+        let obj = |o: &k8s_openapi::api::core::v1::ConfigMap| format!("{}={}", o.name_any(), o.labels()["v"]);
+        let mut shown: Vec<String> = events
+            .iter()
+            .map(|e| match e {
+                E::Init => "Init".to_string(),
+                E::InitDone => "InitDone".to_string(),
+                E::InitApply(o) => format!("InitApply {}", obj(o)),
+                E::Apply(o) => format!("Apply {}", obj(o)),
+                E::Delete(o) => format!("Delete {}", obj(o)),
+            })
+            .collect();
+        // A list's objects come in the store's order.
+        if shown.first().is_some_and(|s| s == "Init") {
+            let last = shown.len() - 1;
+            shown[1..last].sort();
+        }
+        shown
+    }
+
+    #[tokio::test]
+    async fn changes_hand_over_the_cache_then_its_changes_and_the_cache_again_after_a_relist_or_a_lag() {
+        use watcher::Event as E;
+        let (store, mut writer) = reflector::store();
+        let (tx, rx) = broadcast::channel(3);
+        let (filled, ready) = watch::channel(false);
+        // What the drive does: the store takes the event in, then it is sent on.
+        let mut take = |event: E<k8s_openapi::api::core::v1::ConfigMap>| {
+            writer.apply_watcher_event(&event);
+            if matches!(event, E::InitDone) {
+                filled.send_replace(true);
+            }
+            let _ = tx.send(share(event));
+        };
+        take(E::Init);
+        take(E::InitApply(cm("a", "1")));
+        take(E::InitDone);
+        let mut changes = Box::pin(replay(store, rx, ready));
+        let mut next = async |n: usize| {
+            let mut got = Vec::new();
+            for _ in 0..n {
+                got.push(changes.next().await.unwrap());
+            }
+            show(got)
+        };
+        // The cache's first list went by before anyone read: the store is handed over whole.
+        // (The buffered Init/InitApply are skipped; the buffered InitDone hands it over again.)
+        assert_eq!(next(3).await, ["Init", "InitApply a=1", "InitDone"]);
+        assert_eq!(next(3).await, ["Init", "InitApply a=1", "InitDone"]);
+        take(E::Apply(cm("b", "1")));
+        take(E::Delete(cm("a", "1")));
+        assert_eq!(next(2).await, ["Apply b=1", "Delete a=1"]);
+        // A relist of the cache's watch: nothing until it is done, then the new content.
+        take(E::Init);
+        take(E::InitApply(cm("b", "2")));
+        take(E::InitApply(cm("c", "1")));
+        take(E::InitDone);
+        assert_eq!(next(4).await, ["Init", "InitApply b=2", "InitApply c=1", "InitDone"]);
+        // More changes than the buffer holds: the reader is handed the whole cache instead.
+        for v in ["3", "4", "5", "6", "7"] {
+            take(E::Apply(cm("c", v)));
+        }
+        assert_eq!(next(4).await, ["Init", "InitApply b=2", "InitApply c=7", "InitDone"]);
     }
 }

@@ -311,6 +311,7 @@ pub async fn api_manager_context_as(
         metrics: ApiManagerMetrics::register(&mut registry),
         storageos_state: Default::default(),
         pvcs: Default::default(),
+        nodes: Default::default(),
     })
 }
 

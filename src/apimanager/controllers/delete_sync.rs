@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, ListParams, ObjectMeta};
+use kube::api::{Api, ObjectMeta};
 use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use super::{Context, periodic};
 use crate::apimanager::flags::{ApiManagerArgs, Loop};
 use crate::apimanager::maintenance::Maintenance;
+use crate::runtime::cache;
 use crate::runtime::controller::{Kit, backoff_delay};
 use crate::storageos;
 
@@ -385,7 +386,7 @@ type Running = FuturesUnordered<Pin<Box<dyn Future<Output = (String, Outcome)> +
 /// The watch and the queued deletes, until dropped.
 async fn watch_and_delete<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>) {
     let api = Api::<PartialObjectMeta<M::Object>>::all(ctx.kube.clone());
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let mut events = watcher(api, cache::every()).default_backoff().boxed();
     let workers = M::workers(&ctx.args).max(1);
     let mut tracker = Tracker::<M::Object>::default();
     let mut running: Running = FuturesUnordered::new();
@@ -420,11 +421,8 @@ async fn collect_garbage<M: Mirror>(ctx: &Context, kit: &Kit) {
             return;
         }
     };
-    let kubernetes = match Api::<M::Object>::all(ctx.kube.clone())
-        .list_metadata(&ListParams::default())
-        .await
-    {
-        Ok(l) => l.items.iter().map(ResourceExt::name_any).collect::<HashSet<_>>(),
+    let kubernetes = match cache::names(&Api::<M::Object>::all(ctx.kube.clone())).await {
+        Ok(names) => names,
         Err(e) => {
             tracing::warn!(controller = M::CONTROLLER, error = %e, "garbage collection skipped: cannot list Kubernetes {}s", M::KIND);
             return;

@@ -17,8 +17,9 @@ pub mod shared_volume;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kube::Client;
+use kube::core::PartialObjectMeta;
 
 use super::flags::{ApiManagerArgs, Loop};
 use super::maintenance::{self, Maintenance};
@@ -50,6 +51,8 @@ pub struct Context {
     pub storageos_state: StorageOSState,
     /// Every PVC, cached once for the process (the webhooks' cache in `run`).
     pub pvcs: Shared<PersistentVolumeClaim>,
+    /// Every Node's metadata, cached once for the process (node label sync, mirror).
+    pub nodes: Shared<PartialObjectMeta<Node>>,
 }
 
 impl Context {

@@ -57,7 +57,17 @@ fn fingerprint(node: &NodeMeta) -> Option<u64> {
 /// Runs the controller until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
     let (workers, schedule) = (ctx.args.node_label_sync_workers, ctx.args.node_label_resync());
-    labels::run(ctx, NAME, workers, schedule, fingerprint, sync, resync).await;
+    labels::run(
+        ctx.clone(),
+        ctx.nodes.clone(),
+        NAME,
+        workers,
+        schedule,
+        fingerprint,
+        sync,
+        resync,
+    )
+    .await;
 }
 
 async fn sync(node: Arc<NodeMeta>, st: Arc<LabelSync>) -> Result<Action, Error> {

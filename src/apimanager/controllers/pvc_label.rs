@@ -172,7 +172,17 @@ fn fingerprint(pvc: &PersistentVolumeClaim) -> Option<u64> {
 /// Runs the controller until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
     let (workers, schedule) = (ctx.args.pvc_label_sync_workers, ctx.args.pvc_label_resync());
-    labels::run(ctx, NAME, workers, schedule, fingerprint, sync, resync).await;
+    labels::run(
+        ctx.clone(),
+        ctx.pvcs.clone(),
+        NAME,
+        workers,
+        schedule,
+        fingerprint,
+        sync,
+        resync,
+    )
+    .await;
 }
 
 fn pvc_key(pvc: &PersistentVolumeClaim) -> String {

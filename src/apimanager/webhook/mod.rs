@@ -26,7 +26,6 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -35,7 +34,7 @@ use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
 use tracing::Instrument;
 
-use crate::runtime::cache;
+use crate::runtime::cache::{self, Shared};
 use crate::telemetry::spans;
 
 use lookups::{LookupError, Lookups};
@@ -98,24 +97,17 @@ pub struct CachedLookups {
 }
 
 impl CachedLookups {
-    /// Starts the caches; the future keeps them filled and runs for the life of the process.
-    pub fn start(client: kube::Client) -> (Self, impl Future<Output = ()>) {
-        let (pvcs, a) = cache::reflect(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
-            "webhook",
-        );
-        let (storage_classes, b) = cache::reflect(
-            Api::<StorageClass>::all(client.clone()),
-            watcher::Config::default(),
-            "webhook",
-        );
-        let drive = async move {
-            tokio::join!(a, b);
-        };
+    /// Starts the caches (the PVCs in `pvcs`, shared with the controllers); the future keeps the
+    /// StorageClasses filled and runs for the life of the process.
+    pub fn start(
+        client: kube::Client,
+        pvcs: &Shared<PersistentVolumeClaim>,
+    ) -> (Self, impl Future<Output = ()> + use<>) {
+        let (storage_classes, drive) =
+            cache::reflect(Api::<StorageClass>::all(client.clone()), cache::every(), "webhook");
         (
             Self {
-                pvcs,
+                pvcs: pvcs.get(&client, "webhook"),
                 storage_classes,
                 direct: KubeLookups(client),
             },

@@ -9,17 +9,16 @@ use std::sync::Arc;
 use futures::channel::mpsc;
 use futures::{StreamExt, future};
 use kube::Resource;
-use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
 use serde::de::DeserializeOwned;
 
 use super::plan::{NotApplied, describe};
 use super::watch::changes;
 use crate::apimanager::controllers::{Context, periodic};
 use crate::apimanager::flags::Loop;
+use crate::runtime::cache::Shared;
 use crate::runtime::controller::Kit;
 use crate::storageos;
 
@@ -109,12 +108,13 @@ impl LabelSync {
     }
 }
 
-/// Runs the label sync controller `name` over every `K` until the future is dropped: `reconcile`
-/// on the changes [`changes`] passes on (with `workers` at once, per-object backoff on errors),
+/// Runs the label sync controller `name` over every `K` of the process's cache `source` until the
+/// future is dropped: `reconcile` on the changes [`changes`] passes on (with `workers` at once, per-object backoff on errors),
 /// and, on `schedule`, a resync pass that gets every cached `K` and returns those to reconcile.
 #[allow(clippy::too_many_arguments)]
 pub async fn run<K, R, RF, E, P, PF>(
     ctx: Arc<Context>,
+    source: Shared<K>,
     name: &'static str,
     workers: u16,
     schedule: Loop,
@@ -129,13 +129,9 @@ pub async fn run<K, R, RF, E, P, PF>(
     P: Fn(Arc<LabelSync>, Vec<Arc<K>>) -> PF,
     PF: Future<Output = Vec<ObjectRef<K>>>,
 {
-    let (reader, writer) = reflector::store();
-    // The cache keeps every object of the kind: without their managedFields (about half of a
-    // small object, and never read here) and `kubectl apply`'s copy of the object.
-    let events = watcher(Api::<K>::all(ctx.kube.clone()), watcher::Config::default())
-        .modify(crate::runtime::cache::slim)
-        .default_backoff()
-        .reflect(writer);
+    // The process's cache of the kind, and its changes as a watch would give them.
+    let reader = source.get(&ctx.kube, name);
+    let events = source.changes(&ctx.kube, name).map(Ok);
     let (queue, queued) = mpsc::unbounded();
     let st = Arc::new(LabelSync {
         kit: ctx.kit(name),
@@ -163,9 +159,7 @@ pub async fn run<K, R, RF, E, P, PF>(
             future::ready(())
         });
     let pass = || async {
-        if reader.wait_until_ready().await.is_err() {
-            return;
-        }
+        source.ready().await;
         let due = resync(st.clone(), reader.state()).await;
         tracing::debug!(controller = name, differing = due.len(), "resync pass");
         for obj in due {

@@ -63,7 +63,7 @@ pub async fn run(ctx: Arc<Context>) {
     let mut volumes = ctx.storageos_state.volumes();
     let (caches, watches) = Caches::start(&ctx);
     let work = async {
-        caches.ready().await;
+        caches.ready(&ctx).await;
         tracing::info!(controller = CONTROLLER, "mirroring StorageOS nodes and volumes");
         let mut mirror = Mirror {
             ctx: &ctx,
@@ -94,16 +94,13 @@ struct Caches {
 impl Caches {
     fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
         let client = &ctx.kube;
-        let all = watcher::Config::default;
+        let all = crate::runtime::cache::every;
         let (nodes, a) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
         let (volumes, b) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
-        let (k8s_nodes, c) = reflect(
-            CONTROLLER,
-            watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), all()),
-        );
+        let k8s_nodes = ctx.nodes.get(client, CONTROLLER);
         let pvcs = ctx.pvcs.get(client, CONTROLLER);
         let drive = async move {
-            tokio::join!(a, b, c);
+            tokio::join!(a, b);
         };
         (
             Self {
@@ -116,12 +113,14 @@ impl Caches {
         )
     }
 
-    async fn ready(&self) {
+    /// Waits until every cache holds its first full list (the process's shared caches through
+    /// `ctx`: they have other readers).
+    async fn ready(&self, ctx: &Context) {
         let _ = tokio::join!(
             self.nodes.wait_until_ready(),
             self.volumes.wait_until_ready(),
-            self.k8s_nodes.wait_until_ready(),
-            self.pvcs.wait_until_ready()
+            ctx.nodes.ready(),
+            ctx.pvcs.ready()
         );
     }
 }

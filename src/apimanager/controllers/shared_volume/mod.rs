@@ -86,7 +86,7 @@ pub async fn run(ctx: Arc<Context>) {
     let (caches, watches) = Caches::start(&ctx);
     let mut volumes = ctx.storageos_state.volumes();
     let work = async {
-        caches.ready().await;
+        caches.ready(&ctx).await;
         let kit = ctx.kit(CONTROLLER);
         tracing::info!(controller = CONTROLLER, every = ?ctx.args.volume_poll_interval.max(storageos_state::MIN_VOLUME_POLL), "reconciling shared volumes at every StorageOS volume poll");
         let mut reported = HashSet::new();
@@ -107,7 +107,7 @@ struct Caches {
 impl Caches {
     fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
         let client = &ctx.kube;
-        let ours = watcher::Config::default().labels(desired::VOLUME_ID_LABEL);
+        let ours = crate::runtime::cache::every().labels(desired::VOLUME_ID_LABEL);
         let pvcs = ctx.pvcs.get(client, CONTROLLER);
         let (services, b) = reflect(CONTROLLER, watcher(Api::<Service>::all(client.clone()), ours.clone()));
         let (endpoints, c) = reflect(CONTROLLER, watcher(Api::<Endpoints>::all(client.clone()), ours));
@@ -124,10 +124,11 @@ impl Caches {
         )
     }
 
-    /// Waits until every cache holds its first full list.
-    async fn ready(&self) {
+    /// Waits until every cache holds its first full list (the process's PVC cache through `ctx`:
+    /// it has other readers).
+    async fn ready(&self, ctx: &Context) {
         let _ = tokio::join!(
-            self.pvcs.wait_until_ready(),
+            ctx.pvcs.ready(),
             self.services.wait_until_ready(),
             self.endpoints.wait_until_ready()
         );
