@@ -218,7 +218,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
     helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
-    let pvcs = crate::runtime::cache::Shared::default();
+    let pvcs = controllers::pvc_cache();
     let (lookups, caches) = CachedLookups::start(client.clone(), &pvcs);
     tokio::spawn(caches);
     let state = WebhookState::new(lookups, args.scheduler().map(str::to_string), webhook_metrics);

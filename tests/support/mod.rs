@@ -310,7 +310,7 @@ pub async fn api_manager_context_as(
         reconcile_metrics: ReconcileMetrics::register(&mut registry),
         metrics: ApiManagerMetrics::register(&mut registry),
         storageos_state: Default::default(),
-        pvcs: Default::default(),
+        pvcs: storageos_operator::apimanager::controllers::pvc_cache(),
         nodes: Default::default(),
     })
 }
