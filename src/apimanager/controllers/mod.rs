@@ -75,7 +75,7 @@ pub fn pvc_cache() -> Shared<PersistentVolumeClaim> {
 
 /// The webhooks, the PVC label sync, the shared-volume controller, the mirror and the StorageOS
 /// poll read a cached PVC's metadata, StorageClass and volume name only; the rest of the spec
-/// and the status go (a third of a PVC in memory; 2,000 whole PVCs are ~6 MB).
+/// and the status go (a fifth of a PVC in memory: 2,449 bytes parsed instead of 3,129).
 pub fn trim_pvc(pvc: &mut PersistentVolumeClaim) {
     pvc.status = None;
     if let Some(spec) = pvc.spec.take() {
