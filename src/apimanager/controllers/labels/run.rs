@@ -108,9 +108,10 @@ impl LabelSync {
     }
 }
 
-/// Runs the label sync controller `name` over every `K` of the process's cache `source` until the
-/// future is dropped: `reconcile` on the changes [`changes`] passes on (with `workers` at once, per-object backoff on errors),
-/// and, on `schedule`, a resync pass that gets every cached `K` and returns those to reconcile.
+/// Runs the label sync controller `name` over every `K` of the process's cache `source` until
+/// the future is dropped: `reconcile` on the changes [`changes`] passes on (with `workers` at
+/// once, per-object backoff on errors), and, on `schedule`, a resync pass that gets every cached
+/// `K` and returns those to reconcile.
 #[allow(clippy::too_many_arguments)]
 pub async fn run<K, R, RF, E, P, PF>(
     ctx: Arc<Context>,
