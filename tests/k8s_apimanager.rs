@@ -270,3 +270,72 @@ async fn without_leader_election_every_replica_runs_the_controllers() {
     assert!(b.stop().await.success());
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
 }
+
+/// Events under the api-manager's own RBAC: a repeat is one more of a series, a new message a new
+/// event, and a repeat whose event is gone (deleted, or expired by the apiserver) a new one.
+#[tokio::test]
+async fn a_repeated_event_is_a_series_and_a_repeat_of_a_deleted_one_a_new_event() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::api::ListParams;
+    use kube::runtime::events::{Event, EventType, Reporter};
+    use storageos_operator::runtime::events::Recorder;
+
+    let ns = TestNamespace::new("events").await;
+    let recorder = Recorder::new(
+        support::identity::api_manager_client().await,
+        Reporter {
+            controller: "storageos-api-manager".into(),
+            instance: None,
+        },
+    );
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(ns.name.clone()),
+        name: Some("app".into()),
+        uid: Some("3db9d69b-8485-42cf-8007-c8faa0a98328".into()),
+        ..ObjectReference::default()
+    };
+    let fenced = |note: &str| Event {
+        type_: EventType::Warning,
+        reason: "Fenced".into(),
+        note: Some(note.into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let events: kube::Api<K8sEvent> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let listed = || async { events.list(&ListParams::default()).await.unwrap().items };
+
+    for _ in 0..3 {
+        recorder.publish(&fenced("node n1 offline"), &pod).await.unwrap();
+    }
+    let once = listed().await;
+    assert_eq!(once.len(), 1, "three repeats are one event: {once:?}");
+    assert_eq!(once[0].series.as_ref().map(|s| s.count), Some(3));
+    assert_eq!(once[0].reporting_controller.as_deref(), Some("storageos-api-manager"));
+
+    recorder.publish(&fenced("node n2 offline"), &pod).await.unwrap();
+    let notes: Vec<_> = listed().await.into_iter().filter_map(|e| e.note).collect();
+    assert!(
+        notes.contains(&"node n2 offline".to_string()),
+        "a new message is shown: {notes:?}"
+    );
+
+    events
+        .delete(&once[0].metadata.name.clone().unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    recorder.publish(&fenced("node n1 offline"), &pod).await.unwrap();
+    let again = listed().await;
+    let n1: Vec<_> = again
+        .iter()
+        .filter(|e| e.note.as_deref() == Some("node n1 offline"))
+        .collect();
+    assert_eq!(
+        n1.len(),
+        1,
+        "the repeat of a deleted event is published anew: {again:?}"
+    );
+    assert!(n1[0].series.is_none());
+}

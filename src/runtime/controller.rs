@@ -8,11 +8,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tracing::Instrument;
 
+use super::events::Recorder;
 use super::metrics::{ReconcileMetrics, ReconcileResult};
 
 /// The `P` that controls `child` (its owner reference with `controller: true`, when that names a
