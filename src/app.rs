@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
+use crate::runtime::memory::trimming;
 use crate::{apimanager, crd, install, operator, render, sim};
 
 /// Why a subcommand failed.
@@ -37,12 +38,24 @@ pub enum Error {
     Simulate(#[from] sim::Error),
 }
 
+/// The async runtime a subcommand runs on. The operator and the api-manager wait on the network
+/// nearly all the time: one thread serves them, and each worker thread more would bring its own
+/// malloc arena, several MiB resident (more on a node with more cores; docs/benchmarks.md). The
+/// simulator stands in for a whole StorageOS cluster under load tests: it gets every core.
+pub fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match command {
+        Command::Simulate(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    builder.enable_all().build()
+}
+
 /// Runs the chosen subcommand to completion.
 pub async fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Crds(args) => crds(&args),
-        Command::Run(args) => Ok(operator::run(args).await?),
-        Command::ApiManager(args) => Ok(apimanager::run(*args).await?),
+        Command::Run(args) => Ok(trimming(operator::run(args)).await?),
+        Command::ApiManager(args) => Ok(trimming(apimanager::run(*args)).await?),
         Command::Render(args) => Ok(render::run(&args)?),
         Command::Simulate(args) => Ok(sim::run(args).await?),
         Command::Manifests(args) => manifests(&args),

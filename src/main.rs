@@ -6,10 +6,19 @@ use std::process::ExitCode;
 use clap::Parser;
 use storageos_operator::{app, cli, telemetry};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = cli::normalize_go_flags(std::env::args());
     let cli = cli::Cli::parse_from(args);
+    match app::runtime(&cli.command) {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: cli::Cli) -> ExitCode {
     let telemetry = match telemetry::init(cli.log_format, &cli.log_level, cli.command.trace_service()) {
         Ok(t) => t,
         Err(e) => {
