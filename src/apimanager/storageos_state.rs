@@ -60,12 +60,20 @@ pub type VolumeSnapshot = Snapshot<VolumeList>;
 #[derive(Debug, Clone, Default)]
 pub struct VolumeList {
     pub namespaces: Vec<Namespace>,
-    pub volumes: Vec<Volume>,
+    /// The volumes of each namespace that holds some. A namespace whose volumes read the same as
+    /// at the poll before keeps the same allocation: an idle cluster's poll parses and drops one
+    /// namespace's volumes at a time instead of building a second copy of them all.
+    by_namespace: Vec<Arc<[Volume]>>,
     /// `(namespace name, error)` of each namespace whose volumes are missing from `volumes`.
     pub failed: Vec<(String, String)>,
 }
 
 impl VolumeList {
+    /// Every volume read.
+    pub fn volumes(&self) -> impl Iterator<Item = &Volume> {
+        self.by_namespace.iter().flat_map(|v| v.iter())
+    }
+
     /// Whether every namespace was read: only then may absence mean "gone".
     pub fn complete(&self) -> bool {
         self.failed.is_empty()
@@ -185,6 +193,8 @@ struct Namespaces {
     empty_since_read: HashMap<String, Instant>,
     /// The last namespace list, and when it was read.
     listed: Option<(Instant, Vec<Namespace>)>,
+    /// By namespace ID: its volumes at the last read that found some.
+    last_read: HashMap<String, Arc<[Volume]>>,
 }
 
 /// Whether `pvc` lies in a namespace missing from `known` (the names the last list had): its
@@ -207,6 +217,14 @@ fn list_stands(listed_at: Instant, list: &[Namespace], now: Instant, pvcs: &Stor
     pvcs.find(|pvc| unlisted_claim(pvc, &known)).is_none()
 }
 
+/// The volumes `read`, as the `last` read's allocation when they are the same.
+fn unless_unchanged(last: Option<Arc<[Volume]>>, read: Vec<Volume>) -> Arc<[Volume]> {
+    match last {
+        Some(same) if *same == *read => same,
+        _ => Arc::from(read),
+    }
+}
+
 impl Namespaces {
     /// Lists the namespaces (or keeps the last list, see [`NAMESPACE_RELIST`]), then the volumes
     /// of each one that held volumes, is new, or was last read empty at least
@@ -225,6 +243,7 @@ impl Namespaces {
         };
         self.empty_since_read
             .retain(|id, _| namespaces.iter().any(|n| n.id == *id));
+        let mut last_read = std::mem::take(&mut self.last_read);
         let mut list = VolumeList::default();
         for ns in &namespaces {
             if self.skip(&ns.id, now) {
@@ -236,7 +255,9 @@ impl Namespaces {
                 }
                 Ok(v) => {
                     self.empty_since_read.remove(&ns.id);
-                    list.volumes.extend(v);
+                    let volumes = unless_unchanged(last_read.remove(&ns.id), v);
+                    self.last_read.insert(ns.id.clone(), volumes.clone());
+                    list.by_namespace.push(volumes);
                 }
                 Err(e) if e.is_not_found() => {} // deleted since it was listed
                 Err(e) => {
@@ -325,6 +346,26 @@ mod tests {
             Some(CSI_DRIVER),
         )));
         assert!(!list_stands(t0, &listed, t0, &store), "a claim outside it");
+    }
+
+    #[test]
+    fn volumes_read_as_before_keep_their_allocation_and_any_change_makes_a_new_one() {
+        let volume = |name: &str| Volume {
+            name: name.into(),
+            ..Volume::default()
+        };
+        let first = unless_unchanged(None, vec![volume("pv1"), volume("pv2")]);
+        let same = unless_unchanged(Some(first.clone()), vec![volume("pv1"), volume("pv2")]);
+        assert!(Arc::ptr_eq(&first, &same));
+        let changed = unless_unchanged(Some(first.clone()), vec![volume("pv1")]);
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert_eq!(changed.len(), 1);
+        let list = VolumeList {
+            by_namespace: vec![first, changed],
+            ..VolumeList::default()
+        };
+        let names: Vec<_> = list.volumes().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["pv1", "pv2", "pv1"]);
     }
 
     #[test]

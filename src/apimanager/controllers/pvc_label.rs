@@ -370,8 +370,7 @@ async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<PersistentVolumeClaim>>) -> 
         .map(|n| (n.id.as_str(), n.name.as_str()))
         .collect();
     let by_key: HashMap<(&str, &str), &Volume> = listing
-        .volumes
-        .iter()
+        .volumes()
         .filter_map(|v| Some(((*names.get(v.namespace_id.as_str())?, v.name.as_str()), v)))
         .collect();
     for (namespace, pvcs) in &by_namespace {

@@ -219,7 +219,7 @@ impl Mirror<'_> {
         let started = Instant::now();
         let mut wanted: HashSet<VolumeKey> = HashSet::new();
         let mut stale = Vec::new();
-        for v in &list.volumes {
+        for v in list.volumes() {
             let Some((namespace, pvc)) = build::pvc_of(v) else {
                 continue;
             };

@@ -156,7 +156,7 @@ async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, snapshot: &VolumeSnapsh
             }
             let mut shared = Vec::new();
             let mut invalid = HashSet::new();
-            for v in &listing.volumes {
+            for v in listing.volumes() {
                 match desired::classify(v) {
                     Candidate::NotShared => {}
                     Candidate::Shared(sv) => shared.push(sv),
