@@ -59,7 +59,7 @@ impl Recorder {
             None => self.create(ev, regarding).await?,
         };
         if let Ok(mut r) = self.recent.lock() {
-            r.record(key, written, now);
+            r.record(key, written);
         }
         Ok(())
     }
@@ -91,7 +91,11 @@ impl Recorder {
                 &Patch::Merge(json!({ "series": series })),
             )
             .await?;
-        Ok(Seen { count, ..seen.clone() })
+        Ok(Seen {
+            count,
+            at: Instant::now(),
+            ..seen.clone()
+        })
     }
 }
 
@@ -139,7 +143,7 @@ fn key_of(ev: &Event, regarding: &ObjectReference) -> u64 {
     h.finish()
 }
 
-/// Where a recent event was written, and how many times it happened.
+/// Where a recent event was written, how many times it happened, and when last.
 #[derive(Clone, Debug, PartialEq)]
 struct Seen {
     name: String,
@@ -165,9 +169,9 @@ impl Recent {
         self.by_key.get(&key).cloned()
     }
 
-    /// Remembers `key` as just published, forgetting the oldest past [`REMEMBERED`].
-    fn record(&mut self, key: u64, seen: Seen, now: Instant) {
-        self.by_key.insert(key, Seen { at: now, ..seen });
+    /// Remembers `key` as published, forgetting the oldest past [`REMEMBERED`].
+    fn record(&mut self, key: u64, seen: Seen) {
+        self.by_key.insert(key, seen);
         if self.by_key.len() > REMEMBERED
             && let Some(oldest) = self.by_key.iter().min_by_key(|(_, s)| s.at).map(|(k, _)| *k)
         {
@@ -227,7 +231,7 @@ mod tests {
         let t0 = Instant::now();
         let mut recent = Recent::default();
         assert_eq!(recent.repeat(1, t0), None);
-        recent.record(1, seen("a.1", t0), t0);
+        recent.record(1, seen("a.1", t0));
         let again = recent.repeat(1, t0 + Duration::from_secs(60));
         assert_eq!(again.map(|s| s.name), Some("a.1".to_string()));
         assert_eq!(recent.repeat(1, t0 + REPEAT_WITHIN), None);
@@ -240,7 +244,7 @@ mod tests {
         let mut recent = Recent::default();
         for k in 0..5_000u64 {
             let at = t0 + Duration::from_millis(k);
-            recent.record(k, seen(&format!("pvc-{k}"), at), at);
+            recent.record(k, seen(&format!("pvc-{k}"), at));
         }
         assert_eq!(recent.by_key.len(), REMEMBERED);
         assert!(
