@@ -85,9 +85,10 @@ impl From<storageos::Error> for Error {
 pub async fn run(ctx: Arc<Context>) {
     let (caches, watches) = Caches::start(&ctx);
     let mut volumes = ctx.storageos_state.volumes();
+    // Made before the caches fill, so /metrics lists the controller from its start.
+    let kit = ctx.kit(CONTROLLER);
     let work = async {
         caches.ready(&ctx).await;
-        let kit = ctx.kit(CONTROLLER);
         tracing::info!(controller = CONTROLLER, every = ?ctx.args.volume_poll_interval.max(storageos_state::MIN_VOLUME_POLL), "reconciling shared volumes at every StorageOS volume poll");
         let mut reported = HashSet::new();
         while let Some(snapshot) = storageos_state::next(&mut volumes).await {
