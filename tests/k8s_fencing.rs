@@ -319,6 +319,11 @@ async fn api_faults_delay_fencing_but_do_not_prevent_it() {
     let skipped = w.pod_events("app", "FencingSkipped").await;
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert!(message(&skipped[0]).contains("cannot look up"), "{skipped:?}");
+    // The event follows the delete (and the attachment cleanup): wait for it, then count it.
+    wait_for("the Fenced event", POLL * 2, || async {
+        (!w.pod_events("app", "Fenced").await.is_empty()).then_some(())
+    })
+    .await;
     assert_eq!(w.pod_events("app", "Fenced").await.len(), 1);
     fencer.abort();
 }

@@ -553,7 +553,13 @@ async fn upgrade_scales_apps_down_restarts_nodes_on_the_new_image_and_restores_a
     assert!(scene.ns.api::<DaemonSet>().get_opt(&puller).await.unwrap().is_none());
     assert_eq!(scene.paused_by().await.as_deref(), Some("upgrade"));
 
-    let reasons = upgrade_events(&scene, "upgrade").await;
+    // The completion event is published after the Completed status: wait for it, then compare.
+    let reasons = scene
+        .wait("the UpgradeComplete event", || async {
+            let events = upgrade_events(&scene, "upgrade").await;
+            events.iter().any(|(r, _)| r == "UpgradeComplete").then_some(events)
+        })
+        .await;
     assert_eq!(
         reasons,
         [
