@@ -229,17 +229,21 @@ async fn pod_and_pvc_mutators_through_real_admission() {
         .unwrap();
     assert_eq!(scheduler_of(early), "default-scheduler");
 
-    // A certificate inside its re-issue window is replaced; the bundle keeps the old CA while the
-    // server switches, so admissions never fail.
+    // A certificate inside its re-issue window is replaced: the first refresh re-issues it and
+    // puts the new CA in the bundle beside the old one, still serving the old certificate; the
+    // next refresh serves the new one. Admissions never fail.
     let secrets = ns.api::<Secret>();
     let soon = json!({"metadata": {"annotations": {NOT_AFTER_ANNOTATION: (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339()}}});
     secrets
         .patch("storageos-webhook", &PatchParams::default(), &Patch::Merge(&soon))
         .await
         .unwrap();
+    assert!(
+        manager.refresh(slot, cert).await.unwrap().is_none(),
+        "the re-issued certificate was served in the refresh that injected its CA"
+    );
     let renewed = manager.ensure().await.unwrap();
     assert_ne!(renewed.cert_pem, cert.cert_pem, "the certificate was not re-issued");
-    manager.inject_ca(&renewed.ca_pem).await.unwrap();
     let during = pods
         .create(
             &PostParams::default(),
@@ -252,7 +256,12 @@ async fn pod_and_pvc_mutators_through_real_admission() {
         "storageos-scheduler",
         "admission failed while the old certificate was served"
     );
-    slot.replace(&renewed.cert_pem, &renewed.key_pem).unwrap();
+    let switched = manager.refresh(slot, cert).await.unwrap();
+    assert_eq!(
+        switched.map(|c| c.cert_pem),
+        Some(renewed.cert_pem.clone()),
+        "the next refresh serves the re-issued certificate"
+    );
     let after = pods
         .create(
             &PostParams::default(),
@@ -264,6 +273,10 @@ async fn pod_and_pvc_mutators_through_real_admission() {
         scheduler_of(after),
         "storageos-scheduler",
         "admission failed with the new certificate"
+    );
+    assert!(
+        manager.refresh(slot, &renewed).await.unwrap().is_none(),
+        "nothing to switch once the new certificate is served"
     );
     let bundle = String::from_utf8(
         mwcs.get(&ns.name).await.unwrap().webhooks.unwrap()[0]
@@ -277,6 +290,22 @@ async fn pod_and_pvc_mutators_through_real_admission() {
     assert!(
         bundle.starts_with(renewed.ca_pem.trim()) && bundle.contains(cert.ca_pem.trim()),
         "bundle must hold new then old CA"
+    );
+
+    // A served certificate about to expire is not kept for another refresh: its successor is
+    // served at once.
+    secrets
+        .patch("storageos-webhook", &PatchParams::default(), &Patch::Merge(&soon))
+        .await
+        .unwrap();
+    let expiring = storageos_operator::runtime::pki::ServingCert {
+        not_after: chrono::Utc::now() + chrono::Duration::minutes(30),
+        ..renewed.clone()
+    };
+    let third = manager.refresh(slot, &expiring).await.unwrap();
+    assert!(
+        third.is_some_and(|c| c.cert_pem != renewed.cert_pem),
+        "a certificate expiring within the grace was kept"
     );
 
     let _ = Api::<StorageClass>::all(client)

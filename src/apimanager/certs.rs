@@ -3,7 +3,8 @@
 //! MutatingWebhookConfiguration's `caBundle` (only that field, with our own field ownership).
 //!
 //! During a rotation the bundle holds the new and the previous CA, so replicas still serving the
-//! old certificate keep being trusted until they pick up the new one.
+//! old certificate keep being trusted until they pick up the new one, which they serve only from
+//! the refresh after the one that put its CA in the bundle.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use crate::runtime::https::CertSlot;
 use crate::runtime::pki::{self, ServingCert};
+
+/// A re-issued certificate is served at once, without waiting for the next refresh, when the
+/// served one expires within this.
+pub const SWITCH_GRACE: chrono::Duration = chrono::Duration::hours(1);
 
 /// Annotation on the Secret recording when the serving certificate expires.
 pub const NOT_AFTER_ANNOTATION: &str = "storageos.com/not-after";
@@ -180,8 +186,8 @@ impl CertManager {
     }
 
     /// Puts `ca` into the caBundle of every webhook of the configuration, keeping the previous CA.
-    /// Writes nothing when every webhook already starts with it.
-    pub async fn inject_ca(&self, ca_pem: &str) -> Result<(), Error> {
+    /// Writes nothing when every webhook already starts with it; says whether it wrote.
+    pub async fn inject_ca(&self, ca_pem: &str) -> Result<bool, Error> {
         let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         let what = format!("MutatingWebhookConfiguration {}", self.webhook_config);
         let config = api
@@ -200,7 +206,7 @@ impl CertManager {
             }
         }
         if ops.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         // Guard against the list changing under us between the read and the write.
         let mut guarded =
@@ -212,7 +218,33 @@ impl CertManager {
             .await
             .map_err(kube_err(&what))?;
         tracing::info!(config = %self.webhook_config, "injected the webhook CA into caBundle");
-        Ok(())
+        Ok(true)
+    }
+
+    /// One refresh of a serving replica: ensures the shared certificate and its CA in the
+    /// caBundle, and serves the certificate in `slot` once the apiserver can trust it. Returns
+    /// the certificate it switched to, if it did.
+    ///
+    /// The apiserver picks a new caBundle up a moment after the write, so a certificate from a
+    /// new CA is served only from the refresh after the one that injected that CA (the old one
+    /// is valid for half its validity still), unless the served one expires within
+    /// [`SWITCH_GRACE`].
+    pub async fn refresh(&self, slot: &CertSlot, current: &ServingCert) -> Result<Option<ServingCert>, Error> {
+        let cert = self.ensure().await?;
+        let injected = self.inject_ca(&cert.ca_pem).await?;
+        if cert.cert_pem == current.cert_pem {
+            return Ok(None);
+        }
+        if injected && current.not_after - Utc::now() > SWITCH_GRACE {
+            tracing::info!(not_after = %cert.not_after, "re-issued webhook certificate: its CA is trusted now, it is served from the next refresh");
+            return Ok(None);
+        }
+        if let Err(e) = slot.replace(&cert.cert_pem, &cert.key_pem) {
+            tracing::error!(error = %e, "cannot load the re-issued certificate; keeping the old one");
+            return Ok(None);
+        }
+        tracing::info!(not_after = %cert.not_after, "serving the re-issued webhook certificate");
+        Ok(Some(cert))
     }
 }
 

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 use std::sync::Arc;
 
-use super::certs::{self, CertManager};
+use super::certs::CertManager;
 use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
@@ -145,7 +145,7 @@ async fn ensure_certs(manager: &CertManager, retry: Duration) -> crate::runtime:
     loop {
         match manager.ensure().await {
             Ok(cert) => match manager.inject_ca(&cert.ca_pem).await {
-                Ok(()) => return cert,
+                Ok(_) => return cert,
                 Err(e) => tracing::warn!(error = %e, "cannot inject the webhook CA; retrying"),
             },
             Err(e) => tracing::warn!(error = %e, "cannot ensure the webhook certificate; retrying"),
@@ -271,7 +271,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 controllers_done = true;
                 result?;
             }
-            _ = cert_tick.tick() => match refresh_cert(&manager, &slot, &current).await {
+            _ = cert_tick.tick() => match manager.refresh(&slot, &current).await {
                 Ok(Some(new)) => {
                     helper_metrics.set_cert_expiry(new.not_after);
                     current = new;
@@ -321,24 +321,6 @@ async fn lead(ctx: Arc<Context>) -> Result<(), Error> {
         () = controllers::run(ctx) => Ok(()),
         e = leadership.lost() => Err(e.into()),
     }
-}
-
-async fn refresh_cert(
-    manager: &CertManager,
-    slot: &CertSlot,
-    current: &crate::runtime::pki::ServingCert,
-) -> Result<Option<crate::runtime::pki::ServingCert>, certs::Error> {
-    let cert = manager.ensure().await?;
-    manager.inject_ca(&cert.ca_pem).await?;
-    if cert.cert_pem == current.cert_pem {
-        return Ok(None);
-    }
-    if let Err(e) = slot.replace(&cert.cert_pem, &cert.key_pem) {
-        tracing::error!(error = %e, "cannot load the re-issued certificate; keeping the old one");
-        return Ok(None);
-    }
-    tracing::info!(not_after = %cert.not_after, "serving the re-issued webhook certificate");
-    Ok(Some(cert))
 }
 
 #[cfg(test)]
