@@ -209,10 +209,12 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     let eps_rv = ns.api::<Endpoints>().get(&pv).await.unwrap().resource_version();
     let vol_version = volume(&sim, &pv).version;
     sim.clear_requests();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    let requests = sim.requests();
-    let lists = requests.iter().filter(|r| r.path.ends_with("/volumes")).count();
-    assert!(lists >= 2, "at least two polls ran: {requests:#?}");
+    let requests = wait_for("two volume polls", Duration::from_secs(15), || async {
+        let requests = sim.requests();
+        let lists = requests.iter().filter(|r| r.path.ends_with("/volumes")).count();
+        (lists >= 2).then_some(requests)
+    })
+    .await;
     assert!(
         requests.iter().all(|r| r.method == "GET"),
         "only reads while idle: {requests:#?}"
