@@ -236,7 +236,7 @@ impl CertManager {
             return Ok(None);
         }
         if injected && current.not_after - Utc::now() > SWITCH_GRACE {
-            tracing::info!(not_after = %cert.not_after, "re-issued webhook certificate: its CA is trusted now, it is served from the next refresh");
+            tracing::info!(not_after = %cert.not_after, "re-issued webhook certificate: its CA is in the caBundle now; it is served from the next refresh");
             return Ok(None);
         }
         if let Err(e) = slot.replace(&cert.cert_pem, &cert.key_pem) {
