@@ -64,7 +64,7 @@ pub struct VolumeList {
     /// at the poll before keeps the same allocation: an idle cluster's poll parses and drops one
     /// namespace's volumes at a time instead of building a second copy of them all.
     by_namespace: Vec<Arc<[Volume]>>,
-    /// `(namespace name, error)` of each namespace whose volumes are missing from `volumes`.
+    /// `(namespace name, error)` of each namespace whose volumes could not be read (absent from [`VolumeList::volumes`]).
     pub failed: Vec<(String, String)>,
 }
 
