@@ -147,8 +147,14 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
 
     let node_affinity = affinity(&r.node_selector_terms, None);
     let api_manager_affinity = affinity(
-        &r.node_selector_terms,
+        r.api_manager_node_selector_terms
+            .as_deref()
+            .unwrap_or(&r.node_selector_terms),
         Some(spread_over_hosts(api_manager_component.clone())),
+    );
+    let api_manager_tolerations = merge_tolerations(
+        merge_tolerations(helper_tolerations(), &r.tolerations),
+        &r.api_manager_tolerations,
     );
     let (am_command, am_args) = api_manager_command(r, &images.api_manager_container);
     // A pinned old kube-scheduler reads only the config version of its release.
@@ -245,6 +251,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             "args": am_args,
             "env": api_manager_env(&inputs.node_env),
             "affinity": api_manager_affinity,
+            "tolerations": api_manager_tolerations,
             "podSecurityContext": restricted_pod_security(openshift),
             // Our api-manager serves /healthz and /readyz (ready once logged in to StorageOS and
             // serving webhooks with its certificate) on the metrics port; the Go image's probe
