@@ -192,8 +192,13 @@ pub struct SimulateArgs {
 
     /// Register a StorageOS node (online) for every Running pod of the StorageOS node
     /// DaemonSet in the cluster this kubeconfig points at.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "in_cluster")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// The same, in the cluster the simulator runs in as a pod (its ServiceAccount needs to
+    /// list and watch pods).
+    #[arg(long)]
+    pub in_cluster: bool,
 }
 
 /// Rewrites the Go flag spelling `-flag[=value]` of the api-manager into `--flag[=value]`, so

@@ -296,6 +296,7 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
     };
     let kube_client = match &args.kubeconfig {
         Some(path) => Some(kube_sync::client_from_kubeconfig(path).await?),
+        None if args.in_cluster => Some(kube_sync::in_cluster_client()?),
         None => None,
     };
     let handle = Simulator::start(config).await?;
