@@ -51,7 +51,11 @@ realnode_check_host() {
     if ((${#missing[@]})); then
       if command -v apt-get >/dev/null; then
         rn_log "installing ${missing[*]} from Debian's packages"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$CACHE/apt-real-node.log" 2>&1 \
+        mkdir -p "$CACHE"
+        # A fresh machine may have no package lists yet: update once and try again.
+        { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
+          || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; }; } \
+          >"$CACHE/apt-real-node.log" 2>&1 \
           || why+=("apt-get install ${missing[*]} failed (see $CACHE/apt-real-node.log)")
       else
         why+=("missing ${missing[*]} and no apt-get to install them (Debian packages: ${RN_PACKAGES[*]})")
