@@ -13,7 +13,7 @@ cd "$ROOT"
 source hack/versions.env
 CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
 KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
-IMAGE=$(awk '$1 == "image:" {print $2; exit}' deploy/operator.yaml)
+IMAGE=$(awk '$1 == "image:" && $2 != "" {print $2; exit}' deploy/operator.yaml)
 ARCHIVE=$ROOT/target/image/storageos-operator-debug.oci.tar
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
