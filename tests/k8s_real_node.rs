@@ -254,6 +254,20 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
         );
     }
 
+    // ---- its logs are JSON (as the Go api-manager's were), with no colour codes
+    let logs = kubectl(&["-n", "kube-system", "logs", &api_managers[0].name_any(), "--tail", "20"]);
+    let text = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.status.success() && !text.trim().is_empty(),
+        "kubectl logs: {}",
+        String::from_utf8_lossy(&logs.stderr)
+    );
+    assert!(!text.contains('\u{1b}'), "no escape codes in the api-manager's logs");
+    for line in text.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("an api-manager log line is not JSON ({e}): {line}"));
+    }
+
     // ---- its webhooks, called by the apiserver through their Service
     let ns = TestNamespace::new("real-node").await;
     let class: StorageClass = Api::<StorageClass>::all(client.clone())

@@ -111,3 +111,13 @@ fn invalid_inputs_are_clear_errors() {
 fn examples_exist() {
     assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join(CLUSTER).exists());
 }
+
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_codes() {
+    // Without --secret, render warns on stderr, which is a pipe here, not a terminal.
+    let out = render(&["-f", CLUSTER]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("WARN"), "a warning is logged: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no escape codes on a pipe: {stderr:?}");
+}

@@ -70,11 +70,18 @@ fn node_config(r: &Resolved, node_env: &BTreeMap<String, String>) -> BTreeMap<St
 
 /// The api-manager container's environment: the operator's tracing variables, so that its
 /// spans go where the operator's go.
-fn api_manager_env(node_env: &BTreeMap<String, String>) -> Vec<Value> {
-    node_env
-        .iter()
-        .filter(|(k, _)| forwarded_to_api_manager(k))
-        .map(|(k, v)| json!({"name": k, "value": v}))
+/// The api-manager's environment: JSON logs from our image (machine-readable, as the Go
+/// api-manager's were; a Go image logs JSON by itself), then the operator's tracing variables.
+fn api_manager_env(node_env: &BTreeMap<String, String>, go_image: bool) -> Vec<Value> {
+    let log_format = (!go_image).then(|| json!({"name": "LOG_FORMAT", "value": "json"}));
+    log_format
+        .into_iter()
+        .chain(
+            node_env
+                .iter()
+                .filter(|(k, _)| forwarded_to_api_manager(k))
+                .map(|(k, v)| json!({"name": k, "value": v})),
+        )
         .collect()
 }
 
@@ -249,7 +256,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "apiManager": {
             "command": am_command,
             "args": am_args,
-            "env": api_manager_env(&inputs.node_env),
+            "env": api_manager_env(&inputs.node_env, is_go_api_manager(&images.api_manager_container)),
             "affinity": api_manager_affinity,
             "tolerations": api_manager_tolerations,
             "podSecurityContext": restricted_pod_security(openshift),
