@@ -213,10 +213,7 @@ impl ApiManagerArgs {
     }
     /// The metrics address with an empty host meaning all interfaces (`:8080` → `0.0.0.0:8080`).
     pub fn metrics_socket_addr(&self) -> String {
-        match self.metrics_addr.strip_prefix(':') {
-            Some(port) => format!("0.0.0.0:{port}"),
-            None => self.metrics_addr.clone(),
-        }
+        crate::runtime::addr::listen_addr(&self.metrics_addr)
     }
 }
 

@@ -172,10 +172,11 @@ pub fn run(args: &RenderArgs) -> Result<(), Error> {
     }
     let objects = super::build(&inputs)?;
     let yaml = to_yaml_stream(&objects, args.show_secrets)?;
-    std::io::stdout()
-        .lock()
-        .write_all(yaml.as_bytes())
-        .map_err(Error::Write)
+    match std::io::stdout().lock().write_all(yaml.as_bytes()) {
+        // `render ... | head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.map_err(Error::Write),
+    }
 }
 
 #[cfg(test)]

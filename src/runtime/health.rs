@@ -33,7 +33,7 @@ impl Health {
 
     /// Binds `addr` and serves the three endpoints in the background.
     pub async fn spawn_server(&self, addr: &str) -> std::io::Result<()> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = crate::runtime::addr::bind(addr).await?;
         let router = self.router();
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {

@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -109,7 +108,7 @@ impl Simulator {
     /// Binds `config.listen` and serves in a background task until the handle is dropped or
     /// shut down.
     pub async fn start(config: Config) -> Result<SimHandle, Error> {
-        let listener = TcpListener::bind(config.listen.as_str())
+        let listener = crate::runtime::addr::bind(&config.listen)
             .await
             .map_err(|source| Error::Bind {
                 addr: config.listen.clone(),
