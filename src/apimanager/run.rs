@@ -167,6 +167,9 @@ pub fn register_metrics(registry: &mut Registry) -> Metrics {
 
 /// Runs the api-manager until SIGTERM/SIGINT.
 pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
+    for warning in args.ignored_flags() {
+        tracing::warn!("{warning}");
+    }
     let client = kube_client(&args).await?;
     let namespace = resolve_namespace(&args.namespace, Path::new(SERVICE_ACCOUNT_NAMESPACE));
     let mut registry = Registry::default();
