@@ -46,4 +46,13 @@ impl ClusterMetrics {
             })
             .set(i64::from(ready));
     }
+
+    /// Removes the series of `namespace/name` (a deleted cluster, or one that is not honoured),
+    /// so no alert fires for a cluster that is not there.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.ready.remove(&ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        });
+    }
 }

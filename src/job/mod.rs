@@ -31,6 +31,7 @@ use crate::crd::Job;
 use crate::runtime::apply::{self, Applier};
 use crate::runtime::controller::{Kit, controlling_owner, drain};
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::trusted::TrustedNamespaces;
 use daemonset::JOB_LABEL;
 use logs::LogCursor;
 
@@ -71,6 +72,8 @@ pub struct Context {
     namespace: Option<String>,
     /// The host paths a Job may mount.
     host_paths: hostpath::AllowList,
+    /// The namespaces whose Jobs are run (every namespace unless set).
+    trusted: TrustedNamespaces,
     /// How far each pod's log has been read, per Job, by pod UID.
     cursors: Mutex<HashMap<JobKey, HashMap<String, LogCursor>>>,
     /// UIDs of Jobs this process marked completed, so a stale cache never re-reads their logs
@@ -89,6 +92,7 @@ impl Context {
             client,
             namespace: None,
             host_paths: hostpath::AllowList::default(),
+            trusted: TrustedNamespaces::Any,
             cursors: Mutex::new(HashMap::new()),
             completed: Mutex::new(HashSet::new()),
             store: OnceLock::new(),
@@ -106,6 +110,14 @@ impl Context {
     #[must_use]
     pub fn with_host_paths(mut self, host_paths: hostpath::AllowList) -> Self {
         self.host_paths = host_paths;
+        self
+    }
+
+    /// Runs Jobs only in `trusted` namespaces; a Job elsewhere gets Ready=False with reason
+    /// `NamespaceNotAllowed` and no DaemonSet.
+    #[must_use]
+    pub fn with_trusted_namespaces(mut self, trusted: TrustedNamespaces) -> Self {
+        self.trusted = trusted;
         self
     }
 

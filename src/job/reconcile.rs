@@ -21,6 +21,7 @@ use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
 use crate::runtime::conditions::{self, now};
 use crate::runtime::controller::is_controlled_by;
+use crate::runtime::trusted::NAMESPACE_NOT_ALLOWED;
 
 /// Reason and note of the event sent once when a Job completes (the Go operator's).
 pub const COMPLETED_REASON: &str = "JobCompleted";
@@ -44,6 +45,18 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
     let daemonsets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &ns);
     let ds_name = daemonset::daemonset_name(&name);
     let live = daemonsets.get_opt(&ds_name).await?;
+
+    if !ctx.trusted.allows(&ns) {
+        // Creating a Job runs an image on every node with a host directory mounted: only in a
+        // namespace the operator trusts. A DaemonSet made while the namespace was trusted goes.
+        if let Some(live) = live.as_ref().filter(|l| is_controlled_by(*l, job.meta().uid.as_ref())) {
+            tracing::warn!(job = %name, daemonset = %ds_name, "removing the DaemonSet of a Job in a namespace that is not trusted");
+            delete_daemonset(&daemonsets, live).await?;
+        }
+        let msg = ctx.trusted.refusal("Job", &ns);
+        not_ready(&job, &jobs, &ctx, NAMESPACE_NOT_ALLOWED, msg).await?;
+        return Ok(Action::await_change());
+    }
 
     if !ctx.host_paths.allows(&job.spec.host_path) {
         // Admission allows the default list; the operator's own list may be narrower. A

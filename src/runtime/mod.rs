@@ -15,3 +15,4 @@ pub mod memory;
 pub mod metrics;
 pub mod pki;
 pub mod signal;
+pub mod trusted;
