@@ -53,6 +53,8 @@ pub const API_MANAGER: &[Rule] = &[
     .named(&[API_MANAGER_WEBHOOK_CONFIG]),
     // Maintenance: a StorageOSCluster paused by an upgrade suspends fencing and node delete.
     rule(&["storageos.com"], &["storageosclusters"], &["get", "list", "watch"]),
+    // ... only while the StorageOSUpgrade its annotation names is under way.
+    rule(&["storageos.com"], &["storageosupgrades"], &["get"]),
     rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
     // The StorageOS state mirror: nodes.api.storageos.com and volumes.api.storageos.com are
     // written by server-side apply (create when new; status through its subresource), orphans

@@ -68,13 +68,17 @@ fn node_config(r: &Resolved, node_env: &BTreeMap<String, String>) -> BTreeMap<St
     c
 }
 
-/// The api-manager container's environment: the operator's tracing variables, so that its
-/// spans go where the operator's go.
-fn api_manager_env(node_env: &BTreeMap<String, String>) -> Vec<Value> {
-    node_env
-        .iter()
-        .filter(|(k, _)| forwarded_to_api_manager(k))
-        .map(|(k, v)| json!({"name": k, "value": v}))
+/// The api-manager container's environment: the cluster it belongs to (`STORAGEOS_CLUSTER`,
+/// `namespace/name`: only that cluster's pause annotation signals maintenance), and the
+/// operator's tracing variables, so that its spans go where the operator's go.
+fn api_manager_env(cluster: &str, node_env: &BTreeMap<String, String>) -> Vec<Value> {
+    std::iter::once(json!({"name": "STORAGEOS_CLUSTER", "value": cluster}))
+        .chain(
+            node_env
+                .iter()
+                .filter(|(k, _)| forwarded_to_api_manager(k))
+                .map(|(k, v)| json!({"name": k, "value": v})),
+        )
         .collect()
 }
 
@@ -243,7 +247,10 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "apiManager": {
             "command": am_command,
             "args": am_args,
-            "env": api_manager_env(&inputs.node_env),
+            "env": api_manager_env(
+                &format!("{}/{}", meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default()),
+                &inputs.node_env,
+            ),
             "affinity": api_manager_affinity,
             "podSecurityContext": restricted_pod_security(openshift),
             // Our api-manager serves /healthz and /readyz (ready once logged in to StorageOS and
