@@ -145,8 +145,10 @@ impl ObjectKey {
 }
 
 /// Kinds that are safe to delete and recreate when an immutable field must change: they only
-/// describe how new volumes are made, so existing volumes and pods are unaffected.
-pub const REPLACEABLE_KINDS: &[&str] = &["StorageClass", "CSIDriver"];
+/// describe how new volumes are made, so existing volumes and pods are unaffected. A Secret's
+/// `type` is immutable too: the Go operator gave its copy of the etcd TLS Secret the source's
+/// type, and the copy is now always `Opaque`; running pods keep the content they mounted.
+pub const REPLACEABLE_KINDS: &[&str] = &["StorageClass", "CSIDriver", "Secret"];
 
 /// Kinds applied without the ownership check: the operand Namespace often exists already (it is
 /// `kube-system` by default); applying only adds our labels to it, and it is never pruned.
