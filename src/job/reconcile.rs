@@ -58,7 +58,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         return Ok(Action::await_change());
     }
 
-    if !ctx.host_paths.allows(&job.spec.host_path) {
+    let Some(mount) = ctx.host_paths.mount(&job.spec.host_path) else {
         // Admission allows the default list; the operator's own list may be narrower. A
         // DaemonSet made under a wider list is removed: it mounts what is no longer allowed.
         if let Some(live) = live.as_ref().filter(|l| is_controlled_by(*l, job.meta().uid.as_ref())) {
@@ -68,9 +68,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         let msg = ctx.host_paths.refusal(&job.spec.host_path);
         not_ready(&job, &jobs, &ctx, super::HOST_PATH_NOT_ALLOWED, msg).await?;
         return Ok(Action::await_change());
-    }
+    };
 
-    let desired = match daemonset::build(&job) {
+    let desired = match daemonset::build_mounting(&job, &mount) {
         Ok(ds) => ds,
         Err(e @ Error::InvalidLabelSelector(_)) => {
             not_ready(&job, &jobs, &ctx, "InvalidSpec", e.to_string()).await?;
