@@ -575,6 +575,26 @@ pub async fn events(client: &Client, namespace: &str, kind: Option<&str>, name: 
         .collect()
 }
 
+/// Names of the ClusterRoleBindings with a subject in `namespace` (a ServiceAccount there given
+/// cluster-wide rights).
+#[allow(dead_code)]
+pub async fn cluster_role_bindings_naming(client: &Client, namespace: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|b| {
+            b.subjects
+                .iter()
+                .flatten()
+                .any(|s| s.namespace.as_deref() == Some(namespace))
+        })
+        .map(|b| b.name_any())
+        .collect()
+}
+
 /// The message of an event.
 pub fn message(e: &Event) -> String {
     e.message.clone().unwrap_or_default()
