@@ -151,6 +151,80 @@ async fn waits_for_the_storageos_api_then_serves_webhooks() {
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
 }
 
+/// The caBundle of the first webhook of `ns`'s configuration, if set.
+async fn ca_bundle(
+    mwcs: &kube::Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
+    ns: &str,
+) -> Option<String> {
+    let hooks = mwcs.get(ns).await.ok()?.webhooks?;
+    String::from_utf8(hooks.first()?.client_config.ca_bundle.clone()?.0).ok()
+}
+
+/// A stored certificate whose key does not load (a restore, a manual edit) is replaced, not a
+/// crash loop: the api-manager becomes ready with a new certificate. A webhook configuration
+/// deleted and re-created without a caBundle gets the CA within 10 s (it is watched), not at
+/// the next 30-minute refresh.
+#[tokio::test]
+async fn a_corrupt_certificate_is_reissued_and_a_recreated_configuration_gets_its_ca_within_10s() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use kube::api::PostParams;
+
+    let ns = TestNamespace::new("apimgr-ca").await;
+    let mwcs = webhook_config(&ns).await;
+    let creds = credentials(&ns).await;
+    let corrupt: Secret = support::from_json(serde_json::json!({
+        "metadata": {"name": "storageos-webhook",
+                     "annotations": {"storageos.com/not-after": "2099-01-01T00:00:00+00:00"}},
+        "stringData": {"ca-cert.pem": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                       "cert.pem": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                       "key.pem": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}
+    }));
+    ns.api::<Secret>()
+        .create(&PostParams::default(), &corrupt)
+        .await
+        .unwrap();
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let api_port = sim.addr().port();
+    let mut replica = Replica::spawn(&ns.name, api_port, creds.path(), &[], "apimgr-ca");
+    let metrics_port = replica.metrics_port;
+    wait_for("the api-manager to become ready", Duration::from_secs(30), || async {
+        (readyz(metrics_port).await == Some(200)).then_some(())
+    })
+    .await;
+    let secret = ns.api::<Secret>().get("storageos-webhook").await.unwrap();
+    let key = String::from_utf8(secret.data.clone().unwrap()["key.pem"].0.clone()).unwrap();
+    assert!(!key.contains("AAAA"), "the corrupt key was kept");
+    let ca = String::from_utf8(secret.data.unwrap()["ca-cert.pem"].0.clone()).unwrap();
+    assert!(ca_bundle(&mwcs, &ns.name).await.unwrap().contains(ca.trim()));
+
+    // Re-created without a caBundle: injected again within 10 s.
+    let mut fresh: MutatingWebhookConfiguration = mwcs.get(&ns.name).await.unwrap();
+    mwcs.delete(&ns.name, &DeleteParams::default()).await.unwrap();
+    fresh.metadata = kube::api::ObjectMeta {
+        name: Some(ns.name.clone()),
+        ..Default::default()
+    };
+    for hook in fresh.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = None;
+    }
+    mwcs.create(&PostParams::default(), &fresh).await.unwrap();
+    wait_for(
+        "the CA in the re-created configuration",
+        Duration::from_secs(10),
+        || async {
+            ca_bundle(&mwcs, &ns.name)
+                .await
+                .filter(|b| b.contains(ca.trim()))
+                .map(|_| ())
+        },
+    )
+    .await;
+    assert!(replica.child.try_wait().unwrap().is_none(), "the api-manager exited");
+    let status = replica.stop().await;
+    assert!(status.success(), "exit status {status}");
+    let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
+}
+
 /// How many times the fencer's node poll (`GET /v2/nodes`) reached `sim`.
 fn node_polls(sim: &sim::SimHandle) -> usize {
     sim.requests()

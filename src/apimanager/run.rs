@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use futures::StreamExt;
 use prometheus_client::registry::Registry;
 
 use std::sync::Arc;
@@ -263,7 +264,12 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     let mut current = cert;
     let stop = signal::shutdown();
     tokio::pin!(stop);
+    // The webhook configuration, watched by name: one re-created by the operator (or that gained
+    // a webhook) gets the CA within seconds, not at the next refresh.
+    let config_changes = webhook_config_changes(client.clone(), &args.webhook_config_mutating);
+    tokio::pin!(config_changes);
     loop {
+        let mut refresh_now = false;
         tokio::select! {
             () = &mut stop => break,
             ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
@@ -271,14 +277,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 controllers_done = true;
                 result?;
             }
-            _ = cert_tick.tick() => match manager.refresh(&slot, &current).await {
-                Ok(Some(new)) => {
-                    helper_metrics.set_cert_expiry(new.not_after);
-                    current = new;
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
-            },
+            Some(()) = config_changes.next() => refresh_now = true,
+            _ = cert_tick.tick() => refresh_now = true,
             _ = token_tick.tick() => {
                 match api.refresh().await {
                     Ok(_) => helper_metrics.count("refresh_token", ""),
@@ -292,9 +292,43 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 }
             }
         }
+        if refresh_now {
+            match manager.refresh(&slot, &current).await {
+                Ok(Some(new)) => {
+                    helper_metrics.set_cert_expiry(new.not_after);
+                    current = new;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
+            }
+        }
     }
     tracing::info!("api-manager stopped");
     Ok(())
+}
+
+/// One item each time the MutatingWebhookConfiguration `name` is created or changed (our own
+/// caBundle writes included: the refresh they cause writes nothing). A deletion yields nothing:
+/// there is nothing to inject into until the operator re-creates it.
+fn webhook_config_changes(client: kube::Client, name: &str) -> impl futures::Stream<Item = ()> + use<> {
+    use futures::StreamExt;
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let api: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|r| async move {
+            match r {
+                Ok(_) => Some(()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching the webhook configuration");
+                    None
+                }
+            }
+        })
 }
 
 /// Waits for leadership (when `-enable-leader-election`), then runs the controllers until they

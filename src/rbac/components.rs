@@ -45,10 +45,11 @@ pub const API_MANAGER: &[Rule] = &[
     // The fencer deletes the StorageOS VolumeAttachments of fenced pods.
     rule(&["storage.k8s.io"], &["volumeattachments"], &["list", "delete"]),
     // CA injection into the webhook configuration the operator renders.
+    // Watched by name, so a re-created configuration gets its CA at once.
     rule(
         &["admissionregistration.k8s.io"],
         &["mutatingwebhookconfigurations"],
-        &["get", "patch"],
+        &["get", "list", "watch", "patch"],
     )
     .named(&[API_MANAGER_WEBHOOK_CONFIG]),
     // Maintenance: a StorageOSCluster paused by an upgrade suspends fencing and node delete.
