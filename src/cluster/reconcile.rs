@@ -506,7 +506,8 @@ async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
 fn apply_wave(kind: &str) -> u8 {
     match kind {
         "Namespace" => 0,
-        "ClusterRoleBinding" | "RoleBinding" => 2,
+        // A policy binding with a parameter is authorized against its policy, which must exist.
+        "ClusterRoleBinding" | "RoleBinding" | "ValidatingAdmissionPolicyBinding" => 2,
         "DaemonSet" | "Deployment" | "StatefulSet" => LAST_WAVE,
         _ => 1,
     }
@@ -651,6 +652,7 @@ mod tests {
         let waves: Vec<u8> = order.iter().map(|k| apply_wave(k)).collect();
         assert!(waves.windows(2).all(|w| w[0] <= w[1]), "{waves:?}");
         assert!(apply_wave("ClusterRole") < apply_wave("ClusterRoleBinding"));
+        assert!(apply_wave("ValidatingAdmissionPolicy") < apply_wave("ValidatingAdmissionPolicyBinding"));
         for workload in ["DaemonSet", "Deployment", "StatefulSet"] {
             assert_eq!(apply_wave(workload), LAST_WAVE);
         }
