@@ -220,9 +220,10 @@ impl WebhookMetrics {
 /// How long a mutator may take before the request is answered without it: below the
 /// configuration's 5 s timeout, so the apiserver gets our answer rather than its own timeout.
 pub const DEADLINE: Duration = Duration::from_secs(4);
-/// The largest request body read: an AdmissionReview of the biggest object the apiserver stores
-/// (it limits requests to 3 MiB) fits.
-pub const MAX_BODY: usize = 4 << 20;
+/// The largest request body read (as [`crate::runtime::https::Limits::body`]): an
+/// AdmissionReview of a Pod or PVC CREATE (no old object) of the largest size etcd stores
+/// (1.5 MiB) fits.
+pub const MAX_BODY: usize = 2 << 20;
 
 /// What the handlers share.
 pub struct WebhookState<L> {
