@@ -450,21 +450,7 @@ mod tests {
         // A real client is answered.
         assert_eq!(get(addr, &ca).await, "ok");
         // A client that completes the handshake but never sends a request is closed too.
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let mut silent = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .unwrap();
+        let mut silent = tls(addr, &ca).await;
         let mut b = [0u8; 1];
         let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut b)).await;
         assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
