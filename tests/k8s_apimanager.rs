@@ -1,6 +1,6 @@
-//! Integration tier: `storageos-operator api-manager` as a process — it waits (no crash loop)
-//! while the StorageOS API is down, then connects, issues its certificate, injects the CA and
-//! becomes ready; SIGTERM stops it cleanly. With leader election, every replica serves webhooks
+//! Integration tier: `storageos-operator api-manager` as a process — it issues its certificate,
+//! injects the CA, serves the webhooks and becomes ready while the StorageOS API is down (no
+//! crash loop), and logs in once it answers; SIGTERM stops it cleanly. With leader election, every replica serves webhooks
 //! and only the Lease holder runs the controllers; another replica takes over when it stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -101,8 +101,11 @@ async fn credentials(ns: &TestNamespace) -> tempfile::TempDir {
     support::apimanager::credentials(ns, "storageos", "storageos").await
 }
 
+/// The webhooks need no StorageOS: while its API is down the api-manager issues its
+/// certificate, injects the CA, serves the webhooks and is ready (the webhook Service routes to
+/// ready pods), without crash-looping; it logs in once the API answers. SIGTERM stops it cleanly.
 #[tokio::test]
-async fn waits_for_the_storageos_api_then_serves_webhooks() {
+async fn webhooks_serve_while_storageos_is_down() {
     let ns = TestNamespace::new("apimgr").await;
     let mwcs = webhook_config(&ns).await;
     let creds = credentials(&ns).await;
@@ -110,40 +113,39 @@ async fn waits_for_the_storageos_api_then_serves_webhooks() {
     let mut replica = Replica::spawn(&ns.name, api_port, creds.path(), &[], "apimgr-solo");
     let (metrics_port, webhook_port) = (replica.metrics_port, replica.webhook_port);
 
-    // The API is down: the process keeps running and is not ready.
-    wait_for("the metrics server", Duration::from_secs(20), || readyz(metrics_port)).await;
+    // The API is down: the webhooks serve and the process is ready.
+    wait_for("the api-manager to become ready", Duration::from_secs(20), || async {
+        (readyz(metrics_port).await == Some(200)).then_some(())
+    })
+    .await;
+    let secret = ns.api::<Secret>().get("storageos-webhook").await.unwrap();
+    let ca = String::from_utf8(secret.data.unwrap()["ca-cert.pem"].0.clone()).unwrap();
+    let hooks = mwcs.get(&ns.name).await.unwrap().webhooks.unwrap();
+    let bundle = String::from_utf8(hooks[0].client_config.ca_bundle.clone().unwrap().0).unwrap();
+    assert!(bundle.contains(ca.trim()), "the caBundle does not hold the Secret's CA");
+    let tls = tokio::net::TcpStream::connect(("127.0.0.1", webhook_port)).await;
+    assert!(tls.is_ok(), "the webhook server is not listening");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         replica.child.try_wait().unwrap().is_none(),
         "the api-manager exited while the StorageOS API was down"
     );
-    assert_eq!(readyz(metrics_port).await, Some(503));
 
-    // The API comes up: it connects, issues the certificate, injects the CA and is ready.
+    // The API comes up: it logs in.
     let sim = Simulator::start(sim::Config {
         listen: format!("127.0.0.1:{api_port}"),
         ..Default::default()
     })
     .await
     .unwrap();
-    wait_for("the api-manager to become ready", Duration::from_secs(20), || async {
-        (readyz(metrics_port).await == Some(200)).then_some(())
-    })
-    .await;
-    assert!(
+    wait_for("a successful login", Duration::from_secs(20), || async {
         sim.requests()
             .iter()
-            .any(|r| r.path.ends_with("/auth/login") && r.status == 200),
-        "no successful login"
-    );
-    let secret = ns.api::<Secret>().get("storageos-webhook").await.unwrap();
-    let ca = String::from_utf8(secret.data.unwrap()["ca-cert.pem"].0.clone()).unwrap();
-    let hooks = mwcs.get(&ns.name).await.unwrap().webhooks.unwrap();
-    let bundle = String::from_utf8(hooks[0].client_config.ca_bundle.clone().unwrap().0).unwrap();
-    assert!(bundle.contains(ca.trim()), "the caBundle does not hold the Secret's CA");
-    // The webhook server answers TLS on its port.
-    let tls = tokio::net::TcpStream::connect(("127.0.0.1", webhook_port)).await;
-    assert!(tls.is_ok(), "the webhook server is not listening");
+            .any(|r| r.path.ends_with("/auth/login") && r.status == 200)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(readyz(metrics_port).await, Some(200));
 
     // SIGTERM stops it cleanly.
     let status = replica.stop().await;

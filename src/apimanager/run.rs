@@ -1,8 +1,10 @@
 //! `storageos-operator api-manager`: the process.
 //!
-//! Start-up blocks until a StorageOS login succeeds (retrying every `-api-retry-interval`, never
-//! crash-looping), then every replica ensures the shared webhook certificate, injects the CA and
-//! serves the webhooks; the token is refreshed on `-api-refresh-interval`.
+//! Every replica first ensures the shared webhook certificate, injects the CA and serves the
+//! webhooks (and is ready: the webhook Service routes to it); they need no StorageOS. Leader
+//! election and the controllers then wait until a StorageOS login succeeds (retrying every
+//! `-api-retry-interval`, never crash-looping); the token is refreshed on
+//! `-api-refresh-interval`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -196,13 +198,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             source,
         })?;
 
-    // 1. No leader election, no webhooks, until the StorageOS API answers.
-    let api = tokio::select! {
-        api = connect(&args, &api_metrics, &helper_metrics) => api,
-        () = signal::shutdown() => return Ok(()),
-    };
-
-    // 2. Certificates shared by every replica, then the webhook server.
+    // 1. Certificates shared by every replica, then the webhook server: the webhooks need no
+    // StorageOS, so they serve while it is down (an upgrade restarts every node pod).
     let or_ns = |s: &str| if s.is_empty() { namespace.clone() } else { s.to_string() };
     let manager = CertManager {
         client: client.clone(),
@@ -239,6 +236,13 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     ));
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
+
+    // 2. No leader election and no controllers until the StorageOS API answers.
+    let api = tokio::select! {
+        api = connect(&args, &api_metrics, &helper_metrics) => api,
+        () = signal::shutdown() => return Ok(()),
+        ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
+    };
 
     // 3. Controllers, on the leader only.
     let ctx = Arc::new(Context {

@@ -253,8 +253,8 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             ),
             "affinity": api_manager_affinity,
             "podSecurityContext": restricted_pod_security(openshift),
-            // Our api-manager serves /healthz and /readyz (ready once logged in to StorageOS and
-            // serving webhooks with its certificate) on the metrics port; the Go image's probe
+            // Our api-manager serves /healthz and /readyz (ready once serving webhooks with its
+            // certificate, which needs no StorageOS) on the metrics port; the Go image's probe
             // endpoints differ, so it keeps none.
             "probes": !is_go_api_manager(&images.api_manager_container),
         },
