@@ -15,4 +15,5 @@ pub mod memory;
 pub mod metrics;
 pub mod pki;
 pub mod signal;
+pub mod text;
 pub mod trusted;
