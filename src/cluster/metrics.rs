@@ -56,3 +56,25 @@ impl ClusterMetrics {
         });
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalized_cluster_has_no_series() {
+        let mut registry = Registry::default();
+        let m = ClusterMetrics::register(&mut registry);
+        m.observe("ns", "a", &StorageOSClusterStatus::default());
+        m.observe("ns", "b", &StorageOSClusterStatus::default());
+        m.forget("ns", "a");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains(r#"name="a""#), "{text}");
+        assert!(
+            text.contains(r#"storageos_cluster_ready{namespace="ns",name="b"} 0"#),
+            "{text}"
+        );
+    }
+}

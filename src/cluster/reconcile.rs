@@ -136,6 +136,8 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
     let is_active = active(&trusted).is_some_and(|a| same(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {
+        // A cluster on its way out is not one to alert about.
+        ctx.cluster_metrics.forget(&ns, &cluster.name_any());
         return finalize::finalize(cluster, is_active, ctx).await;
     }
     if finalizer::add(&api, cluster, FINALIZER, &PatchParams::default())
@@ -249,6 +251,7 @@ pub const OPERAND_NAMESPACE_NOT_ALLOWED: &str = "OperandNamespaceNotAllowed";
 
 /// Marks a cluster that is not the active one, once, and checks back for a takeover.
 async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
+    // A duplicate waiting its turn runs nothing: no readiness series (the alert would fire).
     let previous = cluster.status.clone().unwrap_or_default();
     if previous.phase.as_deref() != Some(phase::PENDING) {
         ctx.event(
@@ -275,6 +278,8 @@ async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &
     );
     status.conditions = Some(conds);
     write_status(ctx, api, cluster, &previous, status).await?;
+    ctx.cluster_metrics
+        .forget(&cluster.namespace().unwrap_or_default(), &cluster.name_any());
     Ok(Action::requeue(Duration::from_secs(5)))
 }
 

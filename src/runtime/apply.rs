@@ -238,6 +238,30 @@ impl Applier {
         self.applied.lock().ok().and_then(|m| m.get(key).cloned())
     }
 
+    /// Forgets what was applied for every key `keep` refuses: objects deleted by someone else
+    /// (the garbage collector, with their owner), so the memory does not grow with every Job.
+    pub fn retain(&self, keep: impl Fn(&ObjectKey) -> bool) {
+        if let Ok(mut m) = self.applied.lock() {
+            m.retain(|k, _| keep(k));
+        }
+    }
+
+    /// Forgets what was applied for `key`.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.remember(key.clone(), None);
+    }
+
+    /// Remembers `key` as applied (tests of the callers' forgetting).
+    #[cfg(test)]
+    pub(crate) fn remember_applied(&self, key: ObjectKey) {
+        self.remember(key, Some((0, String::new())));
+    }
+
+    /// How many objects are remembered.
+    pub fn remembered_count(&self) -> usize {
+        self.applied.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
     fn remember(&self, key: ObjectKey, entry: Option<(u64, String)>) {
         if let Ok(mut m) = self.applied.lock() {
             match entry {

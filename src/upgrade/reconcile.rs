@@ -487,6 +487,7 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
         set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
     }
     ctx.applier.delete_ours(&puller_key(up)).await?;
+    ctx.applier.forget(&puller_key(up));
     finalizer::remove(api, up, FINALIZER, &patch_params()).await?;
     Ok(Action::await_change())
 }
