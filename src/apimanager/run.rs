@@ -210,9 +210,16 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         webhook_config: args.webhook_config_mutating.clone(),
         validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
     };
-    let cert = tokio::select! {
-        cert = ensure_certs(&manager, args.api_retry_interval) => cert,
-        () = signal::shutdown() => return Ok(()),
+    // The StorageOS login (for the controllers) goes on meanwhile, whatever the certificates do.
+    let login = connect(&args, &api_metrics, &helper_metrics);
+    tokio::pin!(login);
+    let mut api = None;
+    let cert = loop {
+        tokio::select! {
+            cert = ensure_certs(&manager, args.api_retry_interval) => break cert,
+            logged_in = &mut login, if api.is_none() => api = Some(logged_in),
+            () = signal::shutdown() => return Ok(()),
+        }
     };
     helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
@@ -238,10 +245,13 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
 
     // 2. No leader election and no controllers until the StorageOS API answers.
-    let api = tokio::select! {
-        api = connect(&args, &api_metrics, &helper_metrics) => api,
-        () = signal::shutdown() => return Ok(()),
-        ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
+    let api = match api {
+        Some(api) => api,
+        None => tokio::select! {
+            api = &mut login => api,
+            () = signal::shutdown() => return Ok(()),
+            ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
+        },
     };
 
     // 3. Controllers, on the leader only.
