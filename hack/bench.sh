@@ -264,7 +264,7 @@ EOF
 
   step "n=$n: api-manager"
   local cns
-  cns=$(kc get stos storageos -n default -o jsonpath='{.spec.namespace}')
+  cns=$(kc get stos storageos -n storageos-operator -o jsonpath='{.spec.namespace}')
   cns=${cns:-kube-system}
   mkdir -p "$DIR/api-secret"
   printf storageos >"$DIR/api-secret/username"

@@ -114,10 +114,10 @@ say "waiting for the cluster to become Running"
 deadline=$((SECONDS + 180))
 last=""
 while :; do
-  line=$(kc get stos storageos -n default --no-headers 2>/dev/null || true)
+  line=$(kc get stos storageos -n storageos-operator --no-headers 2>/dev/null || true)
   [[ $line != "$last" && -n $line ]] && echo "    $line"
   last=$line
-  if [[ $(kc get stos storageos -n default -o jsonpath='{.status.phase} {.status.ready}' 2>/dev/null) == "Running 3/3" ]]; then
+  if [[ $(kc get stos storageos -n storageos-operator -o jsonpath='{.status.phase} {.status.ready}' 2>/dev/null) == "Running 3/3" ]]; then
     break
   fi
   if ((SECONDS > deadline)); then
@@ -138,7 +138,7 @@ say "starting the api-manager (leader-elected controllers, webhooks on $WEBHOOK_
 mkdir -p "$DEMO/api-secret"
 printf storageos >"$DEMO/api-secret/username"
 printf storageos >"$DEMO/api-secret/password"
-cluster_ns=$(kc get stos storageos -n default -o jsonpath='{.spec.namespace}')
+cluster_ns=$(kc get stos storageos -n storageos-operator -o jsonpath='{.spec.namespace}')
 # The ServiceAccount and ClusterRole the operator rendered for the api-manager.
 kubeconfig_for "${cluster_ns:-kube-system}" storageos-api-manager-sa "$DEMO/api-manager.kubeconfig"
 start api-manager "$BIN" api-manager -kubeconfig "$DEMO/api-manager.kubeconfig" -api-endpoint "http://$SIM_ADDR" \

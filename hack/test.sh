@@ -27,6 +27,17 @@ export KUBECONFIG
 # fails the run, with the validator's messages.
 hack/olm.sh validate olm
 
+# The dependency tree against deny.toml: licences, banned crates and sources need no network and
+# always run (install cargo-deny with `cargo install cargo-deny --locked`). Advisories need the
+# RustSec database from GitHub: checked when it can be fetched, reported as skipped otherwise.
+command -v cargo-deny >/dev/null || { echo "cargo-deny is missing: cargo install cargo-deny --locked" >&2; exit 1; }
+cargo deny check licenses bans sources
+if cargo deny fetch db >/dev/null 2>&1; then
+  cargo deny check advisories
+else
+  echo "cargo deny check advisories: skipped (the RustSec database cannot be fetched from here)" >&2
+fi
+
 cargo build --bins
 cargo test --all-targets --no-run
 

@@ -42,9 +42,17 @@ pub enum Error {
 /// nearly all the time: one thread serves them, and each worker thread more would bring its own
 /// malloc arena, several MiB resident (more on a node with more cores; docs/benchmarks.md). The
 /// simulator stands in for a whole StorageOS cluster under load tests: it gets every core.
+///
+/// The api-manager gets two worker threads: parsing admission requests is CPU work, and on one
+/// thread a burst of it would delay its Lease renewals (and so fencing) and the other webhooks.
 pub fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = match command {
         Command::Simulate(_) => tokio::runtime::Builder::new_multi_thread(),
+        Command::ApiManager(_) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        }
         _ => tokio::runtime::Builder::new_current_thread(),
     };
     builder.enable_all().build()

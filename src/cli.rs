@@ -116,6 +116,24 @@ pub struct RunArgs {
     /// this flag can narrow it.
     #[arg(long, env = "JOB_HOST_PATHS", default_value = crate::job::hostpath::DEFAULT)]
     pub job_host_paths: crate::job::hostpath::AllowList,
+
+    /// Namespaces whose StorageOSClusters, StorageOSUpgrades and Jobs the operator honours,
+    /// comma-separated (default: its own namespace, `--leader-election-namespace`). Objects
+    /// elsewhere get Ready=False with reason NamespaceNotAllowed. A cluster's Secret references
+    /// and operand namespace may name only its own namespace, these (and kube-system for the
+    /// operands). Creating these kinds is cluster-admin-equivalent: list only namespaces whose
+    /// every editor may act as cluster-admin. `*` trusts every namespace.
+    #[arg(long, env = "WATCH_NAMESPACES")]
+    pub watch_namespaces: Option<crate::runtime::trusted::TrustedNamespaces>,
+}
+
+impl RunArgs {
+    /// The trusted namespaces: `--watch-namespaces`, else the operator's own namespace.
+    pub fn trusted_namespaces(&self) -> crate::runtime::trusted::TrustedNamespaces {
+        self.watch_namespaces
+            .clone()
+            .unwrap_or_else(|| crate::runtime::trusted::TrustedNamespaces::only(&self.leader_election_namespace))
+    }
 }
 
 pub use crate::apimanager::flags::ApiManagerArgs;
@@ -245,6 +263,24 @@ mod tests {
             Command::ApiManager(a) => assert_eq!(a.api_endpoint, "http://sos:5705"),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn only_the_operator_namespace_is_trusted_unless_told_otherwise() {
+        let run = |extra: &str| match Cli::try_parse_from(args(&format!(
+            "bin run --leader-election-namespace storageos-operator {extra}"
+        )))
+        .expect("parses")
+        .command
+        {
+            Command::Run(a) => a.trusted_namespaces(),
+            other => panic!("unexpected {other:?}"),
+        };
+        let own = run("");
+        assert!(own.allows("storageos-operator") && !own.allows("default") && !own.allows("tenant"));
+        let wider = run("--watch-namespaces storageos-operator,default");
+        assert!(wider.allows("default") && !wider.allows("tenant"));
+        assert!(Cli::try_parse_from(args("bin run --watch-namespaces Tenant")).is_err());
     }
 
     #[test]

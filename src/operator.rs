@@ -94,12 +94,23 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
         operator_namespace: args.leader_election_namespace.clone(),
     };
-    let jobs =
-        Arc::new(job::Context::new(client.clone(), metrics.clone()).with_host_paths(args.job_host_paths.clone()));
-    let upgrades =
-        Arc::new(upgrade::Context::new(client.clone(), metrics.clone()).with_step_delay(args.upgrade_step_delay));
-    let ctx = Arc::new(Context::new(client, config, metrics, Some(api_metrics)).with_cluster_metrics(cluster_metrics));
-    tracing::info!(identity = %identity, "starting controllers");
+    let trusted = args.trusted_namespaces();
+    let jobs = Arc::new(
+        job::Context::new(client.clone(), metrics.clone())
+            .with_host_paths(args.job_host_paths.clone())
+            .with_trusted_namespaces(trusted.clone()),
+    );
+    let upgrades = Arc::new(
+        upgrade::Context::new(client.clone(), metrics.clone())
+            .with_step_delay(args.upgrade_step_delay)
+            .with_trusted_namespaces(trusted.clone()),
+    );
+    let ctx = Arc::new(
+        Context::new(client, config, metrics, Some(api_metrics))
+            .with_cluster_metrics(cluster_metrics)
+            .with_trusted_namespaces(trusted.clone()),
+    );
+    tracing::info!(identity = %identity, trusted_namespaces = %trusted, "starting controllers");
     let controllers = async {
         tokio::join!(
             cluster::run(ctx, signal::shutdown()),

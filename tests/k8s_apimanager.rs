@@ -1,6 +1,6 @@
-//! Integration tier: `storageos-operator api-manager` as a process — it waits (no crash loop)
-//! while the StorageOS API is down, then connects, issues its certificate, injects the CA and
-//! becomes ready; SIGTERM stops it cleanly. With leader election, every replica serves webhooks
+//! Integration tier: `storageos-operator api-manager` as a process — it issues its certificate,
+//! injects the CA, serves the webhooks and becomes ready while the StorageOS API is down (no
+//! crash loop), and logs in once it answers; SIGTERM stops it cleanly. With leader election, every replica serves webhooks
 //! and only the Lease holder runs the controllers; another replica takes over when it stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -101,8 +101,11 @@ async fn credentials(ns: &TestNamespace) -> tempfile::TempDir {
     support::apimanager::credentials(ns, "storageos", "storageos").await
 }
 
+/// The webhooks need no StorageOS: while its API is down the api-manager issues its
+/// certificate, injects the CA, serves the webhooks and is ready (the webhook Service routes to
+/// ready pods), without crash-looping; it logs in once the API answers. SIGTERM stops it cleanly.
 #[tokio::test]
-async fn waits_for_the_storageos_api_then_serves_webhooks() {
+async fn webhooks_serve_while_storageos_is_down() {
     let ns = TestNamespace::new("apimgr").await;
     let mwcs = webhook_config(&ns).await;
     let creds = credentials(&ns).await;
@@ -110,42 +113,115 @@ async fn waits_for_the_storageos_api_then_serves_webhooks() {
     let mut replica = Replica::spawn(&ns.name, api_port, creds.path(), &[], "apimgr-solo");
     let (metrics_port, webhook_port) = (replica.metrics_port, replica.webhook_port);
 
-    // The API is down: the process keeps running and is not ready.
-    wait_for("the metrics server", Duration::from_secs(20), || readyz(metrics_port)).await;
+    // The API is down: the webhooks serve and the process is ready.
+    wait_for("the api-manager to become ready", Duration::from_secs(20), || async {
+        (readyz(metrics_port).await == Some(200)).then_some(())
+    })
+    .await;
+    let secret = ns.api::<Secret>().get("storageos-webhook").await.unwrap();
+    let ca = String::from_utf8(secret.data.unwrap()["ca-cert.pem"].0.clone()).unwrap();
+    let hooks = mwcs.get(&ns.name).await.unwrap().webhooks.unwrap();
+    let bundle = String::from_utf8(hooks[0].client_config.ca_bundle.clone().unwrap().0).unwrap();
+    assert!(bundle.contains(ca.trim()), "the caBundle does not hold the Secret's CA");
+    let tls = tokio::net::TcpStream::connect(("127.0.0.1", webhook_port)).await;
+    assert!(tls.is_ok(), "the webhook server is not listening");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         replica.child.try_wait().unwrap().is_none(),
         "the api-manager exited while the StorageOS API was down"
     );
-    assert_eq!(readyz(metrics_port).await, Some(503));
 
-    // The API comes up: it connects, issues the certificate, injects the CA and is ready.
+    // The API comes up: it logs in.
     let sim = Simulator::start(sim::Config {
         listen: format!("127.0.0.1:{api_port}"),
         ..Default::default()
     })
     .await
     .unwrap();
-    wait_for("the api-manager to become ready", Duration::from_secs(20), || async {
+    wait_for("a successful login", Duration::from_secs(20), || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.path.ends_with("/auth/login") && r.status == 200)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(readyz(metrics_port).await, Some(200));
+
+    // SIGTERM stops it cleanly.
+    let status = replica.stop().await;
+    assert!(status.success(), "exit status {status}");
+    let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
+}
+
+/// The caBundle of the first webhook of `ns`'s configuration, if set.
+async fn ca_bundle(
+    mwcs: &kube::Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
+    ns: &str,
+) -> Option<String> {
+    let hooks = mwcs.get(ns).await.ok()?.webhooks?;
+    String::from_utf8(hooks.first()?.client_config.ca_bundle.clone()?.0).ok()
+}
+
+/// A stored certificate whose key does not load (a restore, a manual edit) is replaced, not a
+/// crash loop: the api-manager becomes ready with a new certificate. A webhook configuration
+/// deleted and re-created without a caBundle gets the CA within 10 s (it is watched), not at
+/// the next 30-minute refresh.
+#[tokio::test]
+async fn a_corrupt_certificate_is_reissued_and_a_recreated_configuration_gets_its_ca_within_10s() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use kube::api::PostParams;
+
+    let ns = TestNamespace::new("apimgr-ca").await;
+    let mwcs = webhook_config(&ns).await;
+    let creds = credentials(&ns).await;
+    let corrupt: Secret = support::from_json(serde_json::json!({
+        "metadata": {"name": "storageos-webhook",
+                     "annotations": {"storageos.com/not-after": "2099-01-01T00:00:00+00:00"}},
+        "stringData": {"ca-cert.pem": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                       "cert.pem": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                       "key.pem": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}
+    }));
+    ns.api::<Secret>()
+        .create(&PostParams::default(), &corrupt)
+        .await
+        .unwrap();
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let api_port = sim.addr().port();
+    let mut replica = Replica::spawn(&ns.name, api_port, creds.path(), &[], "apimgr-ca");
+    let metrics_port = replica.metrics_port;
+    wait_for("the api-manager to become ready", Duration::from_secs(30), || async {
         (readyz(metrics_port).await == Some(200)).then_some(())
     })
     .await;
-    assert!(
-        sim.requests()
-            .iter()
-            .any(|r| r.path.ends_with("/auth/login") && r.status == 200),
-        "no successful login"
-    );
     let secret = ns.api::<Secret>().get("storageos-webhook").await.unwrap();
+    let key = String::from_utf8(secret.data.clone().unwrap()["key.pem"].0.clone()).unwrap();
+    assert!(!key.contains("AAAA"), "the corrupt key was kept");
     let ca = String::from_utf8(secret.data.unwrap()["ca-cert.pem"].0.clone()).unwrap();
-    let hooks = mwcs.get(&ns.name).await.unwrap().webhooks.unwrap();
-    let bundle = String::from_utf8(hooks[0].client_config.ca_bundle.clone().unwrap().0).unwrap();
-    assert!(bundle.contains(ca.trim()), "the caBundle does not hold the Secret's CA");
-    // The webhook server answers TLS on its port.
-    let tls = tokio::net::TcpStream::connect(("127.0.0.1", webhook_port)).await;
-    assert!(tls.is_ok(), "the webhook server is not listening");
+    assert!(ca_bundle(&mwcs, &ns.name).await.unwrap().contains(ca.trim()));
 
-    // SIGTERM stops it cleanly.
+    // Re-created without a caBundle: injected again within 10 s.
+    let mut fresh: MutatingWebhookConfiguration = mwcs.get(&ns.name).await.unwrap();
+    mwcs.delete(&ns.name, &DeleteParams::default()).await.unwrap();
+    fresh.metadata = kube::api::ObjectMeta {
+        name: Some(ns.name.clone()),
+        ..Default::default()
+    };
+    for hook in fresh.webhooks.iter_mut().flatten() {
+        hook.client_config.ca_bundle = None;
+    }
+    mwcs.create(&PostParams::default(), &fresh).await.unwrap();
+    wait_for(
+        "the CA in the re-created configuration",
+        Duration::from_secs(10),
+        || async {
+            ca_bundle(&mwcs, &ns.name)
+                .await
+                .filter(|b| b.contains(ca.trim()))
+                .map(|_| ())
+        },
+    )
+    .await;
+    assert!(replica.child.try_wait().unwrap().is_none(), "the api-manager exited");
     let status = replica.stop().await;
     assert!(status.success(), "exit status {status}");
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;

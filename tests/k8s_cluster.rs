@@ -49,19 +49,23 @@ fn context(client: &kube::Client, sim: &sim::SimHandle) -> Arc<Context> {
     context_with_metrics(client, sim, &mut Registry::default())
 }
 
-/// The operator's context, its reconcile metrics registered in `registry`.
-fn context_with_metrics(client: &kube::Client, sim: &sim::SimHandle, registry: &mut Registry) -> Arc<Context> {
-    let config = OperatorConfig {
+/// The operator's settings, talking to `sim`.
+fn config(sim: &sim::SimHandle) -> OperatorConfig {
+    OperatorConfig {
         operator_image: "registry.invalid/storageos-operator:test".into(),
         default_images: DefaultImages::default(),
         node_env: Default::default(),
         storageos_endpoint: Some(sim.url()),
         storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
         operator_namespace: storageos_operator::install::NAMESPACE.into(),
-    };
+    }
+}
+
+/// The operator's context, its reconcile metrics registered in `registry`.
+fn context_with_metrics(client: &kube::Client, sim: &sim::SimHandle, registry: &mut Registry) -> Arc<Context> {
     Arc::new(Context::new(
         client.clone(),
-        config,
+        config(sim),
         ReconcileMetrics::register(registry),
         None,
     ))
@@ -583,6 +587,10 @@ async fn m2_missing_etcd_tls_source_never_prunes_the_copy_and_l2_long_names_dele
     .await;
     let labels = copy.metadata.labels.clone().unwrap();
     assert!(labels["storageos.com/cluster"].len() <= 63, "{labels:?}");
+    // Only the documented client keys are copied, and the copy is Opaque whatever the source.
+    assert_eq!(copy.type_.as_deref(), Some("Opaque"));
+    let keys: Vec<String> = copy.data.clone().unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["etcd-client-ca.crt"]);
 
     secrets
         .delete("etcd-client-tls", &DeleteParams::default())
@@ -617,5 +625,124 @@ async fn m2_missing_etcd_tls_source_never_prunes_the_copy_and_l2_long_names_dele
             .unwrap()
             .is_none()
     );
+    operator.abort();
+}
+
+/// Only clusters in trusted namespaces are honoured. A cluster in another namespace (created
+/// first, so it would otherwise be the active one) gets Ready=False with reason
+/// NamespaceNotAllowed and one event, and nothing is rendered for it: no DaemonSet, no binding
+/// naming its namespace. A trusted cluster whose credentials reference moves to that namespace
+/// gets Ready=False with reason SecretNamespaceNotAllowed, and nothing is applied or pruned.
+#[tokio::test]
+async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused() {
+    use storageos_operator::runtime::trusted::{NAMESPACE_NOT_ALLOWED, TrustedNamespaces};
+
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("trusted").await;
+    let tenant = TestNamespace::new("tenant").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let ctx = Context::new(
+        support::operator_client().await,
+        config(&sim),
+        ReconcileMetrics::register(&mut Registry::default()),
+        None,
+    )
+    .with_trusted_namespaces(TrustedNamespaces::only(&ns.name));
+    let operator = tokio::spawn(cluster::run(Arc::new(ctx), std::future::pending()));
+    secret(&ns).await;
+    secret(&tenant).await;
+
+    let tenants: Api<StorageOSCluster> = tenant.api();
+    tenants
+        .create(
+            &PostParams::default(),
+            &from_json(cluster_json(&tenant.name, "storageos")),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for("the tenant's cluster to be refused", SETTLE, || async {
+        let c = tenants.get("storageos").await.ok()?;
+        c.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == NAMESPACE_NOT_ALLOWED)
+    })
+    .await;
+    assert!(refused.message.contains("WATCH_NAMESPACES"), "{}", refused.message);
+
+    // The trusted cluster becomes the active one and is rendered.
+    let clusters: Api<StorageOSCluster> = ns.api();
+    clusters
+        .create(&PostParams::default(), &from_json(cluster_json(&ns.name, "storageos")))
+        .await
+        .unwrap();
+    let ds = wait_for("the trusted cluster's node DaemonSet", SETTLE, || async {
+        ns.api::<DaemonSet>().get_opt("storageos-daemonset").await.ok()?
+    })
+    .await;
+
+    // Its credentials reference moved to the tenant's namespace: refused, nothing changes.
+    clusters
+        .patch(
+            "storageos",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"secretRefNamespace": tenant.name}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for("the secret reference to be refused", SETTLE, || async {
+        let c = clusters.get("storageos").await.ok()?;
+        c.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "SecretNamespaceNotAllowed")
+    })
+    .await;
+    assert!(
+        refused.message.contains("spec.secretRefNamespace"),
+        "{}",
+        refused.message
+    );
+    let kept = ns.api::<DaemonSet>().get_opt("storageos-daemonset").await.unwrap();
+    assert_eq!(
+        kept.and_then(|d| d.metadata.uid),
+        ds.metadata.uid,
+        "the DaemonSet was pruned or replaced"
+    );
+
+    // Nothing was ever rendered for the tenant.
+    assert!(
+        tenant
+            .api::<DaemonSet>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let naming_tenant = support::cluster_role_bindings_naming(&client, &tenant.name).await;
+    assert!(naming_tenant.is_empty(), "{naming_tenant:?}");
+    let events = support::events(
+        &client,
+        &tenant.name,
+        Some("StorageOSCluster"),
+        "storageos",
+        NAMESPACE_NOT_ALLOWED,
+    )
+    .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+
+    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the trusted cluster to be deleted", SETTLE, || async {
+        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    tenants.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the tenant's cluster to be deleted", SETTLE, || async {
+        tenants.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
     operator.abort();
 }

@@ -121,10 +121,10 @@ fn assert_subset(want: &Value, got: &Value, at: &str) {
     }
 }
 
-/// `kubectl apply` of a Job mounting `/` is refused by admission, naming the allowed paths;
-/// one under `/var/lib/storageos/` is accepted.
+/// `kubectl apply` of a Job mounting `/` or `/var/lib` is refused by admission, naming the allowed
+/// paths; `/var/lib/storageos` and one under it are accepted (the operator's flag decides those).
 #[tokio::test]
-async fn h5_kubectl_apply_of_a_job_with_hostpath_root_is_rejected() {
+async fn a_job_with_hostpath_root_or_var_lib_is_rejected_at_admission() {
     let ns = TestNamespace::new("job-hostpath").await;
     support::install_crds(&ns.client).await;
     let apply = |host_path: &str| {
@@ -145,16 +145,19 @@ async fn h5_kubectl_apply_of_a_job_with_hostpath_root_is_rejected() {
             .output()
             .expect("run kubectl")
     };
-    let out = apply("/");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a Job mounting / was accepted");
-    assert!(
-        stderr.contains("spec.hostPath")
-            && stderr.contains("hostPath must be /var/lib, /var/lib/storageos or a path under /var/lib/storageos/"),
-        "{stderr}"
-    );
-    let ok = apply("/var/lib/storageos/data");
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    for refused in ["/", "/var/lib", "/var/lib/kubelet", "/var/lib/storageos/../kubelet"] {
+        let out = apply(refused);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a Job mounting {refused} was accepted");
+        assert!(
+            stderr.contains("spec.hostPath") && stderr.contains("hostPath must be /var/lib/storageos"),
+            "{stderr}"
+        );
+    }
+    for ok in ["/var/lib/storageos", "/var/lib/storageos/data"] {
+        let out = apply(ok);
+        assert!(out.status.success(), "{ok}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 /// `spec.namespace` cannot change once set (the running StorageOS would be pruned and another

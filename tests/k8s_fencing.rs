@@ -368,6 +368,45 @@ async fn nothing_is_fenced_during_an_upgrade() {
     fencer.abort();
 }
 
+/// A pause annotation on a Pending duplicate cluster in a tenant's namespace, naming no upgrade
+/// there, does not suspend fencing: the pod on the lost node is fenced and no
+/// FencingSuspended event is sent.
+#[tokio::test]
+async fn a_forged_pause_annotation_does_not_suspend_fencing() {
+    use kube::api::PostParams;
+    use storageos_operator::crd::StorageOSCluster;
+
+    let _lock = support::exclusive().await;
+    let (w, lost, pv) = World::one_pod_on_a_node_to_lose("fence-forged").await;
+    let va = w.attachment("data", &lost, Some(&pv)).await;
+    let forged: StorageOSCluster = support::from_json(serde_json::json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": "forged", "annotations": {"storageos.com/paused-by-upgrade": "to-v2"}},
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": w.ns.name, "pause": true}
+    }));
+    w.ns.api::<StorageOSCluster>()
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap();
+
+    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
+    let fencer = tokio::spawn(fencing::run(ctx.clone()));
+    w.polled().await;
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    wait_for("the pod to be fenced", Duration::from_secs(20), || async {
+        (!w.pod_exists("app").await && !w.attachment_exists(&va).await).then_some(())
+    })
+    .await;
+    let suspended = events(&w.client, "default", Some("Node"), &lost, "FencingSuspended").await;
+    assert!(suspended.is_empty(), "{suspended:?}");
+    fencer.abort();
+    end_maintenance(&w.ns).await;
+    let _ =
+        w.ns.api::<StorageOSCluster>()
+            .delete("forged", &kube::api::DeleteParams::default())
+            .await;
+}
+
 /// README: "if that [maintenance] cannot be read, they wait too". The fencer runs as an
 /// api-manager whose role lacks the StorageOSCluster rule, so it cannot tell whether an upgrade
 /// runs: the offline node's pod is left alone over several polls. Given the rule back, the

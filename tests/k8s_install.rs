@@ -56,10 +56,12 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     );
 
     // Then the Secret and the StorageOSCluster, as the README says.
-    let _cluster = ExampleCluster;
+    let _cluster = ExampleCluster {
+        namespace: install::NAMESPACE,
+    };
     kubectl_ok(&["apply", "-f", &repo("deploy/examples/storageos-secret.yaml")]);
     kubectl_ok(&["apply", "-f", &repo("deploy/examples/storageoscluster.yaml")]);
-    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), "default");
+    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), install::NAMESPACE);
     wait_for("the example cluster to be 3/3 Running and Ready", SETTLE, || async {
         let (phase, members, cond) = ready(&clusters.get("storageos").await.ok()?)?;
         (phase == "Running" && members == "3/3" && cond.starts_with("True")).then_some(())
@@ -108,6 +110,10 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
             "{series} is missing from /metrics:\n{metrics}"
         );
     }
+
+    // A namespace editor explicitly granted the storageos.com kinds in their own namespace
+    // cannot turn them into cluster-wide rights: the operator trusts only its own namespace.
+    support::install::tenant_cannot_escalate(&admin, true).await;
 
     // Take the StorageClass permissions away, then delete the StorageClass: the operator cannot
     // put it back and says exactly why on the cluster.

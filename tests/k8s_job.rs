@@ -24,6 +24,7 @@ use serde_json::json;
 use storageos_operator::crd::{Job, JobStatus};
 use storageos_operator::job;
 use storageos_operator::runtime::metrics::ReconcileMetrics;
+use storageos_operator::runtime::trusted::{NAMESPACE_NOT_ALLOWED, TrustedNamespaces};
 use support::{TestNamespace, events, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(60);
@@ -36,13 +37,14 @@ async fn controller(ns: &TestNamespace) {
     tokio::spawn(job::run(ctx, std::future::pending()));
 }
 
-/// The seed README's cleanup Job, with `extra` merged into its spec.
+/// The cleanup Job of `deploy/examples` (the seed README's, mounting only
+/// `/var/lib/storageos`), with `extra` merged into its spec.
 fn cleanup_job(name: &str, extra: serde_json::Value) -> Job {
     let mut spec = json!({
         "image": "darkowlzz/cleanup:v0.0.2",
         "args": ["/var/lib/storageos"],
-        "mountPath": "/var/lib",
-        "hostPath": "/var/lib",
+        "mountPath": "/var/lib/storageos",
+        "hostPath": "/var/lib/storageos",
         "completionWord": "done"
     });
     spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -194,7 +196,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     assert_eq!(pod_spec.containers[0].args.clone().unwrap(), ["/var/lib/storageos"]);
     assert_eq!(pods[0].labels()["daemonset-job"], "true");
     let volume = &pod_spec.volumes.unwrap()[0];
-    assert_eq!(volume.host_path.as_ref().unwrap().path, "/var/lib");
+    assert_eq!(volume.host_path.as_ref().unwrap().path, "/var/lib/storageos");
 
     // Nothing printed yet.
     let s = wait_progress(&jobs, "cleanup-job", "0/2").await;
@@ -405,15 +407,16 @@ async fn deleting_a_job_removes_its_daemonset_and_pods() {
     assert!(kept.iter().all(|p| p.metadata.deletion_timestamp.is_none()));
 }
 
-/// With the operator's allow-list narrowed by its flag, a Job that admission accepts (it mounts
-/// `/var/lib`) is refused by the operator: Ready=False reason HostPathNotAllowed naming the
-/// allowed path, one Warning event, and no DaemonSet. An allowed Job in the same namespace runs.
+/// With the operator's allow-list narrowed by its flag to one directory under
+/// `/var/lib/storageos`, a Job that admission accepts (it mounts `/var/lib/storageos`) is refused
+/// by the operator: Ready=False reason HostPathNotAllowed naming the allowed path, one Warning
+/// event, and no DaemonSet. An allowed Job in the same namespace runs.
 #[tokio::test]
-async fn h5_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemonset() {
+async fn a_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemonset() {
     let ns = TestNamespace::new("job-hostpath").await;
     support::install_crds(&ns.client).await;
     let metrics = ReconcileMetrics::register(&mut Registry::default());
-    let allow: job::hostpath::AllowList = "/var/lib/storageos/*".parse().unwrap();
+    let allow: job::hostpath::AllowList = "/var/lib/storageos/tasks".parse().unwrap();
     let ctx = Arc::new(
         job::Context::new(support::operator_client().await, metrics)
             .in_namespace(&ns.name)
@@ -428,7 +431,7 @@ async fn h5_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemons
         &PostParams::default(),
         &cleanup_job(
             "narrow",
-            json!({"hostPath": "/var/lib/storageos", "mountPath": "/data"}),
+            json!({"hostPath": "/var/lib/storageos/tasks", "mountPath": "/data"}),
         ),
     )
     .await
@@ -441,7 +444,7 @@ async fn h5_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemons
     })
     .await;
     assert!(
-        ready.message.contains("\"/var/lib\"") && ready.message.contains("/var/lib/storageos (and anything under it)"),
+        ready.message.contains("\"/var/lib/storageos\"") && ready.message.contains("only /var/lib/storageos/tasks;"),
         "{}",
         ready.message
     );
@@ -452,5 +455,44 @@ async fn h5_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemons
     .await;
     assert!(daemonsets.get_opt("wide-daemonset-job").await.unwrap().is_none());
     let warnings = events(&ns.client, &ns.name, Some("Job"), "wide", job::HOST_PATH_NOT_ALLOWED).await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+}
+
+/// A Job in a namespace the operator does not trust (its `--watch-namespaces` name another) gets
+/// Ready=False with reason NamespaceNotAllowed, one Warning event, and no DaemonSet.
+#[tokio::test]
+async fn a_job_in_a_namespace_that_is_not_trusted_gets_no_daemonset() {
+    let ns = TestNamespace::new("job-untrusted").await;
+    support::install_crds(&ns.client).await;
+    let metrics = ReconcileMetrics::register(&mut Registry::default());
+    let ctx = Arc::new(
+        job::Context::new(support::operator_client().await, metrics)
+            .in_namespace(&ns.name)
+            .with_trusted_namespaces(TrustedNamespaces::only("storageos-operator")),
+    );
+    tokio::spawn(job::run(ctx, std::future::pending()));
+    let jobs: Api<Job> = ns.api();
+    jobs.create(&PostParams::default(), &cleanup_job("tenant-job", json!({})))
+        .await
+        .unwrap();
+    let ready = wait_for("the Job to be refused", SETTLE, || async {
+        let s = status(&jobs.get("tenant-job").await.ok()?);
+        s.conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == NAMESPACE_NOT_ALLOWED)
+    })
+    .await;
+    assert!(ready.message.contains(&format!("{:?}", ns.name)), "{}", ready.message);
+    // Give the controller time to do anything else it would have done.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        ns.api::<DaemonSet>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let warnings = events(&ns.client, &ns.name, Some("Job"), "tenant-job", NAMESPACE_NOT_ALLOWED).await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
 }

@@ -302,22 +302,29 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
     let _sync = sim.sync_with_kubernetes(admin.clone());
     let operator = Operator::start(&deployment, ns, &kubeconfig, &sim, dir.path().join("operator.log"));
 
-    // The alm-examples as the console offers them: every one is accepted by the CRDs; the
-    // StorageOSCluster runs.
+    // The alm-examples as the console offers them, created in the operator's namespace (the only
+    // one it trusts), with the credentials Secret there too: every one is accepted by the CRDs;
+    // the StorageOSCluster runs.
     let examples: Vec<Value> = serde_json::from_str(csv.annotations()["alm-examples"].as_str()).unwrap();
-    let _cluster = ExampleCluster;
-    kubectl_ok(&["apply", "-f", &repo("deploy/examples/storageos-secret.yaml")]);
+    let _cluster = ExampleCluster { namespace: ns };
+    let mut secret = yaml_file("deploy/examples/storageos-secret.yaml");
+    secret["metadata"]["namespace"] = json!(ns);
+    apply(&admin, &secret).await;
     for example in &examples {
+        let mut example = example.clone();
         let path = dir.path().join(format!("{}.json", example["kind"].as_str().unwrap()));
+        if example["kind"] == "StorageOSCluster" {
+            example["spec"]["secretRefNamespace"] = json!(ns);
+        }
         std::fs::write(&path, example.to_string()).unwrap();
         let path = path.display().to_string();
         if example["kind"] == "StorageOSCluster" {
-            kubectl_ok(&["apply", "-n", "default", "-f", &path]);
+            kubectl_ok(&["apply", "-n", ns, "-f", &path]);
         } else {
-            kubectl_ok(&["apply", "-n", "default", "--dry-run=server", "-f", &path]);
+            kubectl_ok(&["apply", "-n", ns, "--dry-run=server", "-f", &path]);
         }
     }
-    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), "default");
+    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), ns);
     wait_for(
         "the alm-examples cluster to be 3/3 Running and Ready",
         SETTLE,
@@ -336,6 +343,10 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
             .collect::<Vec<_>>()
             .join("\n")
     );
+
+    // OLM aggregates rights on every owned CRD into the built-in `edit` role: an editor of
+    // another namespace creates the kinds there, and nothing comes of it.
+    support::install::tenant_cannot_escalate(&admin, false).await;
 
     // Uninstall: the cluster first (the operator removes what it created), then the CSV.
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();

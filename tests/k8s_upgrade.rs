@@ -737,7 +737,8 @@ async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpau
 
 /// An upgrade created in another namespace than the cluster's (a tenant's) touches nothing: it
 /// is Degraded with reason WrongNamespace, the cluster is not paused, no application is scaled,
-/// the node image is unchanged and no puller is made; it does not block the cluster's own.
+/// the node image is unchanged and no puller is made, also once its status is forged to a later
+/// phase naming the cluster; it does not block the cluster's own.
 #[tokio::test]
 async fn h4_upgrade_in_another_namespace_is_refused() {
     let (scene, operator) = Scene::new("upgrade-ns").await;
@@ -774,6 +775,32 @@ async fn h4_upgrade_in_another_namespace_is_refused() {
             .unwrap()
             .is_none()
     );
+
+    // A writer of the tenant upgrade's status forges a later phase naming the cluster: every
+    // phase re-checks the namespace, so nothing is touched.
+    tenant_upgrades
+        .patch_status(
+            "takeover",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "UpgradingNodes",
+                "cluster": {"namespace": scene.ns.name, "name": CLUSTER}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
+    let degraded = condition(&status, "Degraded");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "WrongNamespace")
+    );
+    assert_eq!(
+        scene.node_images().await.0.as_deref(),
+        Some(OLD_IMAGE),
+        "the node image was changed"
+    );
+    assert_eq!(scene.paused_by().await, None);
+    scene.assert_apps_restored().await;
 
     // The cluster's own upgrade is not blocked by the refused one.
     let new = "storageos/node:v2.10.0";

@@ -641,3 +641,95 @@ async fn h3_a_200_character_encrypted_pvc_gets_its_keys_through_real_admission()
         .await;
     served.stop().await;
 }
+
+/// With no api-manager answering, a PVC that asks for encryption only through its StorageClass's
+/// parameter is refused by the rendered ValidatingAdmissionPolicy (the pvc-mutator fails open),
+/// not admitted without keys. With the key annotations it is admitted, and so is a PVC of a
+/// class without encryption, a PVC whose own label decides, and one of the default class when
+/// that class does not encrypt.
+#[tokio::test]
+async fn class_encrypted_pvc_without_api_manager_is_denied() {
+    use storageos_operator::crd::StorageOSCluster;
+    use storageos_operator::render::{self, Inputs};
+
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("vap").await;
+    let admin = ns.client.clone();
+    let cluster: StorageOSCluster = from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": "storageos", "namespace": ns.name},
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name}
+    }));
+    let mut inputs = Inputs::new(cluster, "registry.invalid/storageos-operator:test");
+    inputs.secret = Some(from_json(
+        json!({"metadata": {"name": "storageos-api", "namespace": ns.name},
+        "stringData": {"username": "u", "password": "p"}}),
+    ));
+    let policy: Vec<serde_json::Value> = render::build(&inputs)
+        .unwrap()
+        .iter()
+        .filter(|o| o.kind().starts_with("ValidatingAdmissionPolicy"))
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    assert_eq!(policy.len(), 2, "the policy and its binding are rendered");
+    for obj in &policy {
+        support::identity::apply_as_admin(&admin, obj).await;
+    }
+    let classes: Api<StorageClass> = Api::all(admin.clone());
+    let (secure, plain) = (format!("secure-{}", ns.name), format!("plain-{}", ns.name));
+    for (name, params) in [(&secure, json!({ENCRYPTION: "true"})), (&plain, json!({}))] {
+        let sc: StorageClass = from_json(json!({"metadata": {"name": name},
+            "provisioner": "csi.storageos.com", "parameters": params}));
+        classes.create(&PostParams::default(), &sc).await.unwrap();
+    }
+    let pvcs: Api<PersistentVolumeClaim> = ns.api();
+    let pvc =
+        |name: &str, class: &str, labels: serde_json::Value, annotations: serde_json::Value| -> PersistentVolumeClaim {
+            from_json(
+                json!({"metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}}),
+            )
+        };
+    // The apiserver picks the new policy and its parameters up within a few seconds.
+    let refused = wait_for(
+        "the policy to refuse a PVC without keys",
+        Duration::from_secs(30),
+        || async {
+            match pvcs
+                .create(&PostParams::default(), &pvc("data", &secure, json!({}), json!({})))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 403 => Some(s.message),
+                Ok(_) => {
+                    let _ = pvcs.delete("data", &DeleteParams::default()).await;
+                    None
+                }
+                Err(_) => None,
+            }
+        },
+    )
+    .await;
+    assert!(
+        refused.contains(&format!("StorageClass {secure} asks for encryption")) && refused.contains("retry"),
+        "{refused}"
+    );
+    let keys = json!({SECRET_NAME_ANNOTATION: "storageos-volume-key-x", SECRET_NAMESPACE_ANNOTATION: ns.name});
+    for (name, class, labels, annotations) in [
+        ("with-keys", &secure, json!({}), keys.clone()),
+        ("plain", &plain, json!({}), json!({})),
+        ("label-off", &secure, json!({ENCRYPTION: "false"}), json!({})),
+    ] {
+        pvcs.create(&PostParams::default(), &pvc(name, class, labels, annotations))
+            .await
+            .unwrap_or_else(|e| panic!("{name} was refused: {e}"));
+    }
+    for obj in policy.iter().rev() {
+        let kind = obj["kind"].as_str().unwrap();
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        support::install::kubectl_ok(&["delete", kind, name, "--ignore-not-found"]);
+    }
+    for name in [&secure, &plain] {
+        let _ = classes.delete(name, &DeleteParams::default()).await;
+    }
+}

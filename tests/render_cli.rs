@@ -99,7 +99,7 @@ fn invalid_inputs_are_clear_errors() {
         "apiVersion: v1\nkind: Secret\nmetadata: {name: other, namespace: default}\n",
     );
     let err = String::from_utf8_lossy(&render(&["-f", CLUSTER, "--secret", &wrong_secret]).stderr).into_owned();
-    assert!(err.contains("no Secret default/storageos-api"), "{err}");
+    assert!(err.contains("no Secret storageos-operator/storageos-api"), "{err}");
 
     let err = String::from_utf8_lossy(&render(&["-f", CLUSTER, "--k8s-version", "1.20.0"]).stderr).into_owned();
     assert!(err.contains("not supported"), "{err}");

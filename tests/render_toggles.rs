@@ -376,8 +376,49 @@ fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label(
             o["metadata"]["name"]
         );
     }
-    // Other CR labels are still copied.
-    assert!(roles.iter().all(|r| r["metadata"]["labels"]["team"] == "storage"));
+    // Other CR labels are still copied, but not onto RBAC objects.
+    assert!(roles.iter().all(|r| r["metadata"]["labels"].get("team").is_none()));
+    assert_eq!(
+        get(&objs, "DaemonSet", "storageos-daemonset")["metadata"]["labels"]["team"],
+        "storage"
+    );
+}
+
+#[test]
+fn cr_labels_never_reach_rbac_objects() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    inputs.cluster.metadata.labels = Some(
+        [
+            ("example.com/aggregate-to-support", "true"),
+            ("olm.opgroup.permissions/aggregate-to-admin", "true"),
+            ("app", "storageos"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into(),
+    );
+    let objs: Vec<Value> = render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    let rbac: Vec<&Value> = objs
+        .iter()
+        .filter(|o| ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"].contains(&o["kind"].as_str().unwrap()))
+        .collect();
+    assert!(rbac.len() > 10, "{}", rbac.len());
+    for o in rbac {
+        let labels = o["metadata"]["labels"].as_object().unwrap();
+        assert!(
+            !labels.contains_key("example.com/aggregate-to-support")
+                && !labels.contains_key("olm.opgroup.permissions/aggregate-to-admin"),
+            "{} {} carries a CR label: {labels:?}",
+            o["kind"],
+            o["metadata"]["name"]
+        );
+        // The operator's own labels stay.
+        assert_eq!(labels["app"], "storageos");
+    }
 }
 
 #[test]

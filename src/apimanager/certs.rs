@@ -66,6 +66,34 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     }
 }
 
+/// Whether `cert` is one this replica can serve for `dns_name` at `now`: the certificate and key
+/// load and belong together, and the certificate chains to the stored CA, is valid at `now` and
+/// covers `dns_name`. The Secret's annotation alone is not evidence (a restore, a manual edit or
+/// a copy from another namespace can make it lie).
+pub fn verify(cert: &ServingCert, dns_name: &str, now: DateTime<Utc>) -> Result<(), String> {
+    // The trait only, to call the standard WebPKI verification; nothing is skipped.
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    crate::runtime::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).map_err(|e| e.to_string())?;
+    let ca = CertificateDer::from_pem_slice(cert.ca_pem.as_bytes()).map_err(|e| format!("CA: {e}"))?;
+    let ee = CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).map_err(|e| format!("certificate: {e}"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).map_err(|e| format!("CA: {e}"))?;
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(std::sync::Arc::new(roots), provider)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(dns_name.to_string()).map_err(|e| e.to_string())?;
+    let secs = u64::try_from(now.timestamp()).map_err(|e| e.to_string())?;
+    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs));
+    verifier
+        .verify_server_cert(&ee, &[], &name, &[], at)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// The certificate stored in `secret`, if complete and not yet due for re-issue at `now`.
 pub fn usable(secret: &Secret, validity: chrono::Duration, now: DateTime<Utc>) -> Option<ServingCert> {
     let data = secret.data.as_ref()?;
@@ -156,12 +184,17 @@ impl CertManager {
     pub async fn ensure(&self) -> Result<ServingCert, Error> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.secret_namespace);
         let what = format!("Secret {}/{}", self.secret_namespace, self.secret_name);
+        let dns = self.dns_names();
         for _ in 0..3 {
             let existing = api.get_opt(&self.secret_name).await.map_err(kube_err(&what))?;
             if let Some(cert) = existing.as_ref().and_then(|s| usable(s, self.validity, Utc::now())) {
-                return Ok(cert);
+                match verify(&cert, &dns[0], Utc::now()) {
+                    Ok(()) => return Ok(cert),
+                    Err(why) => {
+                        tracing::warn!(secret = %what, %why, "the stored webhook certificate cannot be served; issuing a new one")
+                    }
+                }
             }
-            let dns = self.dns_names();
             let cert = pki::issue_serving_cert(&dns[0], &dns, self.validity)?;
             let written = match existing {
                 None => api.create(&PostParams::default(), &self.secret_for(&cert, None)).await,
@@ -182,7 +215,9 @@ impl CertManager {
             }
         }
         let existing = api.get(&self.secret_name).await.map_err(kube_err(&what))?;
-        usable(&existing, self.validity, Utc::now()).ok_or_else(|| Error::NoWebhookConfig(self.webhook_config.clone()))
+        usable(&existing, self.validity, Utc::now())
+            .filter(|c| verify(c, &dns[0], Utc::now()).is_ok())
+            .ok_or_else(|| Error::NoWebhookConfig(self.webhook_config.clone()))
     }
 
     /// Puts `ca` into the caBundle of every webhook of the configuration, keeping the previous CA.
@@ -300,5 +335,40 @@ mod tests {
         let c = "-----BEGIN CERTIFICATE-----\nC\n-----END CERTIFICATE-----";
         assert_eq!(bundle_with(Some(ab.as_bytes()), c), format!("{c}\n{b}\n"));
         assert_eq!(bundle_with(Some(ab.as_bytes()), b), ab);
+    }
+
+    #[test]
+    fn a_stored_certificate_that_does_not_load_or_cover_the_service_is_reissued() {
+        let now = Utc::now();
+        let year = chrono::Duration::days(365);
+        let name = "storageos-webhook.ns.svc";
+        let good = pki::issue_serving_cert(name, &[name.to_string()], year).unwrap();
+        assert_eq!(verify(&good, name, now), Ok(()));
+        // A corrupt key (a restore, a manual edit).
+        let corrupt = ServingCert {
+            key_pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".into(),
+            ..good.clone()
+        };
+        assert!(verify(&corrupt, name, now).is_err());
+        // Another certificate's key.
+        let other = pki::issue_serving_cert(name, &[name.to_string()], year).unwrap();
+        let mismatched = ServingCert {
+            key_pem: other.key_pem.clone(),
+            ..good.clone()
+        };
+        assert!(verify(&mismatched, name, now).is_err());
+        // Issued for another Service (copied from another namespace).
+        assert!(
+            verify(&good, "storageos-webhook.other.svc", now).is_err(),
+            "wrong SAN accepted"
+        );
+        // Expired, whatever the annotation says.
+        assert!(verify(&good, name, now + chrono::Duration::days(400)).is_err());
+        // Not signed by the stored CA.
+        let foreign_ca = ServingCert {
+            ca_pem: other.ca_pem.clone(),
+            ..good
+        };
+        assert!(verify(&foreign_ca, name, now).is_err());
     }
 }

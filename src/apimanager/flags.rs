@@ -137,6 +137,11 @@ pub struct ApiManagerArgs {
     /// Address the webhook server listens on (the Go api-manager used port 9443).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_addr: String,
+    /// The StorageOSCluster (`namespace/name`) this api-manager belongs to: only its pause
+    /// annotation can signal maintenance. The operator sets it (env `STORAGEOS_CLUSTER`); unset,
+    /// every cluster's annotation counts, as with the Go api-manager.
+    #[arg(long, env = "STORAGEOS_CLUSTER", value_parser = crate::apimanager::maintenance::parse_cluster)]
+    pub storageos_cluster: Option<(String, String)>,
     /// Accepted for compatibility and ignored (a warning names the replacement): use
     /// --log-format console --log-level debug.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]

@@ -2,15 +2,19 @@
 //!
 //! The StorageOS v2 API has no maintenance endpoint (docs/api-manager.md), so the signal
 //! lives in Kubernetes: the upgrade controller annotates the StorageOSCluster it pauses with
-//! `storageos.com/paused-by-upgrade=<upgrade>`. Any cluster carrying it means "in maintenance".
-//! The check is a fresh list each time (rare, only before a destructive action), and a failed
+//! `storageos.com/paused-by-upgrade=<upgrade>`. The annotation counts only when it is on the
+//! api-manager's own cluster (`--storageos-cluster`, which the operator renders; every cluster
+//! when unset, as with a Go-rendered api-manager) and names a StorageOSUpgrade that exists in
+//! that cluster's namespace in a phase that holds it (Pausing to Completed). A forged or
+//! left-over annotation therefore never switches fencing off; it is logged with its cluster.
+//! The check is a fresh read each time (rare, only before a destructive action), and a failed
 //! read counts as "cannot tell", which callers must treat as "do nothing".
 
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::cluster::PAUSED_BY_ANNOTATION;
-use crate::crd::StorageOSCluster;
+use crate::crd::{StorageOSCluster, StorageOSUpgrade, UpgradePhase};
 
 /// Whether a StorageOS upgrade is in progress, and which one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,38 +25,93 @@ pub enum Maintenance {
     On { upgrade: String },
 }
 
-/// The maintenance state named by `clusters` (pure, for tests).
-pub fn from_clusters(clusters: &[StorageOSCluster]) -> Maintenance {
+/// Whether an upgrade at `phase` holds its cluster in maintenance: from pausing it until the
+/// upgrade is deleted (a completed upgrade keeps the cluster paused until then).
+pub fn holds(phase: UpgradePhase) -> bool {
+    (UpgradePhase::Pausing..=UpgradePhase::Completed).contains(&phase)
+}
+
+/// The upgrade a cluster's pause annotation names, if it carries a non-empty one.
+fn paused_by(c: &StorageOSCluster) -> Option<&String> {
+    c.annotations().get(PAUSED_BY_ANNOTATION).filter(|v| !v.is_empty())
+}
+
+/// The maintenance state named by `clusters`, given the `upgrades` their annotations name
+/// (pure, for tests): an annotation counts only if the upgrade it names is in `upgrades`, in the
+/// cluster's namespace, in a phase that [`holds`] the cluster.
+pub fn from_clusters(clusters: &[StorageOSCluster], upgrades: &[StorageOSUpgrade]) -> Maintenance {
     clusters
         .iter()
         .find_map(|c| {
-            c.annotations()
-                .get(PAUSED_BY_ANNOTATION)
-                .filter(|v| !v.is_empty())
-                .map(|upgrade| Maintenance::On {
-                    upgrade: format!(
-                        "{upgrade} (StorageOSCluster {}/{})",
-                        c.namespace().unwrap_or_default(),
-                        c.name_any()
-                    ),
-                })
+            let upgrade = paused_by(c)?;
+            let ns = c.namespace().unwrap_or_default();
+            let live = upgrades
+                .iter()
+                .find(|u| u.namespace().as_deref() == Some(ns.as_str()) && &u.name_any() == upgrade);
+            if !live.is_some_and(|u| holds(u.status.as_ref().and_then(|s| s.phase).unwrap_or_default())) {
+                tracing::warn!(
+                    cluster = %format!("{ns}/{}", c.name_any()),
+                    upgrade = %upgrade,
+                    "ignoring the pause annotation: it names no StorageOSUpgrade in the cluster's namespace that is under way"
+                );
+                return None;
+            }
+            Some(Maintenance::On {
+                upgrade: format!("{upgrade} (StorageOSCluster {ns}/{})", c.name_any()),
+            })
         })
         .unwrap_or(Maintenance::Off)
 }
 
-/// Reads the maintenance state from the API. An error means the state is unknown: callers about
-/// to do something destructive must skip it and retry later. Any 404 means no cluster, so no
-/// upgrade: where the StorageOSCluster CRD is not installed the apiserver answers the plain-text
-/// `404 page not found`, which is not a `Status` with reason NotFound.
-pub async fn current(client: &Client) -> Result<Maintenance, kube::Error> {
-    match Api::<StorageOSCluster>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(clusters) => Ok(from_clusters(&clusters.items)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Maintenance::Off),
-        Err(e) => Err(e),
+/// Parses `--storageos-cluster`: `namespace/name`.
+pub fn parse_cluster(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!(
+            "{s:?} is not namespace/name of a StorageOSCluster (for example kube-system/storageos)"
+        )),
     }
+}
+
+/// Reads the maintenance state from the API: the cluster `own` (namespace, name), or every
+/// cluster when None, and the upgrades their annotations name. An error means the state is
+/// unknown: callers about to do something destructive must skip it and retry later. Any 404 on
+/// the clusters means no cluster, so no upgrade: where the StorageOSCluster CRD is not installed
+/// the apiserver answers the plain-text `404 page not found`, which is not a `Status` with
+/// reason NotFound.
+pub async fn current(client: &Client, own: Option<&(String, String)>) -> Result<Maintenance, kube::Error> {
+    let clusters = match own {
+        Some((ns, name)) => Api::<StorageOSCluster>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map(|c| c.into_iter().collect::<Vec<_>>()),
+        None => Api::<StorageOSCluster>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items),
+    };
+    let clusters = match clusters {
+        Ok(c) => c,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Maintenance::Off),
+        Err(e) => return Err(e),
+    };
+    let mut upgrades = Vec::new();
+    for c in &clusters {
+        let Some(upgrade) = paused_by(c) else { continue };
+        let ns = c.namespace().unwrap_or_default();
+        match Api::<StorageOSUpgrade>::namespaced(client.clone(), &ns)
+            .get_opt(upgrade)
+            .await
+        {
+            Ok(Some(u)) => upgrades.push(u),
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(from_clusters(&clusters, &upgrades))
 }
 
 #[cfg(test)]
@@ -68,7 +127,7 @@ mod tests {
         )
         .await;
         let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        assert_eq!(current(&client).await.unwrap(), Maintenance::Off);
+        assert_eq!(current(&client, None).await.unwrap(), Maintenance::Off);
         assert!(head.await.unwrap().contains("/apis/storageos.com/v1/storageosclusters"));
         // Any other failure is still "cannot tell".
         let (url, _) = answer_once(
@@ -76,7 +135,7 @@ mod tests {
         )
         .await;
         let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        assert!(current(&client).await.is_err());
+        assert!(current(&client, None).await.is_err());
     }
 
     fn cluster(yaml: &str) -> StorageOSCluster {
@@ -91,15 +150,64 @@ mod tests {
         let paused_by_user = cluster(
             "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: b, namespace: storageos}\nspec: {secretRefName: s, secretRefNamespace: s, pause: true}\n",
         );
-        assert_eq!(from_clusters(&[plain.clone(), paused_by_user]), Maintenance::Off);
+        assert_eq!(from_clusters(&[plain.clone(), paused_by_user], &[]), Maintenance::Off);
         let upgrading = cluster(
             "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: c, namespace: storageos, annotations: {storageos.com/paused-by-upgrade: up1}}\nspec: {secretRefName: s, secretRefNamespace: s}\n",
         );
         assert_eq!(
-            from_clusters(&[plain, upgrading]),
+            from_clusters(&[plain, upgrading], &[upgrade("storageos", "up1", "ScalingDown")]),
             Maintenance::On {
                 upgrade: "up1 (StorageOSCluster storageos/c)".into()
             }
         );
+    }
+
+    fn upgrade(ns: &str, name: &str, phase: &str) -> StorageOSUpgrade {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"newImage": "storageos/node:v2"},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pause_annotation_without_an_upgrade_under_way_in_its_namespace_is_ignored() {
+        let annotated = cluster(
+            "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: forged, namespace: tenant, annotations: {storageos.com/paused-by-upgrade: up1}}\nspec: {secretRefName: s, secretRefNamespace: s}\n",
+        );
+        let clusters = std::slice::from_ref(&annotated);
+        // No such upgrade (a forged annotation, or one whose finalizer was stripped).
+        assert_eq!(from_clusters(clusters, &[]), Maintenance::Off);
+        // An upgrade of that name in another namespace.
+        assert_eq!(
+            from_clusters(clusters, &[upgrade("storageos", "up1", "ScalingDown")]),
+            Maintenance::Off
+        );
+        // One that has not paused anything yet, or failed.
+        for phase in ["Pending", "PullingImage", "Failed"] {
+            assert_eq!(
+                from_clusters(clusters, &[upgrade("tenant", "up1", phase)]),
+                Maintenance::Off,
+                "{phase}"
+            );
+        }
+        for phase in ["Pausing", "ScalingDown", "UpgradingNodes", "ScalingUp", "Completed"] {
+            assert!(
+                matches!(
+                    from_clusters(clusters, &[upgrade("tenant", "up1", phase)]),
+                    Maintenance::On { .. }
+                ),
+                "{phase}"
+            );
+        }
+        assert_eq!(
+            parse_cluster("kube-system/storageos").unwrap(),
+            ("kube-system".into(), "storageos".into())
+        );
+        for bad in ["", "storageos", "/x", "x/", "a/b/c"] {
+            assert!(parse_cluster(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,12 +1,15 @@
 //! `storageos-operator api-manager`: the process.
 //!
-//! Start-up blocks until a StorageOS login succeeds (retrying every `-api-retry-interval`, never
-//! crash-looping), then every replica ensures the shared webhook certificate, injects the CA and
-//! serves the webhooks; the token is refreshed on `-api-refresh-interval`.
+//! Every replica first ensures the shared webhook certificate, injects the CA and serves the
+//! webhooks (and is ready: the webhook Service routes to it); they need no StorageOS. Leader
+//! election and the controllers then wait until a StorageOS login succeeds (retrying every
+//! `-api-retry-interval`, never crash-looping); the token is refreshed on
+//! `-api-refresh-interval`.
 
 use std::path::Path;
 use std::time::Duration;
 
+use futures::StreamExt;
 use prometheus_client::registry::Registry;
 
 use std::sync::Arc;
@@ -190,13 +193,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             source,
         })?;
 
-    // 1. No leader election, no webhooks, until the StorageOS API answers.
-    let api = tokio::select! {
-        api = connect(&args, &api_metrics, &helper_metrics) => api,
-        () = signal::shutdown() => return Ok(()),
-    };
-
-    // 2. Certificates shared by every replica, then the webhook server.
+    // 1. Certificates shared by every replica, then the webhook server: the webhooks need no
+    // StorageOS, so they serve while it is down (an upgrade restarts every node pod).
     let or_ns = |s: &str| if s.is_empty() { namespace.clone() } else { s.to_string() };
     let manager = CertManager {
         client: client.clone(),
@@ -207,9 +205,16 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         webhook_config: args.webhook_config_mutating.clone(),
         validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
     };
-    let cert = tokio::select! {
-        cert = ensure_certs(&manager, args.api_retry_interval) => cert,
-        () = signal::shutdown() => return Ok(()),
+    // The StorageOS login (for the controllers) goes on meanwhile, whatever the certificates do.
+    let login = connect(&args, &api_metrics, &helper_metrics);
+    tokio::pin!(login);
+    let mut api = None;
+    let cert = loop {
+        tokio::select! {
+            cert = ensure_certs(&manager, args.api_retry_interval) => break cert,
+            logged_in = &mut login, if api.is_none() => api = Some(logged_in),
+            () = signal::shutdown() => return Ok(()),
+        }
     };
     helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
@@ -233,6 +238,16 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     ));
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
+
+    // 2. No leader election and no controllers until the StorageOS API answers.
+    let api = match api {
+        Some(api) => api,
+        None => tokio::select! {
+            api = &mut login => api,
+            () = signal::shutdown() => return Ok(()),
+            ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
+        },
+    };
 
     // 3. Controllers, on the leader only.
     let ctx = Arc::new(Context {
@@ -258,7 +273,12 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     let mut current = cert;
     let stop = signal::shutdown();
     tokio::pin!(stop);
+    // The webhook configuration, watched by name: one re-created by the operator (or that gained
+    // a webhook) gets the CA within seconds, not at the next refresh.
+    let config_changes = webhook_config_changes(client.clone(), &args.webhook_config_mutating);
+    tokio::pin!(config_changes);
     loop {
+        let mut refresh_now = false;
         tokio::select! {
             () = &mut stop => break,
             ended = &mut webhook_server => return Err(webhook_server_ended(ended)),
@@ -266,14 +286,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 controllers_done = true;
                 result?;
             }
-            _ = cert_tick.tick() => match manager.refresh(&slot, &current).await {
-                Ok(Some(new)) => {
-                    helper_metrics.set_cert_expiry(new.not_after);
-                    current = new;
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
-            },
+            Some(()) = config_changes.next() => refresh_now = true,
+            _ = cert_tick.tick() => refresh_now = true,
             _ = token_tick.tick() => {
                 match api.refresh().await {
                     Ok(_) => helper_metrics.count("refresh_token", ""),
@@ -287,9 +301,43 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 }
             }
         }
+        if refresh_now {
+            match manager.refresh(&slot, &current).await {
+                Ok(Some(new)) => {
+                    helper_metrics.set_cert_expiry(new.not_after);
+                    current = new;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "webhook certificate refresh failed; will retry"),
+            }
+        }
     }
     tracing::info!("api-manager stopped");
     Ok(())
+}
+
+/// One item each time the MutatingWebhookConfiguration `name` is created or changed (our own
+/// caBundle writes included: the refresh they cause writes nothing). A deletion yields nothing:
+/// there is nothing to inject into until the operator re-creates it.
+fn webhook_config_changes(client: kube::Client, name: &str) -> impl futures::Stream<Item = ()> + use<> {
+    use futures::StreamExt;
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let api: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|r| async move {
+            match r {
+                Ok(_) => Some(()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching the webhook configuration");
+                    None
+                }
+            }
+        })
 }
 
 /// Waits for leadership (when `-enable-leader-election`), then runs the controllers until they

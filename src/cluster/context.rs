@@ -15,6 +15,7 @@ use crate::render::DefaultImages;
 use crate::runtime::apply::Applier;
 use crate::runtime::controller::Kit;
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::trusted::TrustedNamespaces;
 use crate::storageos;
 
 /// The controller name used in metrics, events and logs.
@@ -52,6 +53,9 @@ pub struct Context {
     /// The controller's caches of Nodes and node pods, once it runs (status reads them
     /// instead of listing every Node and node pod on each pass).
     pub caches: OnceLock<NodeCaches>,
+    /// The namespaces whose clusters are honoured, and that Secret references and operands may
+    /// name (`run` sets `--watch-namespaces`; every namespace unless set).
+    pub trusted: TrustedNamespaces,
 }
 
 /// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
@@ -78,7 +82,16 @@ impl Context {
             cluster_metrics: ClusterMetrics::default(),
             api_clients: Mutex::new(HashMap::new()),
             caches: OnceLock::new(),
+            trusted: TrustedNamespaces::Any,
         }
+    }
+
+    /// Honours clusters only in `trusted` namespaces, and lets their Secret references and
+    /// operands name only those (see [`TrustedNamespaces`]).
+    #[must_use]
+    pub fn with_trusted_namespaces(mut self, trusted: TrustedNamespaces) -> Self {
+        self.trusted = trusted;
+        self
     }
 
     /// Reports the clusters' readiness in `metrics` (registered by the process).

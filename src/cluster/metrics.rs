@@ -46,4 +46,35 @@ impl ClusterMetrics {
             })
             .set(i64::from(ready));
     }
+
+    /// Removes the series of `namespace/name` (a deleted cluster, or one that is not honoured),
+    /// so no alert fires for a cluster that is not there.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.ready.remove(&ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalized_cluster_has_no_series() {
+        let mut registry = Registry::default();
+        let m = ClusterMetrics::register(&mut registry);
+        m.observe("ns", "a", &StorageOSClusterStatus::default());
+        m.observe("ns", "b", &StorageOSClusterStatus::default());
+        m.forget("ns", "a");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains(r#"name="a""#), "{text}");
+        assert!(
+            text.contains(r#"storageos_cluster_ready{namespace="ns",name="b"} 0"#),
+            "{text}"
+        );
+    }
 }

@@ -20,6 +20,7 @@ use super::{adopt, config, finalize, select};
 use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
 use crate::render::{self, Inputs, labels, scheduling};
 use crate::runtime::conditions::{self, now};
+use crate::runtime::trusted::{NAMESPACE_NOT_ALLOWED, TrustedNamespaces};
 use crate::runtime::{apply, finalizer};
 
 /// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
@@ -114,13 +115,29 @@ async fn report(cluster: &StorageOSCluster, ctx: &Context, e: &Error) {
 async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    if !ctx.trusted.allows(&ns) {
+        // Nothing is rendered, read or deleted for it; a finalizer it carries from a time its
+        // namespace was trusted is released without touching anything.
+        if cluster.metadata.deletion_timestamp.is_some() {
+            return finalize::finalize(cluster, false, ctx).await;
+        }
+        return not_allowed(cluster, &api, ctx).await;
+    }
     let all = Api::<StorageOSCluster>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await
         .step("list the StorageOSClusters")?;
-    let is_active = active(&all.items).is_some_and(|a| same(a, cluster));
+    // Only a cluster in a trusted namespace can be (or hold back) the active one.
+    let trusted: Vec<StorageOSCluster> = all
+        .items
+        .into_iter()
+        .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
+        .collect();
+    let is_active = active(&trusted).is_some_and(|a| same(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {
+        // A cluster on its way out is not one to alert about.
+        ctx.cluster_metrics.forget(&ns, &cluster.name_any());
         return finalize::finalize(cluster, is_active, ctx).await;
     }
     if finalizer::add(&api, cluster, FINALIZER, &PatchParams::default())
@@ -167,8 +184,74 @@ pub fn paused(cluster: &StorageOSCluster) -> Option<(&'static str, String)> {
     ))
 }
 
+/// Marks a cluster in a namespace the operator does not trust: Ready=False with reason
+/// `NamespaceNotAllowed` and one Warning event; nothing else is done for it.
+async fn not_allowed(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    tracing::warn!(cluster = %cluster.name_any(), namespace = %namespace, "ignoring a StorageOSCluster in a namespace that is not trusted");
+    ctx.cluster_metrics.forget(&namespace, &cluster.name_any());
+    let message = ctx.trusted.refusal("StorageOSCluster", &namespace);
+    let previous = cluster.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    status.phase = Some(phase::PENDING.into());
+    let mut conds = status.conditions.take().unwrap_or_default();
+    let news = conditions::set_not_ready(&mut conds, NAMESPACE_NOT_ALLOWED, &message, cluster.meta().generation);
+    status.conditions = Some(conds);
+    if news {
+        ctx.event(cluster, EventType::Warning, NAMESPACE_NOT_ALLOWED, message)
+            .await;
+    }
+    if status != previous {
+        let patch = json!({"status": status});
+        api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .step("write the status")?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Why `cluster` (in a trusted namespace) may not be rendered: a Secret reference or the operand
+/// namespace names a namespace outside its own and the trusted ones (condition reason and
+/// message), or None.
+pub fn namespace_refusal(cluster: &StorageOSCluster, trusted: &TrustedNamespaces) -> Option<(&'static str, String)> {
+    let own = cluster.namespace().unwrap_or_default();
+    let spec = &cluster.spec;
+    let mut refs = vec![("secretRefNamespace", spec.secret_ref_namespace.clone())];
+    if let Some((_, ns)) = render::defaults::etcd_tls_secret_ref(spec) {
+        refs.push(("tlsEtcdSecretRefNamespace", ns));
+    }
+    if let Some((field, ns)) = refs.into_iter().find(|(_, ns)| !trusted.allows_secret_ref(&own, ns)) {
+        return Some((
+            SECRET_NAMESPACE_NOT_ALLOWED,
+            format!(
+                "spec.{field} {ns:?} is neither the cluster's namespace {own:?} nor a trusted one ({trusted}): \
+                 the operator copies the Secrets it names, so it reads them only there; move the Secret into \
+                 {own:?} and set spec.{field} to it; nothing is applied or pruned meanwhile"
+            ),
+        ));
+    }
+    let target = render::resolve(spec).namespace;
+    if !trusted.allows_operand_namespace(&own, &target) {
+        return Some((
+            OPERAND_NAMESPACE_NOT_ALLOWED,
+            format!(
+                "spec.namespace {target:?} is neither the cluster's namespace {own:?}, kube-system nor a trusted \
+                 one ({trusted}): StorageOS's ServiceAccounts there get cluster-wide rights; use one of those \
+                 (delete and re-create the cluster to move it); nothing is applied or pruned meanwhile"
+            ),
+        ));
+    }
+    None
+}
+
+/// Condition reason of a cluster whose Secret reference leaves the trusted namespaces.
+pub const SECRET_NAMESPACE_NOT_ALLOWED: &str = "SecretNamespaceNotAllowed";
+/// Condition reason of a cluster whose `spec.namespace` is not a trusted namespace.
+pub const OPERAND_NAMESPACE_NOT_ALLOWED: &str = "OperandNamespaceNotAllowed";
+
 /// Marks a cluster that is not the active one, once, and checks back for a takeover.
 async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
+    // A duplicate waiting its turn runs nothing: no readiness series (the alert would fire).
     let previous = cluster.status.clone().unwrap_or_default();
     if previous.phase.as_deref() != Some(phase::PENDING) {
         ctx.event(
@@ -195,6 +278,8 @@ async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &
     );
     status.conditions = Some(conds);
     write_status(ctx, api, cluster, &previous, status).await?;
+    ctx.cluster_metrics
+        .forget(&cluster.namespace().unwrap_or_default(), &cluster.name_any());
     Ok(Action::requeue(Duration::from_secs(5)))
 }
 
@@ -269,6 +354,10 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Er
 /// Applies everything the cluster wants, prunes what it no longer wants, updates status.
 async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
     let name = cluster.name_any();
+    if let Some((reason, message)) = namespace_refusal(cluster, &ctx.trusted) {
+        not_ready(cluster, api, ctx, reason, message).await?;
+        return Ok(Action::await_change());
+    }
     let inputs = observe(cluster, ctx).await?;
     if inputs.secret.is_none() {
         let spec = &cluster.spec;
@@ -422,7 +511,8 @@ async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
 fn apply_wave(kind: &str) -> u8 {
     match kind {
         "Namespace" => 0,
-        "ClusterRoleBinding" | "RoleBinding" => 2,
+        // A policy binding with a parameter is authorized against its policy, which must exist.
+        "ClusterRoleBinding" | "RoleBinding" | "ValidatingAdmissionPolicyBinding" => 2,
         "DaemonSet" | "Deployment" | "StatefulSet" => LAST_WAVE,
         _ => 1,
     }
@@ -567,10 +657,68 @@ mod tests {
         let waves: Vec<u8> = order.iter().map(|k| apply_wave(k)).collect();
         assert!(waves.windows(2).all(|w| w[0] <= w[1]), "{waves:?}");
         assert!(apply_wave("ClusterRole") < apply_wave("ClusterRoleBinding"));
+        assert!(apply_wave("ValidatingAdmissionPolicy") < apply_wave("ValidatingAdmissionPolicyBinding"));
         for workload in ["DaemonSet", "Deployment", "StatefulSet"] {
             assert_eq!(apply_wave(workload), LAST_WAVE);
         }
         assert!(apply_wave("ConfigMap") < LAST_WAVE && apply_wave("Secret") < LAST_WAVE);
+    }
+
+    fn with_spec(ns: &str, spec: serde_json::Value) -> StorageOSCluster {
+        let mut c = cluster(ns, "storageos", 10);
+        c.spec = serde_json::from_value(spec).unwrap();
+        c
+    }
+
+    #[test]
+    fn secret_refs_outside_the_cluster_namespace_and_trusted_ones_are_refused() {
+        let trusted = TrustedNamespaces::only("storageos-operator");
+        let own = with_spec(
+            "storageos-operator",
+            json!({"secretRefName": "s", "secretRefNamespace": "storageos-operator",
+                   "tlsEtcdSecretRefName": "etcd"}),
+        );
+        assert_eq!(namespace_refusal(&own, &trusted), None);
+        let creds = with_spec(
+            "storageos-operator",
+            json!({"secretRefName": "s", "secretRefNamespace": "kube-system"}),
+        );
+        let (reason, msg) = namespace_refusal(&creds, &trusted).unwrap();
+        assert_eq!(reason, SECRET_NAMESPACE_NOT_ALLOWED);
+        assert!(msg.contains("spec.secretRefNamespace \"kube-system\""), "{msg}");
+        let etcd = with_spec(
+            "storageos-operator",
+            json!({"secretRefName": "s", "secretRefNamespace": "storageos-operator",
+                   "tlsEtcdSecretRefName": "etcd", "tlsEtcdSecretRefNamespace": "tenant"}),
+        );
+        let (reason, msg) = namespace_refusal(&etcd, &trusted).unwrap();
+        assert_eq!(reason, SECRET_NAMESPACE_NOT_ALLOWED);
+        assert!(msg.contains("spec.tlsEtcdSecretRefNamespace \"tenant\""), "{msg}");
+        // A trusted namespace other than the cluster's own may be named.
+        let wider: TrustedNamespaces = "storageos-operator,default".parse().unwrap();
+        let go = with_spec(
+            "default",
+            json!({"secretRefName": "s", "secretRefNamespace": "storageos-operator"}),
+        );
+        assert_eq!(namespace_refusal(&go, &wider), None);
+    }
+
+    #[test]
+    fn operands_go_only_to_kube_system_the_cluster_namespace_or_trusted_ones() {
+        let trusted = TrustedNamespaces::only("ops");
+        let spec = |ns: Option<&str>| {
+            let mut s = json!({"secretRefName": "s", "secretRefNamespace": "ops"});
+            if let Some(ns) = ns {
+                s["namespace"] = json!(ns);
+            }
+            with_spec("ops", s)
+        };
+        for ok in [None, Some("kube-system"), Some("ops")] {
+            assert_eq!(namespace_refusal(&spec(ok), &trusted), None, "{ok:?}");
+        }
+        let (reason, msg) = namespace_refusal(&spec(Some("tenant")), &trusted).unwrap();
+        assert_eq!(reason, OPERAND_NAMESPACE_NOT_ALLOWED);
+        assert!(msg.contains("spec.namespace \"tenant\""), "{msg}");
     }
 
     #[test]

@@ -37,8 +37,9 @@ pub struct JobSpec {
     #[schemars(extend("x-kubernetes-validations" = validation::non_empty("mountPath")))]
     pub mount_path: String,
 
-    /// Host directory mounted into the task container: `/var/lib`, `/var/lib/storageos` or a
-    /// path under `/var/lib/storageos/` (the operator's flag `--job-host-paths` may narrow this).
+    /// Host directory mounted into the task container: `/var/lib/storageos` (a path under it only
+    /// when the operator's flag `--job-host-paths` allows it; the task empties the directory, it
+    /// cannot remove it).
     #[schemars(extend("x-kubernetes-validations" = validation::job_host_path(), "maxLength" = 4096))]
     pub host_path: String,
 

@@ -64,15 +64,16 @@ pub fn operand_namespace() -> Value {
     )])
 }
 
-/// A Job's `hostPath`: the default allow-list of the operator (see `job::hostpath`), checked at
-/// admission so `kubectl apply` of a Job mounting `/` fails with the allowed prefix. The
-/// operator checks its own (possibly narrower) `--job-host-paths` list again.
+/// A Job's `hostPath`: what the operator's `--job-host-paths` can ever allow (see
+/// `job::hostpath`: `/var/lib/storageos` or a path under it), checked at admission so
+/// `kubectl apply` of a Job mounting `/` or `/var/lib` fails with the allowed paths. The
+/// operator then checks its own list, by default exactly `/var/lib/storageos`.
 pub fn job_host_path() -> Value {
     let mut rules = non_empty("hostPath");
     if let Value::Array(r) = &mut rules {
         r.push(json!({
-            "rule": "self == '/var/lib' || self == '/var/lib/storageos' || (self.startsWith('/var/lib/storageos/') && !self.matches('/[.][.]?(/|$)|//|/$'))",
-            "message": "hostPath must be /var/lib, /var/lib/storageos or a path under /var/lib/storageos/ (without '.', '..' or empty segments): a Job runs on every node with the operator's rights"
+            "rule": "self == '/var/lib/storageos' || (self.startsWith('/var/lib/storageos/') && !self.matches('/[.][.]?(/|$)|//|/$'))",
+            "message": "hostPath must be /var/lib/storageos (by default exactly that; a path under it only if the operator's --job-host-paths allows it), without '.', '..' or empty segments: a Job runs on every node with the operator's rights"
         }));
     }
     rules

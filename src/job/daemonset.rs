@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use super::Error;
+use super::hostpath::HostMount;
 use crate::crd::Job;
 use crate::render::labels::{MANAGED_BY, label_value};
 
@@ -79,6 +80,21 @@ pub fn pod_labels(job: &Job) -> Result<BTreeMap<String, String>, Error> {
 /// capabilities. The task still runs as the image's user (root for the cleanup image), which
 /// can remove root-owned files such as `/var/lib/storageos` without any capability.
 pub fn build(job: &Job) -> Result<DaemonSet, Error> {
+    build_mounting(
+        job,
+        &HostMount {
+            volume: job.spec.host_path.clone(),
+            sub_path: None,
+        },
+    )
+}
+
+/// [`build`] with the host path mounted as `mount` says (from the allow-list: a path under a
+/// subtree entry is the entry's volume plus a `subPath`, which the kubelet never resolves
+/// outside the volume, so a planted symlink is not followed out of it). Mount propagation is
+/// `None`: nothing the task mounts reaches the host, and nothing mounted later on the host
+/// appears in the task.
+pub fn build_mounting(job: &Job, mount: &HostMount) -> Result<DaemonSet, Error> {
     let name = job.name_any();
     let spec = &job.spec;
     let pod_labels = pod_labels(job)?;
@@ -122,6 +138,8 @@ pub fn build(job: &Job) -> Result<DaemonSet, Error> {
                         volume_mounts: Some(vec![VolumeMount {
                             name: VOLUME.into(),
                             mount_path: spec.mount_path.clone(),
+                            sub_path: mount.sub_path.clone(),
+                            mount_propagation: Some("None".into()),
                             ..Default::default()
                         }]),
                         security_context: Some(SecurityContext {
@@ -138,7 +156,7 @@ pub fn build(job: &Job) -> Result<DaemonSet, Error> {
                     volumes: Some(vec![Volume {
                         name: VOLUME.into(),
                         host_path: Some(HostPathVolumeSource {
-                            path: spec.host_path.clone(),
+                            path: mount.volume.clone(),
                             type_: Some("Directory".into()),
                         }),
                         ..Default::default()
@@ -218,7 +236,7 @@ mod tests {
             json!([{
                 "name": "job-container", "image": "darkowlzz/cleanup:v0.0.2",
                 "args": ["/var/lib/storageos"],
-                "volumeMounts": [{"name": "target", "mountPath": "/var/lib"}],
+                "volumeMounts": [{"name": "target", "mountPath": "/var/lib", "mountPropagation": "None"}],
                 "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}
             }])
         );
@@ -299,5 +317,23 @@ mod tests {
             ("job".into(), "cleanup-job".into()),
         ]));
         assert!(!has_own_selector(&ds, "cleanup-job"));
+    }
+
+    #[test]
+    fn a_path_under_a_subtree_entry_is_mounted_as_a_sub_path_of_the_entry() {
+        let j = job(
+            "cleanup-job",
+            json!({"hostPath": "/var/lib/storageos/x", "mountPath": "/data"}),
+        );
+        let allow: super::super::hostpath::AllowList = "/var/lib/storageos/*".parse().unwrap();
+        let ds = build_mounting(&j, &allow.mount("/var/lib/storageos/x").unwrap()).unwrap();
+        let pod = ds.spec.unwrap().template.spec.unwrap();
+        let volume = &pod.volumes.unwrap()[0];
+        assert_eq!(volume.host_path.as_ref().unwrap().path, "/var/lib/storageos");
+        assert_eq!(volume.host_path.as_ref().unwrap().type_.as_deref(), Some("Directory"));
+        let m = &pod.containers[0].volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(m.sub_path.as_deref(), Some("x"));
+        assert_eq!(m.mount_path, "/data");
+        assert_eq!(m.mount_propagation.as_deref(), Some("None"));
     }
 }

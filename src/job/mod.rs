@@ -31,6 +31,7 @@ use crate::crd::Job;
 use crate::runtime::apply::{self, Applier};
 use crate::runtime::controller::{Kit, controlling_owner, drain};
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::trusted::TrustedNamespaces;
 use daemonset::JOB_LABEL;
 use logs::LogCursor;
 
@@ -71,6 +72,8 @@ pub struct Context {
     namespace: Option<String>,
     /// The host paths a Job may mount.
     host_paths: hostpath::AllowList,
+    /// The namespaces whose Jobs are run (every namespace unless set).
+    trusted: TrustedNamespaces,
     /// How far each pod's log has been read, per Job, by pod UID.
     cursors: Mutex<HashMap<JobKey, HashMap<String, LogCursor>>>,
     /// UIDs of Jobs this process marked completed, so a stale cache never re-reads their logs
@@ -89,6 +92,7 @@ impl Context {
             client,
             namespace: None,
             host_paths: hostpath::AllowList::default(),
+            trusted: TrustedNamespaces::Any,
             cursors: Mutex::new(HashMap::new()),
             completed: Mutex::new(HashSet::new()),
             store: OnceLock::new(),
@@ -106,6 +110,14 @@ impl Context {
     #[must_use]
     pub fn with_host_paths(mut self, host_paths: hostpath::AllowList) -> Self {
         self.host_paths = host_paths;
+        self
+    }
+
+    /// Runs Jobs only in `trusted` namespaces; a Job elsewhere gets Ready=False with reason
+    /// `NamespaceNotAllowed` and no DaemonSet.
+    #[must_use]
+    pub fn with_trusted_namespaces(mut self, trusted: TrustedNamespaces) -> Self {
+        self.trusted = trusted;
         self
     }
 
@@ -169,6 +181,11 @@ impl Context {
         if let Ok(mut c) = self.completed.lock() {
             c.retain(|u| uids.contains(u));
         }
+        // The garbage collector deletes a deleted Job's DaemonSet: forget having applied it.
+        self.applier.retain(|k| {
+            daemonset::job_of_daemonset(&k.name)
+                .is_some_and(|job| keys.contains(&(k.namespace.clone().unwrap_or_default(), job.to_string())))
+        });
     }
 }
 
@@ -242,5 +259,32 @@ mod tests {
         assert_eq!(job_of_pod(pod), Some(ObjectRef::new("c").within("ns")));
         let orphan = meta::<Pod>(json!({"name": "p", "namespace": "ns"}));
         assert_eq!(job_of_pod(orphan), None);
+    }
+
+    #[tokio::test]
+    async fn daemonsets_of_deleted_jobs_are_forgotten() {
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let registry = &mut prometheus_client::registry::Registry::default();
+        let ctx = Context::new(client, ReconcileMetrics::register(registry));
+        let (store, mut writer) = kube::runtime::reflector::store::<Job>();
+        let _ = ctx.store.set(store);
+        let live: Job = serde_json::from_value(json!({"apiVersion": "storageos.com/v1", "kind": "Job",
+            "metadata": {"name": "kept", "namespace": "ns"},
+            "spec": {"image": "i", "args": [], "mountPath": "/m", "hostPath": "/var/lib/storageos", "completionWord": "done"}}))
+        .unwrap();
+        writer.apply_watcher_event(&watcher::Event::Apply(live));
+        let key = |job: &str| crate::runtime::apply::ObjectKey {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            namespace: Some("ns".into()),
+            name: daemonset::daemonset_name(job),
+        };
+        ctx.applier.remember_applied(key("kept"));
+        for i in 0..1000 {
+            ctx.applier.remember_applied(key(&format!("gone-{i}")));
+        }
+        assert_eq!(ctx.applier.remembered_count(), 1001);
+        ctx.forget_deleted();
+        assert_eq!(ctx.applier.remembered_count(), 1);
     }
 }

@@ -21,6 +21,7 @@ use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
 use crate::runtime::conditions::{self, now};
 use crate::runtime::controller::is_controlled_by;
+use crate::runtime::trusted::NAMESPACE_NOT_ALLOWED;
 
 /// Reason and note of the event sent once when a Job completes (the Go operator's).
 pub const COMPLETED_REASON: &str = "JobCompleted";
@@ -45,7 +46,19 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
     let ds_name = daemonset::daemonset_name(&name);
     let live = daemonsets.get_opt(&ds_name).await?;
 
-    if !ctx.host_paths.allows(&job.spec.host_path) {
+    if !ctx.trusted.allows(&ns) {
+        // Creating a Job runs an image on every node with a host directory mounted: only in a
+        // namespace the operator trusts. A DaemonSet made while the namespace was trusted goes.
+        if let Some(live) = live.as_ref().filter(|l| is_controlled_by(*l, job.meta().uid.as_ref())) {
+            tracing::warn!(job = %name, daemonset = %ds_name, "removing the DaemonSet of a Job in a namespace that is not trusted");
+            delete_daemonset(&daemonsets, live).await?;
+        }
+        let msg = ctx.trusted.refusal("Job", &ns);
+        not_ready(&job, &jobs, &ctx, NAMESPACE_NOT_ALLOWED, msg).await?;
+        return Ok(Action::await_change());
+    }
+
+    let Some(mount) = ctx.host_paths.mount(&job.spec.host_path) else {
         // Admission allows the default list; the operator's own list may be narrower. A
         // DaemonSet made under a wider list is removed: it mounts what is no longer allowed.
         if let Some(live) = live.as_ref().filter(|l| is_controlled_by(*l, job.meta().uid.as_ref())) {
@@ -55,9 +68,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         let msg = ctx.host_paths.refusal(&job.spec.host_path);
         not_ready(&job, &jobs, &ctx, super::HOST_PATH_NOT_ALLOWED, msg).await?;
         return Ok(Action::await_change());
-    }
+    };
 
-    let desired = match daemonset::build(&job) {
+    let desired = match daemonset::build_mounting(&job, &mount) {
         Ok(ds) => ds,
         Err(e @ Error::InvalidLabelSelector(_)) => {
             not_ready(&job, &jobs, &ctx, "InvalidSpec", e.to_string()).await?;

@@ -45,14 +45,17 @@ pub const API_MANAGER: &[Rule] = &[
     // The fencer deletes the StorageOS VolumeAttachments of fenced pods.
     rule(&["storage.k8s.io"], &["volumeattachments"], &["list", "delete"]),
     // CA injection into the webhook configuration the operator renders.
+    // Watched by name, so a re-created configuration gets its CA at once.
     rule(
         &["admissionregistration.k8s.io"],
         &["mutatingwebhookconfigurations"],
-        &["get", "patch"],
+        &["get", "list", "watch", "patch"],
     )
     .named(&[API_MANAGER_WEBHOOK_CONFIG]),
     // Maintenance: a StorageOSCluster paused by an upgrade suspends fencing and node delete.
     rule(&["storageos.com"], &["storageosclusters"], &["get", "list", "watch"]),
+    // ... only while the StorageOSUpgrade its annotation names is under way.
+    rule(&["storageos.com"], &["storageosupgrades"], &["get"]),
     rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
     // The StorageOS state mirror: nodes.api.storageos.com and volumes.api.storageos.com are
     // written by server-side apply (create when new; status through its subresource), orphans

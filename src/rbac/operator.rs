@@ -51,7 +51,11 @@ pub const OWN: &[Rule] = &[
     rule(&["networking.k8s.io"], &["ingresses"], MANAGE),
     rule(
         &["admissionregistration.k8s.io"],
-        &["mutatingwebhookconfigurations"],
+        &[
+            "mutatingwebhookconfigurations",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+        ],
         MANAGE,
     ),
     rule(&["monitoring.coreos.com"], &["servicemonitors"], MANAGE),

@@ -18,8 +18,8 @@ pub fn forwarded_to_api_manager(key: &str) -> bool {
     key != "OTEL_SERVICE_NAME" && crate::telemetry::config::VARIABLES.contains(&key)
 }
 
-/// The inputs of one build.
-#[derive(Clone, Debug)]
+/// The inputs of one build. `Debug` shows the Secrets' names, never their data.
+#[derive(Clone)]
 pub struct Inputs {
     /// The cluster, with metadata (name and namespace label every child).
     pub cluster: StorageOSCluster,
@@ -45,6 +45,23 @@ pub struct Inputs {
     /// Operator environment forwarded to operands: [`FORWARDED_NODE_ENV`] into the node
     /// ConfigMap, the tracing variables ([`forwarded_to_api_manager`]) into the api-manager.
     pub node_env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Inputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = |s: &Option<Secret>| s.as_ref().map(|s| s.metadata.name.clone().unwrap_or_default());
+        f.debug_struct("Inputs")
+            .field("cluster", &self.cluster)
+            .field("secret", &name(&self.secret))
+            .field("etcd_tls_secret", &name(&self.etcd_tls_secret))
+            .field("k8s_version", &self.k8s_version)
+            .field("operator_image", &self.operator_image)
+            .field("default_images", &self.default_images)
+            .field("service_monitor_crd", &self.service_monitor_crd)
+            .field("operator_namespace", &self.operator_namespace)
+            .field("node_env", &self.node_env)
+            .finish()
+    }
 }
 
 impl Inputs {
@@ -76,4 +93,28 @@ pub fn node_env_from(env: &BTreeMap<String, String>) -> BTreeMap<String, String>
 pub fn node_env_from_process() -> BTreeMap<String, String> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     node_env_from(&env)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_names_secrets_but_never_their_data() {
+        let cluster: StorageOSCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"secretRefName": "s", "secretRefNamespace": "ns"}
+        }))
+        .unwrap();
+        let mut inputs = Inputs::new(cluster, "op");
+        inputs.secret = Some(
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "storageos-api"},
+                "stringData": {"password": "hunter2"}}))
+            .unwrap(),
+        );
+        let shown = format!("{inputs:?}");
+        assert!(shown.contains("storageos-api") && !shown.contains("hunter2"), "{shown}");
+    }
 }

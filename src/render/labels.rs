@@ -102,6 +102,16 @@ pub fn common(cluster: &str, cluster_namespace: &str, cr_labels: &Labels) -> Lab
     labels
 }
 
+/// Whether `key` is one of the labels the operator itself sets on what it renders (so a CR label
+/// of the same key is the operator's value, not the CR's).
+pub fn is_own_key(key: &str) -> bool {
+    key == "app"
+        || key == "storageos_cr"
+        || key == "kind"
+        || app("", "").contains_key(key)
+        || pruning("", "").contains_key(key)
+}
+
 /// Pod labels, which are also the (immutable) selectors, of a workload: `kind` is None for the
 /// api-manager, as in the Go operator.
 pub fn pod(cluster: &str, kind: Option<&str>, component: &str) -> Labels {

@@ -205,5 +205,22 @@ pub fn parse_document(doc: Document) -> Result<Object, Error> {
 /// The desired objects of a StorageOSCluster, in apply order. Pure: no I/O, no cluster access.
 /// Owner references are not set here (the apply step adds them).
 pub fn build(inputs: &Inputs) -> Result<Vec<Object>, Error> {
-    render_documents(inputs)?.into_iter().map(parse_document).collect()
+    let mut objects: Vec<Object> = render_documents(inputs)?
+        .into_iter()
+        .map(parse_document)
+        .collect::<Result<_, _>>()?;
+    // No CR label reaches an RBAC object: an aggregation selector on any key (a vendor's, or
+    // OLM's `olm.opgroup.permissions/aggregate-to-*`) would otherwise pull the operator's roles,
+    // Secret access included, into another role.
+    let cr_labels = inputs.cluster.metadata.labels.clone().unwrap_or_default();
+    for obj in &mut objects {
+        if matches!(
+            obj.kind(),
+            "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+        ) && let Some(set) = obj.metadata_mut().labels.as_mut()
+        {
+            set.retain(|k, v| cr_labels.get(k) != Some(v) || labels::is_own_key(k));
+        }
+    }
+    Ok(objects)
 }

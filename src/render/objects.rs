@@ -1,6 +1,8 @@
 //! The typed objects `build` returns: one variant per Kubernetes kind the operator applies.
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -167,6 +169,8 @@ objects! {
     CSIDriver(CSIDriver, namespaced = false),
     StorageClass(StorageClass, namespaced = false),
     MutatingWebhookConfiguration(MutatingWebhookConfiguration, namespaced = false),
+    ValidatingAdmissionPolicy(ValidatingAdmissionPolicy, namespaced = false),
+    ValidatingAdmissionPolicyBinding(ValidatingAdmissionPolicyBinding, namespaced = false),
     ServiceMonitor(ServiceMonitor, namespaced = true),
 }
 

@@ -106,11 +106,21 @@ pub fn credential_values(secret: &Secret, tls: bool) -> Result<Value, Error> {
     }))
 }
 
-/// The etcd client TLS Secret copied into the operand namespace: its type and data.
+/// The keys of the etcd client TLS Secret the node reads (`/run/storageos/pki/<key>`, the
+/// `ETCD_TLS_CLIENT_*` paths); the only ones copied.
+pub const ETCD_CLIENT_KEYS: [&str; 3] = ["etcd-client-ca.crt", "etcd-client.crt", "etcd-client.key"];
+
+/// The etcd client TLS Secret copied into the operand namespace: its type (always `Opaque`, so
+/// the source's type, a ServiceAccount token's say, is never recreated elsewhere) and the
+/// documented client keys ([`ETCD_CLIENT_KEYS`]), nothing else of the source.
 pub fn etcd_values(secret: &Secret) -> Value {
-    let data: BTreeMap<String, String> = contents(secret).iter().map(|(k, v)| (k.clone(), b64(v))).collect();
+    let data: BTreeMap<String, String> = contents(secret)
+        .iter()
+        .filter(|(k, _)| ETCD_CLIENT_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), b64(v)))
+        .collect();
     json!({
-        "type": secret.type_.clone().unwrap_or_else(|| "Opaque".to_string()),
+        "type": "Opaque",
         "data": data,
     })
 }
@@ -174,5 +184,21 @@ mod tests {
             s,
             json!({"kind": "Secret", "data": {"x": REDACTED}, "stringData": {"password": REDACTED}})
         );
+    }
+
+    #[test]
+    fn etcd_values_copies_only_the_three_client_keys_as_opaque() {
+        let mut source = secret(&[
+            ("etcd-client-ca.crt", "ca"),
+            ("etcd-client.crt", "crt"),
+            ("etcd-client.key", "key"),
+            ("token", "service-account-token"),
+            ("password", "other"),
+        ]);
+        source.type_ = Some("kubernetes.io/service-account-token".into());
+        let v = etcd_values(&source);
+        assert_eq!(v["type"], "Opaque");
+        let keys: Vec<&str> = v["data"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["etcd-client-ca.crt", "etcd-client.crt", "etcd-client.key"]);
     }
 }

@@ -68,14 +68,14 @@ fn node_config(r: &Resolved, node_env: &BTreeMap<String, String>) -> BTreeMap<St
     c
 }
 
-/// The api-manager container's environment: the operator's tracing variables, so that its
-/// spans go where the operator's go.
-/// The api-manager's environment: JSON logs from our image (machine-readable, as the Go
-/// api-manager's were; a Go image logs JSON by itself), then the operator's tracing variables.
-fn api_manager_env(node_env: &BTreeMap<String, String>, go_image: bool) -> Vec<Value> {
+/// The api-manager container's environment: the cluster it belongs to (`STORAGEOS_CLUSTER`,
+/// `namespace/name`: only that cluster's pause annotation signals maintenance), JSON logs from
+/// our image (machine-readable, as the Go api-manager's were; a Go image logs JSON by itself),
+/// and the operator's tracing variables, so that its spans go where the operator's go.
+fn api_manager_env(cluster: &str, node_env: &BTreeMap<String, String>, go_image: bool) -> Vec<Value> {
     let log_format = (!go_image).then(|| json!({"name": "LOG_FORMAT", "value": "json"}));
-    log_format
-        .into_iter()
+    std::iter::once(json!({"name": "STORAGEOS_CLUSTER", "value": cluster}))
+        .chain(log_format)
         .chain(
             node_env
                 .iter()
@@ -256,12 +256,16 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "apiManager": {
             "command": am_command,
             "args": am_args,
-            "env": api_manager_env(&inputs.node_env, is_go_api_manager(&images.api_manager_container)),
+            "env": api_manager_env(
+                &format!("{}/{}", meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default()),
+                &inputs.node_env,
+                is_go_api_manager(&images.api_manager_container),
+            ),
             "affinity": api_manager_affinity,
             "tolerations": api_manager_tolerations,
             "podSecurityContext": restricted_pod_security(openshift),
-            // Our api-manager serves /healthz and /readyz (ready once logged in to StorageOS and
-            // serving webhooks with its certificate) on the metrics port; the Go image's probe
+            // Our api-manager serves /healthz and /readyz (ready once serving webhooks with its
+            // certificate, which needs no StorageOS) on the metrics port; the Go image's probe
             // endpoints differ, so it keeps none.
             "probes": !is_go_api_manager(&images.api_manager_container),
         },

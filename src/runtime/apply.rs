@@ -145,8 +145,10 @@ impl ObjectKey {
 }
 
 /// Kinds that are safe to delete and recreate when an immutable field must change: they only
-/// describe how new volumes are made, so existing volumes and pods are unaffected.
-pub const REPLACEABLE_KINDS: &[&str] = &["StorageClass", "CSIDriver"];
+/// describe how new volumes are made, so existing volumes and pods are unaffected. A Secret's
+/// `type` is immutable too: the Go operator gave its copy of the etcd TLS Secret the source's
+/// type, and the copy is now always `Opaque`; running pods keep the content they mounted.
+pub const REPLACEABLE_KINDS: &[&str] = &["StorageClass", "CSIDriver", "Secret"];
 
 /// Kinds applied without the ownership check: the operand Namespace often exists already (it is
 /// `kube-system` by default); applying only adds our labels to it, and it is never pruned.
@@ -234,6 +236,30 @@ impl Applier {
 
     fn remembered(&self, key: &ObjectKey) -> Option<(u64, String)> {
         self.applied.lock().ok().and_then(|m| m.get(key).cloned())
+    }
+
+    /// Forgets what was applied for every key `keep` refuses: objects deleted by someone else
+    /// (the garbage collector, with their owner), so the memory does not grow with every Job.
+    pub fn retain(&self, keep: impl Fn(&ObjectKey) -> bool) {
+        if let Ok(mut m) = self.applied.lock() {
+            m.retain(|k, _| keep(k));
+        }
+    }
+
+    /// Forgets what was applied for `key`.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.remember(key.clone(), None);
+    }
+
+    /// Remembers `key` as applied (tests of the callers' forgetting).
+    #[cfg(test)]
+    pub(crate) fn remember_applied(&self, key: ObjectKey) {
+        self.remember(key, Some((0, String::new())));
+    }
+
+    /// How many objects are remembered.
+    pub fn remembered_count(&self) -> usize {
+        self.applied.lock().map(|m| m.len()).unwrap_or(0)
     }
 
     fn remember(&self, key: ObjectKey, entry: Option<(u64, String)>) {

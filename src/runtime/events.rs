@@ -21,6 +21,8 @@ use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+use crate::runtime::text::{EVENT_NOTE_LIMIT, truncated};
+
 /// A repeat of an event within this time adds to its series instead of making a new one (as
 /// kube and client-go do).
 pub const REPEAT_WITHIN: Duration = Duration::from_secs(6 * 60);
@@ -109,7 +111,8 @@ fn build(reporter: &Reporter, ev: &Event, regarding: &ObjectReference, now: Time
         event_time: Some(MicroTime(now)),
         regarding: Some(regarding.clone()),
         related: ev.secondary.clone(),
-        note: ev.note.clone(),
+        // The apiserver refuses a longer note, and the event would be lost.
+        note: ev.note.as_deref().map(|n| truncated(n, EVENT_NOTE_LIMIT)),
         metadata: ObjectMeta {
             namespace: Some(regarding.namespace.clone().unwrap_or_else(|| "default".into())),
             name: Some(format!("{named}.{:x}", now.as_nanosecond())),
@@ -273,5 +276,19 @@ mod tests {
         assert_eq!(e.reporting_instance.as_deref(), Some("storageos-api-manager"));
         assert_eq!(e.type_.as_deref(), Some("Warning"));
         assert_eq!(e.note.as_deref(), Some("why"));
+    }
+
+    #[test]
+    fn a_5kib_note_is_published_truncated() {
+        let reporter = Reporter {
+            controller: "storageos-operator".into(),
+            instance: None,
+        };
+        let long = "x".repeat(5 * 1024);
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let e = build(&reporter, &event("ApplyFailed", &long), &pod("a"), now);
+        let note = e.note.unwrap();
+        assert!(note.len() <= crate::runtime::text::EVENT_NOTE_LIMIT, "{}", note.len());
+        assert!(note.starts_with("xxx") && note.ends_with("(truncated)"));
     }
 }

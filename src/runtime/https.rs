@@ -44,6 +44,17 @@ pub struct Limits {
     pub lifetime: Duration,
     /// Connections served at once; further ones wait in the listen backlog.
     pub connections: usize,
+    /// A request, from its headers to its answer, body read included, must finish within this;
+    /// otherwise it is answered 408 and its connection closed, so a body sent a byte at a time
+    /// holds a slot no longer than this.
+    pub request: Duration,
+    /// The largest request body; a larger one is answered 413.
+    pub body: usize,
+    /// Bytes of request bodies held at once over all connections; a request whose next bytes do
+    /// not fit is answered 503 at once. A body sent slowly holds only what it sent.
+    pub in_flight_bytes: usize,
+    /// Concurrent streams per HTTP/2 connection.
+    pub streams: u32,
 }
 
 impl Default for Limits {
@@ -54,6 +65,10 @@ impl Default for Limits {
             idle: Duration::from_secs(120),
             lifetime: Duration::from_secs(300),
             connections: 1024,
+            request: Duration::from_secs(10),
+            body: 2 << 20,
+            in_flight_bytes: 8 << 20,
+            streams: 8,
         }
     }
 }
@@ -201,6 +216,100 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
     }
 }
 
+/// `router` behind [`Limits::request`] (a deadline over the whole request, reading the body
+/// included), [`Limits::body`] and [`Limits::in_flight_bytes`]: the body is read here, each
+/// chunk only if the shared byte budget has room for it, and handed to the router whole.
+fn bounded(
+    router: Router,
+    budget: Arc<Semaphore>,
+    limits: Limits,
+) -> impl tower::Service<
+    axum::http::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use tower::ServiceExt;
+
+    let answer = |status: StatusCode, text: &'static str| {
+        let mut r = (status, text).into_response();
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        r
+    };
+    tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+        let (router, budget) = (router.clone(), budget.clone());
+        async move {
+            let handled = async {
+                let (parts, body) = request.into_parts();
+                let (bytes, _held) = match read_body(body, &budget, limits.body).await {
+                    Ok(read) => read,
+                    Err(BodyRefused::TooLarge) => {
+                        return answer(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large");
+                    }
+                    Err(BodyRefused::Busy) => {
+                        return answer(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too many request bytes in flight; retry",
+                        );
+                    }
+                    Err(BodyRefused::Broken) => return answer(StatusCode::BAD_REQUEST, "the request body broke off"),
+                };
+                let request = axum::http::Request::from_parts(parts, axum::body::Body::from(bytes));
+                match router.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            };
+            Ok(tokio::time::timeout(limits.request, handled)
+                .await
+                .unwrap_or_else(|_| answer(StatusCode::REQUEST_TIMEOUT, "the request took too long")))
+        }
+    })
+}
+
+/// Why a request body was not read.
+enum BodyRefused {
+    TooLarge,
+    Busy,
+    Broken,
+}
+
+/// Reads `body` whole, up to `max` bytes, taking a permit of `budget` for every byte; the
+/// permits are released when the returned holder is dropped (after the answer).
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    budget: &Arc<Semaphore>,
+    max: usize,
+) -> Result<(axum::body::Bytes, Option<tokio::sync::OwnedSemaphorePermit>), BodyRefused> {
+    use http_body_util::BodyExt;
+
+    let mut out = Vec::new();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyRefused::Broken)?;
+        let Ok(data) = frame.into_data() else { continue };
+        if out.len() + data.len() > max {
+            return Err(BodyRefused::TooLarge);
+        }
+        let n = u32::try_from(data.len()).map_err(|_| BodyRefused::TooLarge)?;
+        let permit = budget
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| BodyRefused::Busy)?;
+        match held.as_mut() {
+            Some(h) => h.merge(permit),
+            None => held = Some(permit),
+        }
+        out.extend_from_slice(&data);
+    }
+    Ok((axum::body::Bytes::from(out), held))
+}
+
 /// Serves `router` over TLS on `listener` until `shutdown` completes, with the default
 /// [`Limits`]. A failed handshake or connection only ends that connection.
 pub async fn serve(
@@ -222,6 +331,7 @@ pub async fn serve_with(
 ) -> Result<(), Error> {
     let acceptor = TlsAcceptor::from(Arc::new(server_config(certs)?));
     let slots = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let budget = Arc::new(Semaphore::new(limits.in_flight_bytes.max(1)));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -242,7 +352,7 @@ pub async fn serve_with(
             },
         };
         let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(bounded(router.clone(), budget.clone(), limits));
         tokio::spawn(async move {
             let _permit = permit;
             let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
@@ -261,7 +371,10 @@ pub async fn serve_with(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.headers);
-            builder.http2().timer(TokioTimer::new()).max_concurrent_streams(64);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(limits.streams);
             let io = TokioIo::new(IdleTimeout::new(tls, limits.headers, limits.idle));
             let serving = builder.serve_connection(io, service);
             tokio::pin!(serving);
@@ -317,6 +430,7 @@ mod tests {
             idle: Duration::from_secs(60),
             lifetime: Duration::from_secs(60),
             connections: 8,
+            ..Limits::default()
         };
         let (addr, ca) = start(limits).await;
         // Every slot is taken by a connection that never speaks.
@@ -336,6 +450,14 @@ mod tests {
         // A real client is answered.
         assert_eq!(get(addr, &ca).await, "ok");
         // A client that completes the handshake but never sends a request is closed too.
+        let mut silent = tls(addr, &ca).await;
+        let mut b = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut b)).await;
+        assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    }
+
+    /// A TLS connection to the test server.
+    async fn tls(addr: std::net::SocketAddr, ca: &str) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
         let mut roots = rustls::RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
             roots.add(c.unwrap()).unwrap();
@@ -347,12 +469,96 @@ mod tests {
             .with_no_client_auth();
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let mut silent = tokio_rustls::TlsConnector::from(Arc::new(config))
+        tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
             .await
-            .unwrap();
-        let mut b = [0u8; 1];
-        let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut b)).await;
-        assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+            .unwrap()
+    }
+
+    /// Reads what the server sends until it closes (bounded by 30 s for a hung test).
+    async fn until_closed(s: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> String {
+        let mut all = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut all)).await;
+        String::from_utf8_lossy(&all).into_owned()
+    }
+
+    #[tokio::test]
+    async fn slow_bodies_release_their_slot_within_the_request_deadline() {
+        use tokio::io::AsyncWriteExt;
+        let limits = Limits {
+            request: Duration::from_secs(1),
+            connections: 16,
+            ..Limits::default()
+        };
+        let (addr, ca) = start(limits).await;
+        // Eight clients send headers, then a body a byte at a time.
+        let mut slow = Vec::new();
+        for _ in 0..8 {
+            let mut s = tls(addr, &ca).await;
+            s.write_all(b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 100000\r\n\r\n")
+                .await
+                .unwrap();
+            slow.push(s);
+        }
+        let drip = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let mut answers = Vec::new();
+            for _ in 0..5 {
+                for s in &mut slow {
+                    let _ = s.write_all(b"x").await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            for s in &mut slow {
+                answers.push(until_closed(s).await);
+            }
+            (started.elapsed(), answers)
+        });
+        // A normal request meanwhile is answered at once.
+        let started = std::time::Instant::now();
+        assert_eq!(get(addr, &ca).await, "ok");
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        // Every slow request is answered 408 and its connection closed within the deadline.
+        let (took, answers) = drip.await.unwrap();
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        for a in answers {
+            assert!(a.starts_with("HTTP/1.1 408"), "{a}");
+        }
+    }
+
+    #[tokio::test]
+    async fn oversized_bodies_and_bodies_beyond_the_byte_budget_are_refused_at_once() {
+        use tokio::io::AsyncWriteExt;
+        let limits = Limits {
+            body: 1024,
+            in_flight_bytes: 4096,
+            ..Limits::default()
+        };
+        let (addr, ca) = start(limits).await;
+        let post = |len: usize| format!("POST / HTTP/1.1\r\nhost: t\r\ncontent-length: {len}\r\n\r\n");
+        // Larger than the body limit.
+        let mut big = tls(addr, &ca).await;
+        big.write_all(post(2048).as_bytes()).await.unwrap();
+        big.write_all(&[b'x'; 2048]).await.unwrap();
+        assert!(until_closed(&mut big).await.starts_with("HTTP/1.1 413"));
+        // Four bodies of 1000 bytes each hold the budget, waiting for their last byte.
+        let mut holders = Vec::new();
+        for _ in 0..4 {
+            let mut s = tls(addr, &ca).await;
+            s.write_all(post(1001).as_bytes()).await.unwrap();
+            s.write_all(&[b'x'; 1000]).await.unwrap();
+            holders.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        let mut late = tls(addr, &ca).await;
+        late.write_all(post(500).as_bytes()).await.unwrap();
+        late.write_all(&[b'x'; 500]).await.unwrap();
+        let answer = until_closed(&mut late).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        // A request without a body still gets through.
+        assert_eq!(get(addr, &ca).await, "ok");
+        drop(holders);
     }
 }

@@ -17,3 +17,5 @@ pub mod memory;
 pub mod metrics;
 pub mod pki;
 pub mod signal;
+pub mod text;
+pub mod trusted;

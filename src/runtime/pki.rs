@@ -15,8 +15,8 @@ pub enum Error {
     Generate(#[from] rcgen::Error),
 }
 
-/// A CA and a serving certificate signed by it, all PEM-encoded.
-#[derive(Clone, Debug)]
+/// A CA and a serving certificate signed by it, all PEM-encoded. `Debug` leaves the key out.
+#[derive(Clone)]
 pub struct ServingCert {
     /// The CA certificate clients trust (the webhook `caBundle`).
     pub ca_pem: String,
@@ -26,6 +26,17 @@ pub struct ServingCert {
     pub key_pem: String,
     /// When the serving certificate expires.
     pub not_after: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for ServingCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingCert")
+            .field("ca_pem", &self.ca_pem)
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .field("not_after", &self.not_after)
+            .finish()
+    }
 }
 
 /// Issues a fresh CA and a serving certificate for `names` (DNS names or IP addresses),
@@ -93,5 +104,15 @@ mod tests {
         assert!(c.key_pem.contains("PRIVATE KEY"));
         assert_ne!(c.ca_pem, c.cert_pem);
         assert!(c.not_after > Utc::now());
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_private_key() {
+        let cert = issue_serving_cert("t", &["t".into()], chrono::Duration::hours(1)).unwrap();
+        let shown = format!("{cert:?}");
+        assert!(
+            shown.contains("<redacted>") && !shown.contains("PRIVATE KEY"),
+            "{shown}"
+        );
     }
 }

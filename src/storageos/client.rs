@@ -26,6 +26,8 @@ pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// The largest response body read by default (64 MiB: a volume list of a large cluster fits
 /// many times over).
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// The most of an error answer's message kept (in bytes): it ends up in conditions and events.
+pub const ERROR_BODY_LIMIT: usize = 1024;
 
 /// How to reach and authenticate to StorageOS.
 #[derive(Debug, Clone)]
@@ -169,9 +171,13 @@ impl Client {
 
     fn build(config: Config, metrics: Option<ApiMetrics>) -> Result<Self, Error> {
         let base = base_url(&config.endpoint)?;
+        // No redirects: a 307/308 would re-send the login body, password included, to wherever
+        // it points. No proxy from *_PROXY: the credentials go to the endpoint and nowhere else.
         let http = reqwest::Client::builder()
             .connect_timeout(config.request_timeout)
             .user_agent(config.user_agent)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .build()
             .map_err(Error::Build)?;
         Ok(Self {
@@ -421,6 +427,8 @@ impl Client {
                 .map(|b| b.error)
                 .filter(|m| !m.is_empty())
                 .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
+            // It goes into errors, conditions, events and logs: a few lines, not megabytes.
+            let message = crate::runtime::text::truncated(&message, ERROR_BODY_LIMIT);
             return Err(Error::from_status(status.as_u16(), method.as_str(), &path, message));
         }
         Ok(Answer { status, headers, body })
@@ -810,5 +818,38 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got["storageos.com/replicas"], "2");
         assert_eq!(got["new"], "y");
+    }
+
+    #[tokio::test]
+    async fn error_bodies_are_truncated() {
+        let body = "e".repeat(64 * 1024);
+        let (url, _) = crate::runtime::identity::tests::answer_once(Box::leak(
+            format!(
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_boxed_str(),
+        ))
+        .await;
+        let c = Client::new(Config::new(&url, "u", "p")).unwrap();
+        let err = c.login().await.unwrap_err().to_string();
+        assert!(err.len() < 2 * ERROR_BODY_LIMIT, "{} bytes", err.len());
+        assert!(err.contains("(truncated)"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn login_does_not_follow_redirects() {
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = format!("http://{}/v2/auth/login", elsewhere.local_addr().unwrap());
+        let (url, head) = crate::runtime::identity::tests::answer_once(Box::leak(
+            format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .into_boxed_str(),
+        ))
+        .await;
+        let c = Client::new(Config::new(&url, "u", "secret-password")).unwrap();
+        assert!(c.login().await.is_err());
+        assert!(head.await.unwrap().contains("/v2/auth/login"));
+        let followed = tokio::time::timeout(std::time::Duration::from_millis(300), elsewhere.accept()).await;
+        assert!(followed.is_err(), "the login was re-sent to the redirect target");
     }
 }

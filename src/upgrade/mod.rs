@@ -36,6 +36,7 @@ use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::runtime::apply::{self, Applier, FIELD_MANAGER};
 use crate::runtime::controller::{Kit, controlling_owner, drain};
 use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::trusted::TrustedNamespaces;
 
 /// The controller name used in metrics and logs.
 pub const CONTROLLER: &str = "storageosupgrade";
@@ -68,6 +69,8 @@ pub struct Context {
     pub kit: Kit,
     /// Pause before each step (demos and tests; zero in production).
     pub(crate) step_delay: Duration,
+    /// The namespaces whose upgrades are honoured (every namespace unless set).
+    pub(crate) trusted: TrustedNamespaces,
     /// The controller's upgrade cache, to map watch events and forget deleted upgrades.
     store: OnceLock<Store<StorageOSUpgrade>>,
 }
@@ -79,6 +82,7 @@ impl Context {
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             step_delay: Duration::ZERO,
+            trusted: TrustedNamespaces::Any,
             store: OnceLock::new(),
         }
     }
@@ -88,6 +92,14 @@ impl Context {
     #[must_use]
     pub fn with_step_delay(mut self, delay: Duration) -> Self {
         self.step_delay = delay;
+        self
+    }
+
+    /// Honours upgrades only in `trusted` namespaces, and only clusters there can be upgraded;
+    /// an upgrade elsewhere gets Ready=False with reason `NamespaceNotAllowed`.
+    #[must_use]
+    pub fn with_trusted_namespaces(mut self, trusted: TrustedNamespaces) -> Self {
+        self.trusted = trusted;
         self
     }
 

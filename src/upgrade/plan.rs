@@ -171,11 +171,13 @@ fn same_app(a: &ScaledApp, b: &ScaledApp) -> bool {
 /// The next step of upgrade `name` to `image`, at `phase`, with `recorded` applications.
 pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp], o: &Observed) -> Step {
     use UpgradePhase::*;
+    // In every phase, not only before the start: the recorded cluster comes from the status,
+    // which whoever may write `storageosupgrades/status` can change.
+    if let Some(cluster) = &o.other_namespace {
+        return Step::Problem(Problem::WrongNamespace(cluster.clone()));
+    }
     match phase {
         Pending => {
-            if let Some(cluster) = &o.other_namespace {
-                return Step::Problem(Problem::WrongNamespace(cluster.clone()));
-            }
             if let Some(first) = &o.blocked_by {
                 return Step::Blocked(first.clone());
             }
@@ -214,17 +216,22 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
                 return Step::Record(new);
             }
             // Scale down anything recorded that runs (again); the user may have scaled it up.
-            if let Some((app, _)) = o
-                .apps
-                .iter()
-                .find(|(_, live)| live.as_ref().is_some_and(|l| l.replicas != 0))
-            {
-                return Step::Act(Act::ScaleDown(app.clone()));
+            // Only what uses StorageOS volumes now (a candidate): the record is in the status,
+            // which is not proof enough to scale anything else to zero.
+            // The replicas written on it are those it runs with now, not the status's.
+            if let Some((app, Some(live))) = o.apps.iter().find(|(app, live)| {
+                live.as_ref().is_some_and(|l| l.replicas != 0) && o.candidates.iter().any(|c| same_app(c, app))
+            }) {
+                return Step::Act(Act::ScaleDown(ScaledApp {
+                    replicas: live.replicas,
+                    ..app.clone()
+                }));
             }
+            // Only what this step scaled down (it carries the annotation) is waited for.
             let running: Vec<String> = o
                 .apps
                 .iter()
-                .filter(|(_, live)| live.as_ref().is_some_and(|l| l.pods > 0))
+                .filter(|(_, live)| needs_restore(live.as_ref()) && live.as_ref().is_some_and(|l| l.pods > 0))
                 .map(|(a, _)| describe(a))
                 .collect();
             if running.is_empty() {
@@ -262,7 +269,7 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
             }
         }
         ScalingUp => match o.apps.iter().find(|(_, live)| needs_restore(live.as_ref())) {
-            Some((app, _)) => Step::Act(Act::ScaleUp(app.clone())),
+            Some((app, live)) => Step::Act(Act::ScaleUp(restored(app, live.as_ref()))),
             None => Step::Advance(Completed),
         },
         Completed | Failed => Step::Idle,
@@ -273,6 +280,21 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
 /// upgrade and not yet restored. Also the rule the finalizer uses.
 pub fn needs_restore(live: Option<&LiveApp>) -> bool {
     live.is_some_and(|l| l.scaled_down_from.is_some())
+}
+
+/// `app` with the replicas it had before it was scaled down: those written on the application
+/// itself when it was scaled (the annotation), not those in the upgrade's status, which its
+/// status writers could change; the status's only when the annotation does not parse.
+pub fn restored(app: &ScaledApp, live: Option<&LiveApp>) -> ScaledApp {
+    let replicas = live
+        .and_then(|l| l.scaled_down_from.as_deref())
+        .and_then(|r| r.parse::<i32>().ok())
+        .filter(|r| *r >= 0)
+        .unwrap_or(app.replicas);
+    ScaledApp {
+        replicas,
+        ..app.clone()
+    }
 }
 
 /// The cluster to work on, if it can be worked on.
@@ -542,7 +564,8 @@ mod tests {
             apps: vec![(web.clone(), live(3, false, 0)), (db.clone(), live(0, true, 0))],
             ..Default::default()
         };
-        assert_eq!(step(ScalingUp, &recorded, &o), Step::Act(Act::ScaleUp(db.clone())));
+        // The replicas come from the application's annotation ("3"), not from the status (2).
+        assert_eq!(step(ScalingUp, &recorded, &o), Step::Act(Act::ScaleUp(app("db", 3))));
         o.apps[1].1 = live(2, false, 0);
         assert_eq!(step(ScalingUp, &recorded, &o), Step::Advance(Completed));
         assert_eq!(step(Completed, &recorded, &o), Step::Idle);
@@ -585,5 +608,49 @@ mod tests {
         let leaving = upgrade("ns", "leaving", 30, Some("UpgradingNodes"), true);
         assert_eq!(first(&[a, leaving]), Some("ns/leaving".into()));
         assert_eq!(first(&[]), None);
+    }
+
+    #[test]
+    fn apps_recorded_in_status_but_not_using_storageos_are_never_scaled() {
+        // A status writer adds kube-system/coredns to the record: it is no candidate (it uses
+        // no StorageOS volume), so it is neither scaled down nor waited for.
+        let coredns = ScaledApp {
+            kind: "Deployment".into(),
+            namespace: "kube-system".into(),
+            name: "coredns".into(),
+            replicas: 2,
+        };
+        let web = app("web", 3);
+        let recorded = [coredns.clone(), web.clone()];
+        let mut o = Observed {
+            candidates: vec![web.clone()],
+            apps: vec![(coredns.clone(), live(2, false, 2)), (web.clone(), live(4, false, 3))],
+            ..Default::default()
+        };
+        // The replicas written on web are its live ones (4), not the record's (3).
+        assert_eq!(
+            step(ScalingDown, &recorded, &o),
+            Step::Act(Act::ScaleDown(app("web", 4)))
+        );
+        o.candidates.clear();
+        o.apps[1].1 = live(0, true, 0);
+        assert_eq!(step(ScalingDown, &recorded, &o), Step::Advance(UpgradingNodes));
+    }
+
+    #[test]
+    fn a_recorded_cluster_in_another_namespace_stops_every_phase() {
+        let o = Observed {
+            other_namespace: Some("kube-system/storageos".into()),
+            cluster: Some(cluster()),
+            nodes: Some(nodes("x", true, &[])),
+            ..Default::default()
+        };
+        for phase in [PullingImage, Pausing, ScalingDown, UpgradingNodes, ScalingUp] {
+            assert_eq!(
+                step(phase, &[], &o),
+                Step::Problem(Problem::WrongNamespace("kube-system/storageos".into())),
+                "{phase:?}"
+            );
+        }
     }
 }

@@ -24,8 +24,9 @@ use crate::cluster::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::render;
 use crate::runtime::apply::ObjectKey;
-use crate::runtime::conditions::now;
+use crate::runtime::conditions::{self, now};
 use crate::runtime::finalizer;
+use crate::runtime::trusted::NAMESPACE_NOT_ALLOWED;
 
 /// How often an upgrade that waits for another one checks again (watch events come first).
 const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
@@ -48,6 +49,10 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     let Some(mut up) = api.get_opt(&name).await? else {
         return Ok(Action::await_change());
     };
+    let namespace = up.namespace().unwrap_or_default();
+    if !ctx.trusted.allows(&namespace) {
+        return not_allowed(&up, &api, &ctx, &namespace).await;
+    }
     if up.meta().deletion_timestamp.is_some() {
         return finalize(&up, &api, &ctx).await;
     }
@@ -124,6 +129,38 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     Ok(Action::requeue(Duration::ZERO))
 }
 
+/// An upgrade in a namespace the operator does not trust: Ready=False with reason
+/// `NamespaceNotAllowed` and one Warning event, nothing read or changed. When it is deleted, a
+/// finalizer it carries (from a time its namespace was trusted) is released without acting on
+/// its status, which nothing vouches for.
+async fn not_allowed(
+    up: &StorageOSUpgrade,
+    api: &Api<StorageOSUpgrade>,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Action, Error> {
+    if up.meta().deletion_timestamp.is_some() {
+        if finalizer::has(up, FINALIZER) {
+            finalizer::remove(api, up, FINALIZER, &patch_params()).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    tracing::warn!(upgrade = %key(up), "ignoring a StorageOSUpgrade in a namespace that is not trusted");
+    let message = ctx.trusted.refusal("StorageOSUpgrade", namespace);
+    let previous = up.status.clone().unwrap_or_default();
+    let mut next = previous.clone();
+    let mut conds = next.conditions.take().unwrap_or_default();
+    let news = conditions::set_not_ready(&mut conds, NAMESPACE_NOT_ALLOWED, &message, up.meta().generation);
+    next.conditions = Some(conds);
+    write_status(api, up, &previous, next).await?;
+    if news {
+        ctx.kit
+            .event(up, EventType::Warning, NAMESPACE_NOT_ALLOWED, message)
+            .await;
+    }
+    Ok(Action::await_change())
+}
+
 /// Logs the step about to be taken, after the configured step delay (demos and tests). Returns
 /// false when the upgrade changed (or was deleted) during the delay: the step, decided on what
 /// is now stale, is not taken, and the next one is decided afresh.
@@ -172,11 +209,22 @@ fn cluster_view(c: &StorageOSCluster) -> ClusterView {
     }
 }
 
-/// The cluster recorded in the upgrade's status, as it is now.
+/// `namespace/name` of the cluster recorded in the upgrade's status when that is in another
+/// namespace than the upgrade: only a forged status says so, and it is never acted on.
+fn recorded_elsewhere(up: &StorageOSUpgrade) -> Option<String> {
+    let c = up.status.as_ref()?.cluster.as_ref()?;
+    (Some(c.namespace.as_str()) != up.namespace().as_deref()).then(|| format!("{}/{}", c.namespace, c.name))
+}
+
+/// The cluster recorded in the upgrade's status, as it is now; None when the record names
+/// another namespace than the upgrade's ([`recorded_elsewhere`]).
 async fn recorded_cluster(up: &StorageOSUpgrade, ctx: &Context) -> Result<Option<StorageOSCluster>, Error> {
     let Some(c) = up.status.as_ref().and_then(|s| s.cluster.as_ref()) else {
         return Ok(None);
     };
+    if recorded_elsewhere(up).is_some() {
+        return Ok(None);
+    }
     Ok(Api::<StorageOSCluster>::namespaced(ctx.client.clone(), &c.namespace)
         .get_opt(&c.name)
         .await?)
@@ -197,17 +245,24 @@ async fn observe(
             .as_ref()
             .and_then(|s| s.cluster.as_ref())
             .map(|c| format!("{}/{}", c.namespace, c.name)),
+        other_namespace: recorded_elsewhere(up),
         ..Default::default()
     };
+    if o.other_namespace.is_some() {
+        return Ok(o);
+    }
     match phase {
         Pending => {
             // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
             // whoever may create an upgrade elsewhere can neither take over nor block it.
             let ns = up.namespace().unwrap_or_default();
-            let clusters = Api::<StorageOSCluster>::all(client.clone())
+            let clusters: Vec<StorageOSCluster> = Api::<StorageOSCluster>::all(client.clone())
                 .list(&ListParams::default())
                 .await?
-                .items;
+                .items
+                .into_iter()
+                .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
+                .collect();
             let active = crate::cluster::reconcile::active(&clusters);
             o.other_namespace = active
                 .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
@@ -413,8 +468,9 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
         for app in status.scaled_apps.iter().flatten() {
             let live = apps::observe(&ctx.client, app, false).await?;
             if plan::needs_restore(live.as_ref()) {
-                tracing::info!(upgrade = %key(up), app = %apps::describe(app), replicas = app.replicas, "restoring");
-                apps::restore(&ctx.client, app).await?;
+                let app = plan::restored(app, live.as_ref());
+                tracing::info!(upgrade = %key(up), app = %apps::describe(&app), replicas = app.replicas, "restoring");
+                apps::restore(&ctx.client, &app).await?;
             }
         }
     }
@@ -431,6 +487,7 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
         set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
     }
     ctx.applier.delete_ours(&puller_key(up)).await?;
+    ctx.applier.forget(&puller_key(up));
     finalizer::remove(api, up, FINALIZER, &patch_params()).await?;
     Ok(Action::await_change())
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::sim;
 
-use super::{client, kubeconfig_path};
+use super::{client, kubeconfig_path, wait_for};
 
 /// Runs kubectl (of the plane's version) as admin.
 pub fn kubectl(args: &[&str]) -> std::process::Output {
@@ -127,18 +127,23 @@ impl Drop for Operator {
     }
 }
 
-/// Deletes the example cluster `default/storageos` when the test ends, also on failure
+/// Deletes the example cluster `<namespace>/storageos` when the test ends, also on failure
 /// (finalizer dropped if the operator is gone), so that later tests find no active cluster.
-pub struct ExampleCluster;
+pub struct ExampleCluster {
+    /// Where it was created: the operator's namespace, the only one it trusts by default
+    /// (`deploy/examples` use `storageos-operator`).
+    pub namespace: &'static str,
+}
 
 impl Drop for ExampleCluster {
     fn drop(&mut self) {
-        let _ = std::thread::spawn(|| {
+        let namespace = self.namespace;
+        let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             rt.block_on(async {
-                let api: Api<StorageOSCluster> = Api::namespaced(client().await, "default");
+                let api: Api<StorageOSCluster> = Api::namespaced(client().await, namespace);
                 let _ = api
                     .patch(
                         "storageos",
@@ -162,4 +167,109 @@ pub fn ready(c: &StorageOSCluster) -> Option<(String, String, String)> {
         s.ready.unwrap_or_default(),
         format!("{} {}: {}", cond.status, cond.reason, cond.message),
     ))
+}
+
+/// A user bound to `edit` in a namespace `tenant-…` (with `grant`, also to a Role giving every
+/// verb on the three storageos.com kinds there; without, OLM's aggregation into `edit` gives
+/// them) creates a StorageOSCluster (operands in that namespace) and a Job there: both get
+/// Ready=False with reason NamespaceNotAllowed, no ClusterRoleBinding names a subject in the
+/// namespace, no DaemonSet is made there, and the ServiceAccount the node role would be bound to
+/// cannot list Secrets.
+pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
+    use kube::api::ListParams;
+    use storageos_operator::crd::Job;
+    use storageos_operator::runtime::trusted::NAMESPACE_NOT_ALLOWED;
+
+    const SETTLE: std::time::Duration = std::time::Duration::from_secs(120);
+    let tenant = format!("tenant-{}", super::suffix());
+    kubectl_ok(&["create", "namespace", &tenant]);
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "alice-edit",
+        "-n",
+        &tenant,
+        "--clusterrole=edit",
+        "--user=alice",
+    ]);
+    if grant {
+        let kinds = "--resource=storageosclusters.storageos.com,storageosupgrades.storageos.com,jobs.storageos.com";
+        kubectl_ok(&["create", "role", "storageos-kinds", "-n", &tenant, "--verb=*", kinds]);
+        let role = [
+            "create",
+            "rolebinding",
+            "alice-storageos",
+            "-n",
+            &tenant,
+            "--role=storageos-kinds",
+        ];
+        kubectl_ok(&[&role[..], &["--user=alice"]].concat());
+    }
+    wait_for("alice to be allowed to create StorageOSClusters", SETTLE, || async {
+        let out = kubectl(&[
+            "auth",
+            "can-i",
+            "create",
+            "storageosclusters.storageos.com",
+            "-n",
+            &tenant,
+            "--as=alice",
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().eq("yes").then_some(())
+    })
+    .await;
+    let cluster = json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": "mine", "namespace": tenant},
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": tenant, "namespace": tenant}
+    });
+    let job = json!({
+        "apiVersion": "storageos.com/v1", "kind": "Job",
+        "metadata": {"name": "mine", "namespace": tenant},
+        "spec": {"image": "busybox", "args": ["true"], "mountPath": "/data",
+                 "hostPath": "/var/lib/storageos", "completionWord": "done"}
+    });
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "storageos-api", "namespace": tenant},
+        "stringData": {"username": "storageos", "password": "storageos"}});
+    let dir = tempfile::tempdir().unwrap();
+    for (name, obj) in [("secret", &secret), ("cluster", &cluster), ("job", &job)] {
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, obj.to_string()).unwrap();
+        kubectl_ok(&["create", "--as=alice", "-f", &path.display().to_string()]);
+    }
+    let refused = |c: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>| {
+        c.unwrap_or_default()
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == NAMESPACE_NOT_ALLOWED)
+    };
+    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), &tenant);
+    wait_for("the tenant's cluster to be refused", SETTLE, || async {
+        refused(clusters.get("mine").await.ok()?.status?.conditions).then_some(())
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), &tenant);
+    wait_for("the tenant's Job to be refused", SETTLE, || async {
+        refused(jobs.get("mine").await.ok()?.status?.conditions).then_some(())
+    })
+    .await;
+    let naming_tenant = super::cluster_role_bindings_naming(admin, &tenant).await;
+    assert!(naming_tenant.is_empty(), "{naming_tenant:?}");
+    let can = kubectl(&[
+        "auth",
+        "can-i",
+        "list",
+        "secrets",
+        "-A",
+        &format!("--as=system:serviceaccount:{tenant}:storageos-daemonset-sa"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&can.stdout).trim(), "no");
+    let daemonsets = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), &tenant)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(daemonsets.items.is_empty(), "{:?}", super::names(&daemonsets.items));
+    // Nothing holds the tenant's objects: they go with the namespace. Waited for, so no
+    // operator a later test starts sees them (it would warn about a terminating namespace).
+    kubectl_ok(&["delete", "namespace", &tenant, "--wait=true", "--timeout=120s"]);
 }

@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
-use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::crd::{StorageOSCluster, StorageOSUpgrade};
 
 pub mod identity;
 #[allow(unused_imports)]
@@ -494,14 +494,30 @@ async fn no_maintenance() {
     wait_for(
         "other tests' upgrades to end (maintenance is cluster-wide)",
         std::time::Duration::from_secs(120),
-        || async { matches!(maintenance::current(&client).await, Ok(Maintenance::Off)).then_some(()) },
+        || async { matches!(maintenance::current(&client, None).await, Ok(Maintenance::Off)).then_some(()) },
     )
     .await;
 }
 
 /// Puts the cluster in maintenance: a paused StorageOSCluster in `ns` annotated as paused by
-/// upgrade `upgrade` (no operator acts on a paused cluster).
+/// upgrade `upgrade`, and that StorageOSUpgrade in `ns` in phase UpgradingNodes (the annotation
+/// counts only while the upgrade it names is under way; no operator acts on either here).
 pub async fn start_maintenance(ns: &TestNamespace, upgrade: &str) {
+    let u: StorageOSUpgrade = from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+        "metadata": {"name": upgrade},
+        "spec": {"newImage": "storageos/node:test"}
+    }));
+    let upgrades = ns.api::<StorageOSUpgrade>();
+    upgrades.create(&PostParams::default(), &u).await.unwrap();
+    upgrades
+        .patch_status(
+            upgrade,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "UpgradingNodes"}})),
+        )
+        .await
+        .unwrap();
     let c: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "maintenance", "annotations": {"storageos.com/paused-by-upgrade": upgrade}},
@@ -526,6 +542,22 @@ pub async fn end_maintenance(ns: &TestNamespace) {
         )
         .await;
     let _ = api.delete("maintenance", &DeleteParams::background()).await;
+    let upgrades = ns.api::<StorageOSUpgrade>();
+    for u in upgrades
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = upgrades
+            .patch(
+                &u.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+        let _ = upgrades.delete(&u.name_any(), &DeleteParams::background()).await;
+    }
 }
 
 /// Events in `namespace` about the object `name` (of `kind`, when given) with this reason
@@ -540,6 +572,26 @@ pub async fn events(client: &Client, namespace: &str, kind: Option<&str>, name: 
         .into_iter()
         .filter(|e| kind.is_none_or(|k| e.involved_object.kind.as_deref() == Some(k)))
         .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// Names of the ClusterRoleBindings with a subject in `namespace` (a ServiceAccount there given
+/// cluster-wide rights).
+#[allow(dead_code)]
+pub async fn cluster_role_bindings_naming(client: &Client, namespace: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|b| {
+            b.subjects
+                .iter()
+                .flatten()
+                .any(|s| s.namespace.as_deref() == Some(namespace))
+        })
+        .map(|b| b.name_any())
         .collect()
 }
 

@@ -31,6 +31,9 @@ pub fn run_command(kubeconfig: &std::path::Path, sim_url: &str, identity: &str) 
     cmd.args(["run", "--metrics-addr", "127.0.0.1:0", "--storageos-endpoint", sim_url])
         .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
         .args(["--identity", identity])
+        // Tests put their clusters in namespaces of their own; the trusted-namespaces rule has
+        // tests of its own (k8s_cluster, k8s_job, k8s_upgrade).
+        .args(["--watch-namespaces", "*"])
         .env("KUBECONFIG", kubeconfig);
     cmd
 }

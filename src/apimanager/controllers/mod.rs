@@ -64,7 +64,7 @@ impl Context {
     /// Whether an upgrade holds the cluster in maintenance. `Err` means "cannot tell": do
     /// nothing destructive.
     pub async fn maintenance(&self) -> Result<Maintenance, kube::Error> {
-        maintenance::current(&self.kube).await
+        maintenance::current(&self.kube, self.args.storageos_cluster.as_ref()).await
     }
 }
 

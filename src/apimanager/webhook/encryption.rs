@@ -226,13 +226,11 @@ async fn make_keys<R: TryCryptoRng>(
              the PVC is in {namespace:?}; remove the annotation or set it to {namespace:?}"
         )));
     }
+    // Keys are made even when a PVC of that name seems to exist: the webhook's PVC cache can
+    // still hold one that was deleted (a StatefulSet re-creates its claims at once), and skipping
+    // the keys then admitted an encrypted PVC without them. A create that the apiserver then
+    // refuses as AlreadyExists leaves an unused key Secret behind, nothing worse.
     let pvc_name = pvc.metadata.name.as_deref().filter(|n| !n.is_empty());
-    if let Some(name) = pvc_name
-        && lookups.pvc(namespace, name).await?.is_some()
-    {
-        // The create is refused as AlreadyExists after admission: make no keys for it.
-        return Ok(vec![]);
-    }
     let name = match annotation(pvc, SECRET_NAME_ANNOTATION) {
         Some(n) => n.to_string(),
         None => generated_name(rng)?,
@@ -425,7 +423,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn off_and_already_existing_pvcs_make_nothing() {
+    async fn a_pvc_with_encryption_off_makes_nothing() {
         let f = Fake::default();
         assert!(
             run(&f, &pvc(json!({ENCRYPTION: "false"}), json!({})), false)
@@ -433,12 +431,18 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        f.add_pvc("app", on());
-        assert!(
-            run(&f, &on(), false).await.unwrap().is_empty(),
-            "the create will be refused"
-        );
         assert_eq!(f.created(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cached_pvc_of_the_same_name_never_yields_an_encrypted_pvc_without_keys() {
+        // The cache still holds a deleted PVC "data"; the new "data" asks for encryption.
+        let f = Fake::default();
+        f.add_pvc("app", on());
+        let set = run(&f, &on(), false).await.unwrap();
+        assert_eq!(set[0].0, SECRET_NAME_ANNOTATION);
+        assert_eq!(set[1], (SECRET_NAMESPACE_ANNOTATION.into(), "app".into()));
+        assert!(f.secret_now("app", &set[0].1).is_some());
     }
 
     #[tokio::test]

@@ -23,6 +23,19 @@ pub trait Lookups: Sync {
     fn storage_class(&self, name: &str) -> impl Future<Output = Result<Option<StorageClass>, LookupError>> + Send;
     /// Every StorageClass (to find the default).
     fn storage_classes(&self) -> impl Future<Output = Result<Vec<StorageClass>, LookupError>> + Send;
+    /// [`Lookups::storage_class`] read from the apiserver, never from a cache: for a decision
+    /// that must fail closed (whether a PVC gets encryption keys), which a stale cache entry (a
+    /// class deleted and re-created with encryption) must not make.
+    fn storage_class_fresh(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<StorageClass>, LookupError>> + Send {
+        self.storage_class(name)
+    }
+    /// [`Lookups::storage_classes`] read from the apiserver, never from a cache.
+    fn storage_classes_fresh(&self) -> impl Future<Output = Result<Vec<StorageClass>, LookupError>> + Send {
+        self.storage_classes()
+    }
     /// The Secret `namespace/name`, or None when it does not exist. A direct read: the webhook
     /// must not cache every Secret of the cluster.
     fn secret(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<Secret>, LookupError>> + Send;

@@ -129,6 +129,12 @@ impl Lookups for CachedLookups {
             None => self.direct.storage_class(name).await,
         }
     }
+    async fn storage_class_fresh(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {
+        self.direct.storage_class(name).await
+    }
+    async fn storage_classes_fresh(&self) -> Result<Vec<StorageClass>, LookupError> {
+        self.direct.storage_classes().await
+    }
     async fn storage_classes(&self) -> Result<Vec<StorageClass>, LookupError> {
         let cached = self.storage_classes.state();
         if cached.is_empty() {
@@ -214,9 +220,10 @@ impl WebhookMetrics {
 /// How long a mutator may take before the request is answered without it: below the
 /// configuration's 5 s timeout, so the apiserver gets our answer rather than its own timeout.
 pub const DEADLINE: Duration = Duration::from_secs(4);
-/// The largest request body read: an AdmissionReview of the biggest object the apiserver stores
-/// (it limits requests to 3 MiB) fits.
-pub const MAX_BODY: usize = 4 << 20;
+/// The largest request body read (as [`crate::runtime::https::Limits::body`]): an
+/// AdmissionReview of a Pod or PVC CREATE (no old object) of the largest size etcd stores
+/// (1.5 MiB) fits.
+pub const MAX_BODY: usize = 2 << 20;
 
 /// What the handlers share.
 pub struct WebhookState<L> {
@@ -340,14 +347,17 @@ async fn mutate_pvc<L: Lookups>(State(state): State<Arc<WebhookState<L>>>, Json(
     };
     let ns = request.namespace.clone().unwrap_or_default();
     let mut rng = OsRng;
-    let mutation = mutate::pvc_patch(&pvc, &ns, request.dry_run, &state.lookups, &mut rng);
+    let asks_encryption = std::sync::atomic::AtomicBool::new(false);
+    let mutation = mutate::pvc_patch_noting(&pvc, &ns, request.dry_run, &state.lookups, &mut rng, &asks_encryption);
     let outcome = match tokio::time::timeout(state.deadline, mutation).await {
         Ok(outcome) => outcome,
         Err(_) => Err(encryption::Error::Lookup(LookupError("lookups took too long".into()))),
     };
-    // A PVC asking for encryption by its label is never admitted without keys.
+    // A PVC asking for encryption, by its label or (once its class was read) by its class's
+    // parameter, is never admitted without keys: any failure, the deadline included, denies it.
+    let asks = encryption::asked_by_label(&pvc) || asks_encryption.load(std::sync::atomic::Ordering::SeqCst);
     let outcome = match outcome {
-        Err(e) if encryption::asked_by_label(&pvc) => Err(e.for_encrypted()),
+        Err(e) if asks => Err(e.for_encrypted()),
         other => other,
     };
     match outcome {
@@ -508,6 +518,23 @@ mod tests {
         let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": "data", "labels": {encryption::ENCRYPTION: "true"}}, "spec": {"storageClassName": "fast"}});
         let (r, failed) = review(slow(), "/pvcs", pvc, false, deadline).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0), "{r}");
+        assert!(r["status"]["message"].as_str().unwrap().contains("retry"), "{r}");
+    }
+
+    #[tokio::test]
+    async fn a_class_encrypted_pvc_is_denied_on_timeout() {
+        // The class (read in time) asks for encryption; the Secret reads then hang.
+        let mut encrypting = class();
+        encrypting.parameters = Some([(encryption::ENCRYPTION.to_string(), "true".to_string())].into());
+        let lookups = Fake {
+            classes: vec![encrypting],
+            slow_secrets: Some(Duration::from_secs(600)),
+            ..Default::default()
+        };
+        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"}, "spec": {"storageClassName": "fast"}});
+        let (r, failed) = review(lookups, "/pvcs", pvc, false, Duration::from_millis(200)).await;
         assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0), "{r}");
         assert!(r["status"]["message"].as_str().unwrap().contains("retry"), "{r}");
     }

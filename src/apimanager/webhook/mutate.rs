@@ -7,6 +7,7 @@
 //! user errors in a PVC's encryption settings are denied.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -31,10 +32,29 @@ pub async fn storage_class_of(
     pvc: &PersistentVolumeClaim,
     lookups: &impl Lookups,
 ) -> Result<Option<StorageClass>, LookupError> {
-    match class_ref(pvc) {
-        ClassRef::NoClass => Ok(None),
-        ClassRef::Named(name) => lookups.storage_class(name).await,
-        ClassRef::Default => Ok(pick_default(&lookups.storage_classes().await?).cloned()),
+    class_of(pvc, lookups, false).await
+}
+
+/// [`storage_class_of`] read from the apiserver, not from the webhook's cache: whether a PVC gets
+/// encryption keys is decided on it.
+pub async fn fresh_storage_class_of(
+    pvc: &PersistentVolumeClaim,
+    lookups: &impl Lookups,
+) -> Result<Option<StorageClass>, LookupError> {
+    class_of(pvc, lookups, true).await
+}
+
+async fn class_of(
+    pvc: &PersistentVolumeClaim,
+    lookups: &impl Lookups,
+    fresh: bool,
+) -> Result<Option<StorageClass>, LookupError> {
+    match (class_ref(pvc), fresh) {
+        (ClassRef::NoClass, _) => Ok(None),
+        (ClassRef::Named(name), true) => lookups.storage_class_fresh(name).await,
+        (ClassRef::Named(name), false) => lookups.storage_class(name).await,
+        (ClassRef::Default, true) => Ok(pick_default(&lookups.storage_classes_fresh().await?).cloned()),
+        (ClassRef::Default, false) => Ok(pick_default(&lookups.storage_classes().await?).cloned()),
     }
 }
 
@@ -96,9 +116,23 @@ pub async fn pvc_patch<R: TryCryptoRng>(
     lookups: &impl Lookups,
     rng: &mut R,
 ) -> Result<Option<Value>, encryption::Error> {
+    pvc_patch_noting(pvc, namespace, dry_run, lookups, rng, &AtomicBool::new(false)).await
+}
+
+/// [`pvc_patch`] that sets `asks_encryption` as soon as it knows the PVC asks for encryption (by
+/// label or StorageClass parameter), so that a caller whose deadline abandons the mutation
+/// knows to deny the PVC rather than admit it without keys.
+pub async fn pvc_patch_noting<R: TryCryptoRng>(
+    pvc: &PersistentVolumeClaim,
+    namespace: &str,
+    dry_run: bool,
+    lookups: &impl Lookups,
+    rng: &mut R,
+    asks_encryption: &AtomicBool,
+) -> Result<Option<Value>, encryption::Error> {
     // A PVC whose own label asks for encryption is never admitted without keys, even when its
     // class cannot be read.
-    let sc = storage_class_of(pvc, lookups)
+    let sc = fresh_storage_class_of(pvc, lookups)
         .await
         .map_err(|e| match encryption::asked_by_label(pvc) {
             true => encryption::Error::Lookup(e).for_encrypted(),
@@ -112,6 +146,9 @@ pub async fn pvc_patch<R: TryCryptoRng>(
     let Some(sc) = sc.filter(is_storageos) else {
         return Ok(None);
     };
+    if encryption::wanted(pvc, &sc).unwrap_or(false) {
+        asks_encryption.store(true, Ordering::SeqCst);
+    }
     let mut set = encryption::ensure_keys(pvc, namespace, &sc, dry_run, lookups, rng).await?;
     set.extend(sc.metadata.uid.map(|uid| (STORAGECLASS_ANNOTATION.to_string(), uid)));
     Ok(annotations_patch(pvc, set))
@@ -154,6 +191,7 @@ mod tests {
     };
     use crate::apimanager::webhook::encryption::{ENCRYPTION, SECRET_NAME_ANNOTATION};
     use crate::apimanager::webhook::testing::Fake;
+    use k8s_openapi::api::core::v1::Secret;
 
     fn sc(name: &str, provisioner: &str, default: bool) -> StorageClass {
         serde_json::from_value(json!({
@@ -368,5 +406,57 @@ mod tests {
         )
         .unwrap();
         assert_eq!(applied["metadata"]["annotations"]["team"], "a");
+    }
+
+    /// A webhook cache that still holds a class as it was before it was deleted and re-created
+    /// with the StorageOS provisioner and encryption on.
+    struct StaleClassCache(Fake);
+
+    impl Lookups for StaleClassCache {
+        async fn pvc(&self, ns: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
+            self.0.pvc(ns, name).await
+        }
+        async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {
+            Ok(Some(sc(name, "kubernetes.io/no-provisioner", false)))
+        }
+        async fn storage_classes(&self) -> Result<Vec<StorageClass>, LookupError> {
+            Ok(vec![])
+        }
+        async fn storage_class_fresh(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {
+            self.0.storage_class(name).await
+        }
+        async fn storage_classes_fresh(&self) -> Result<Vec<StorageClass>, LookupError> {
+            self.0.storage_classes().await
+        }
+        async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>, LookupError> {
+            self.0.secret(ns, name).await
+        }
+        async fn create_secret(&self, ns: &str, secret: &Secret) -> Result<bool, LookupError> {
+            self.0.create_secret(ns, secret).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_cached_class_never_decides_that_a_pvc_needs_no_keys() {
+        let mut encrypting = sc("secure", CSI_DRIVER, false);
+        encrypting.parameters = Some([(ENCRYPTION.to_string(), "true".to_string())].into());
+        let f = StaleClassCache(Fake {
+            classes: vec![encrypting],
+            ..Default::default()
+        });
+        let patch = pvc_patch(
+            &pvc("data", Some("secure")),
+            "app",
+            false,
+            &f,
+            &mut StdRng::seed_from_u64(3),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let set = &patch[0]["value"];
+        assert!(set[SECRET_NAME_ANNOTATION].is_string(), "{patch}");
+        assert_eq!(set[encryption::SECRET_NAMESPACE_ANNOTATION], "app");
+        assert_eq!(set[STORAGECLASS_ANNOTATION], "uid-secure");
     }
 }

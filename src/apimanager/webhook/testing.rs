@@ -23,6 +23,8 @@ pub struct Fake {
     pub created: Arc<AtomicUsize>,
     /// Every read first waits this long (a hung apiserver).
     pub slow: Option<std::time::Duration>,
+    /// Secret reads and creates first wait this long (a hung apiserver once the class is read).
+    pub slow_secrets: Option<std::time::Duration>,
 }
 
 impl Fake {
@@ -74,10 +76,16 @@ impl Lookups for Fake {
         Ok(self.classes.clone())
     }
     async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>, LookupError> {
+        if let Some(d) = self.slow_secrets {
+            tokio::time::sleep(d).await;
+        }
         self.check().await?;
         Ok(self.secret_now(ns, name))
     }
     async fn create_secret(&self, ns: &str, secret: &Secret) -> Result<bool, LookupError> {
+        if let Some(d) = self.slow_secrets {
+            tokio::time::sleep(d).await;
+        }
         if self.fail_create {
             return Err(LookupError("secrets is forbidden".into()));
         }
