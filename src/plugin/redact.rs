@@ -1,0 +1,1 @@
+//! Redaction for the support bundle.
