@@ -123,7 +123,7 @@ impl Applier {
         };
         Ok(match live {
             None => Outcome::Created,
-            Some(live) if same(&live, &applied) => Outcome::Unchanged,
+            Some(live) if same(&live, &applied, self.dry_run) => Outcome::Unchanged,
             Some(_) => Outcome::Configured,
         })
     }
@@ -168,10 +168,11 @@ pub fn describe(key: &ObjectKey) -> String {
 }
 
 /// Whether applying changed nothing: the same resourceVersion (a real apply that wrote nothing),
-/// or the same object apart from bookkeeping (a dry run).
-fn same(live: &DynamicObject, applied: &DynamicObject) -> bool {
-    (live.resource_version().is_some() && live.resource_version() == applied.resource_version())
-        || comparable(live) == comparable(applied)
+/// or the same object apart from bookkeeping.
+/// A dry run keeps the live resourceVersion whatever it would change, so only the content tells.
+fn same(live: &DynamicObject, applied: &DynamicObject, dry_run: bool) -> bool {
+    let kept = live.resource_version().is_some() && live.resource_version() == applied.resource_version();
+    (kept && !dry_run) || comparable(live) == comparable(applied)
 }
 
 /// The object without the metadata that changes on every write or dry run.
@@ -219,7 +220,12 @@ mod tests {
             "metadata": {"name": "c", "resourceVersion": "6", "managedFields": [{"manager": "x"}]}, "data": {"a": "1"}}));
         let other_data = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c", "resourceVersion": "6"}, "data": {"a": "2"}}));
-        assert!(same(&live, &same_data));
-        assert!(!same(&live, &other_data));
+        assert!(same(&live, &same_data, true));
+        assert!(!same(&live, &other_data, true));
+        // A dry run answers with the live resourceVersion even when it would change the object.
+        let mut dry = other_data.clone();
+        dry.metadata.resource_version = Some("5".into());
+        assert!(!same(&live, &dry, true));
+        assert!(same(&live, &dry, false));
     }
 }

@@ -1,0 +1,357 @@
+//! Integration tier: `kubectl storageos` as a user runs it, against the local plane. The plugin
+//! binary acts as a ServiceAccount bound to `cluster-admin` (an admin, as its user would be),
+//! so the plane's audit log shows exactly what it wrote. The operator runs as a local process
+//! with the installed Deployment's args and env, as its own ServiceAccount (its pods on the kwok
+//! nodes are fakes), against the StorageOS simulator.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::install;
+use storageos_operator::sim::{self, Simulator};
+use support::identity::{self, Identity};
+use support::install::Operator;
+use support::wait_for;
+
+/// The plugin's own identity: cluster-admin, like the person who runs it.
+const PLUGIN_USER: Identity = Identity {
+    namespace: "storageos-plugin-tests",
+    name: "plugin-admin",
+};
+
+/// A kubeconfig acting as [`PLUGIN_USER`] (created with its cluster-admin binding).
+async fn plugin_kubeconfig(dir: &Path) -> PathBuf {
+    let admin = support::client().await;
+    identity::apply_as_admin(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_USER.namespace}}),
+    )
+    .await;
+    identity::apply_as_admin(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": PLUGIN_USER.name, "namespace": PLUGIN_USER.namespace}}),
+    )
+    .await;
+    identity::apply_as_admin(
+        &admin,
+        &identity::binding("storageos-plugin-tests:admin", "cluster-admin", PLUGIN_USER),
+    )
+    .await;
+    identity::kubeconfig_file(dir, PLUGIN_USER).await
+}
+
+/// Runs `kubectl-storageos ARGS` with `kubeconfig`.
+fn plugin(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl-storageos")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs the plugin and panics with its output unless it succeeds; returns stdout.
+fn plugin_ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = plugin(kubeconfig, args);
+    assert!(
+        out.status.success(),
+        "kubectl storageos {args:?} failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+/// The plane's etcd client URL, read from the etcd process `hack/k8s.sh` started.
+fn plane_etcd() -> String {
+    let state = support::kubeconfig_path().parent().unwrap();
+    let pid = std::fs::read_to_string(state.join("etcd.pid")).expect("the plane's etcd.pid");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).expect("etcd's command line");
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let i = args
+        .iter()
+        .position(|a| a == "--listen-client-urls")
+        .expect("etcd --listen-client-urls");
+    args[i + 1].clone()
+}
+
+/// Writes the plugin (as [`PLUGIN_USER`]) made from `since` on that were not dry runs.
+fn real_writes_since(since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+    identity::audit_events(PLUGIN_USER, since)
+        .into_iter()
+        .filter(|e| e["verb"] != "get" && e["verb"] != "list" && e["verb"] != "watch")
+        .filter(|e| !e["requestURI"].as_str().unwrap_or_default().contains("dryRun"))
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect()
+}
+
+#[tokio::test]
+async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unreachable_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let etcd = plane_etcd();
+
+    // A fresh plane passes; -o json parses and holds every check.
+    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd, "-o", "json"]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("preflight -o json is not JSON ({e}):\n{}{}", stdout(&out), stderr(&out)));
+    let checks = report["checks"].as_array().unwrap();
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["result"] == "FAIL").collect();
+    assert!(failed.is_empty(), "FAIL on a fresh plane: {failed:#?}");
+    assert!(out.status.success(), "{}", stderr(&out));
+    for name in [
+        "kubernetes-version",
+        "node/kwok-node-0/kernel",
+        "node/kwok-node-0/arch",
+        "host-ports",
+    ] {
+        let c = checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        assert_eq!(c["result"], "PASS", "{c}");
+    }
+    let etcd_check = checks
+        .iter()
+        .find(|c| c["check"] == format!("etcd/{etcd}"))
+        .expect("the etcd check");
+    assert_eq!(etcd_check["result"], "PASS", "{etcd_check}");
+    // The table says the same, and which checks it could not do.
+    let table = plugin_ok(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd]);
+    assert!(table.contains("CHECK") && table.contains("0 failed"), "{table}");
+    assert!(table.contains("Not checked"), "{table}");
+
+    // An etcd nobody listens on: FAIL with the fix, non-zero exit.
+    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", "http://127.0.0.1:1"]);
+    assert!(!out.status.success(), "preflight passed with an unreachable etcd");
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("etcd/"))
+        .unwrap_or_else(|| panic!("no etcd line:\n{text}"));
+    assert!(line.contains("FAIL") && line.contains("make etcd reachable"), "{line}");
+    assert!(stderr(&out).contains("1 check(s) failed"), "{}", stderr(&out));
+
+    // An arm64 node (kwok makes it Ready; tainted so no pod lands there).
+    let name = format!("plugin-arm64-{}", support::suffix());
+    let nodes: Api<Node> = Api::all(support::client().await);
+    let node: Node = support::from_json(json!({
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"kubernetes.io/arch": "arm64", "storageos-operator-test": "true"}},
+        "spec": {"taints": [support::no_kubelet_taint()]},
+        "status": {"nodeInfo": {"architecture": "arm64", "operatingSystem": "linux",
+            "kernelVersion": "6.1.0-28-arm64", "containerRuntimeVersion": "containerd://1.7.24",
+            "osImage": "Debian GNU/Linux 12 (bookworm)", "bootID": "", "kubeProxyVersion": "",
+            "kubeletVersion": "", "machineID": "", "systemUUID": ""},
+            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}
+    }));
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let _cleanup = DeleteOnDrop(name.clone());
+    let out = wait_for("preflight to see the arm64 node Ready", Duration::from_secs(60), || {
+        let kubeconfig = kubeconfig.clone();
+        let etcd = etcd.clone();
+        let name = name.clone();
+        async move {
+            let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd]);
+            stdout(&out).contains(&format!("node/{name}/arch")).then_some(out)
+        }
+    })
+    .await;
+    assert!(!out.status.success(), "preflight passed with an arm64 node");
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("node/{name}/arch")))
+        .unwrap();
+    assert!(line.contains("FAIL") && line.contains("amd64 images only"), "{line}");
+    assert!(line.contains("nodeSelectorTerms"), "the fix is in the line: {line}");
+}
+
+/// Deletes the Node when dropped.
+struct DeleteOnDrop(String);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let _ = Api::<Node>::all(support::client().await)
+                    .delete(&name, &DeleteParams::background())
+                    .await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Deletes the plugin-installed cluster (finalizer dropped) when the test ends, also on
+/// failure, so later tests find no active cluster.
+struct InstalledCluster;
+
+impl Drop for InstalledCluster {
+    fn drop(&mut self) {
+        let _ = std::thread::spawn(|| {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let api: Api<StorageOSCluster> = Api::namespaced(support::client().await, install::NAMESPACE);
+                let _ = api
+                    .patch(
+                        "storageos",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+                let _ = api.delete("storageos", &DeleteParams::background()).await;
+            });
+        })
+        .join();
+    }
+}
+
+#[tokio::test]
+async fn install_reaches_running_then_changes_nothing_and_a_dry_run_writes_nothing() {
+    let _lock = support::cluster_lock();
+    support::logs();
+    let admin = support::client().await;
+    support::install_crds(&admin).await;
+    support::wait_no_clusters(&admin, Duration::from_secs(120)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let etcd = plane_etcd();
+    let password = format!("pw-{}-{}", support::suffix(), support::suffix());
+    let _cleanup = InstalledCluster;
+
+    // A dry run first: it says what it would create and writes nothing.
+    let since = chrono::Utc::now();
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "install",
+            "--etcd-endpoints",
+            &etcd,
+            "--admin-password",
+            &password,
+            "--dry-run",
+        ],
+    );
+    assert!(
+        out.contains("storageoscluster.storageos.com/storageos created (dry run)"),
+        "{out}"
+    );
+    assert!(out.contains("deployment.apps/storageos-operator"), "{out}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(real_writes_since(since), Vec::<String>::new(), "a dry run wrote");
+
+    // The install, waiting for Running. The operator's pods are kwok fakes: run it here as
+    // the installed Deployment says, as its ServiceAccount, once the plugin has created it.
+    let mut install = Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["install", "--etcd-endpoints", &etcd, "--admin-password", &password])
+        .args(["--wait", "--timeout", "3m"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), install::NAMESPACE);
+    let deployment = wait_for(
+        "the plugin to create the operator Deployment",
+        Duration::from_secs(60),
+        || async { deployments.get_opt(install::NAME).await.ok().flatten() },
+    )
+    .await;
+    let sim = Simulator::start(sim::Config {
+        password: password.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _sync = sim.sync_with_kubernetes(admin.clone());
+    let operator_kubeconfig = identity::kubeconfig_file(dir.path(), identity::OPERATOR).await;
+    let _operator = Operator::start(
+        &deployment,
+        install::NAMESPACE,
+        &operator_kubeconfig,
+        &sim,
+        dir.path().join("operator.log"),
+    );
+    let out = tokio::task::spawn_blocking(move || install.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install --wait failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let progress = stderr(&out);
+    assert!(
+        progress.contains("waiting for StorageOSCluster storageos-operator/storageos"),
+        "{progress}"
+    );
+    assert!(progress.contains("is Running"), "{progress}");
+    assert!(!progress.contains(&password) && !stdout(&out).contains(&password));
+
+    // Again: nothing to change, and nothing written but dry runs and reads.
+    let since = chrono::Utc::now();
+    let out = plugin_ok(&kubeconfig, &["install", "--etcd-endpoints", &etcd]);
+    assert!(out.contains("Nothing to change"), "{out}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes: Vec<String> = real_writes_since(since)
+        .into_iter()
+        .filter(|w| !w.starts_with("\"patch\""))
+        .collect();
+    assert_eq!(writes, Vec::<String>::new(), "a second install created or deleted");
+
+    // A dry run of another image says what it would change, and changes nothing.
+    let since = chrono::Utc::now();
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "install",
+            "--etcd-endpoints",
+            &etcd,
+            "--image",
+            "example.com/other:v9",
+            "--dry-run",
+        ],
+    );
+    assert!(
+        out.contains("deployment.apps/storageos-operator configured (dry run)"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(real_writes_since(since), Vec::<String>::new(), "a dry run wrote");
+    let live = deployments.get(install::NAME).await.unwrap();
+    assert_ne!(
+        live.spec.unwrap().template.spec.unwrap().containers[0].image.as_deref(),
+        Some("example.com/other:v9")
+    );
+}
