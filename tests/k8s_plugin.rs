@@ -270,7 +270,7 @@ async fn install_reaches_running_then_changes_nothing_and_a_dry_run_writes_nothi
 
     // The install, waiting for Running. The operator's pods are kwok fakes: run it here as
     // the installed Deployment says, as its ServiceAccount, once the plugin has created it.
-    let mut install = Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+    let install = Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["install", "--etcd-endpoints", &etcd, "--admin-password", &password])
