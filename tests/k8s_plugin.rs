@@ -235,7 +235,7 @@ impl Drop for InstalledCluster {
 }
 
 #[tokio::test]
-async fn install_reaches_running_then_changes_nothing_and_a_dry_run_writes_nothing() {
+async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
     let _lock = support::cluster_lock();
     support::logs();
     let admin = support::client().await;
@@ -354,4 +354,264 @@ async fn install_reaches_running_then_changes_nothing_and_a_dry_run_writes_nothi
         live.spec.unwrap().template.spec.unwrap().containers[0].image.as_deref(),
         Some("example.com/other:v9")
     );
+
+    // status and version: one screen each.
+    let out = plugin_ok(&kubeconfig, &["status"]);
+    assert!(
+        out.contains("StorageOSCluster storageos-operator/storageos: phase Running, 3/3 ready"),
+        "{out}"
+    );
+    assert!(out.contains("leader: storageos-operator-install-test"), "{out}");
+    assert!(out.contains("node pods (namespace kube-system)"), "{out}");
+    let out = plugin_ok(&kubeconfig, &["version"]);
+    assert!(out.contains("operator: storageos/storageos-operator:v"), "{out}");
+    assert!(
+        out.contains("storageos: storageos/node:v2.4.2 (StorageOSCluster storageos-operator/storageos)"),
+        "{out}"
+    );
+
+    bundle_is_complete_and_redacted(&kubeconfig, dir.path(), &password).await;
+    upgrade_checks_the_path_then_completes(&kubeconfig).await;
+    uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(&kubeconfig, dir.path(), &password).await;
+}
+
+/// A token planted in the cluster (an annotation) and in the operator's env, and the unique
+/// password of the credentials Secret, appear in no file of the bundle.
+async fn bundle_is_complete_and_redacted(kubeconfig: &Path, dir: &Path, password: &str) {
+    let admin = support::client().await;
+    let (token, env_token) = (
+        format!("tok-{}-{}", support::suffix(), support::suffix()),
+        format!("envtok-{}-{}", support::suffix(), support::suffix()),
+    );
+    Api::<StorageOSCluster>::namespaced(admin.clone(), install::NAMESPACE)
+        .patch(
+            "storageos",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"example.com/api-token": token}}})),
+        )
+        .await
+        .unwrap();
+    Api::<Deployment>::namespaced(admin.clone(), install::NAMESPACE)
+        .patch(
+            install::NAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "operator", "env": [{"name": "SUPPORT_API_TOKEN", "value": env_token}]}
+            ]}}}})),
+        )
+        .await
+        .unwrap();
+    let archive = dir.join("bundle.tar.gz");
+    let out = plugin_ok(kubeconfig, &["bundle", "-o", archive.to_str().unwrap()]);
+    assert!(out.contains("wrote"), "{out}");
+    let mut files = std::collections::BTreeMap::new();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&archive).unwrap()));
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().display().to_string();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+        let (_, inner) = path.split_once('/').unwrap();
+        files.insert(inner.to_string(), text);
+    }
+    for expected in [
+        "versions.txt",
+        "summary.txt",
+        "crs/storageosclusters.yaml",
+        "crs/storageosupgrades.yaml",
+        "crs/jobs.yaml",
+        "clusters/storageos-operator_storageos/live.yaml",
+        "clusters/storageos-operator_storageos/desired.yaml",
+        "clusters/storageos-operator_storageos/diff.txt",
+        "events/storageos-operator.txt",
+        "events/kube-system.txt",
+        "mirrors/nodes.yaml",
+        "mirrors/volumes.yaml",
+        "nodes.yaml",
+        "operator/deployment.yaml",
+    ] {
+        assert!(
+            files.contains_key(expected),
+            "{expected} missing from {:?}",
+            files.keys()
+        );
+    }
+    assert!(
+        files
+            .keys()
+            .any(|k| k.starts_with("logs/storageos-operator/storageos-operator-")),
+        "no operator log in {:?}",
+        files.keys()
+    );
+    assert!(files["summary.txt"].contains("phase Running"));
+    assert!(files["clusters/storageos-operator_storageos/live.yaml"].contains("storageos-daemonset"));
+    // The planted values were collected (their keys are there) and redacted.
+    assert!(files["crs/storageosclusters.yaml"].contains("example.com/api-token"));
+    assert!(files["operator/deployment.yaml"].contains("SUPPORT_API_TOKEN"));
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, password);
+    for (name, text) in &files {
+        for secret in [password, b64.as_str(), token.as_str(), env_token.as_str()] {
+            assert!(!text.contains(secret), "{name} holds {secret}");
+        }
+    }
+}
+
+/// A downgrade is refused before anything is created; an upgrade to the next minor completes.
+async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
+    let upgrades: Api<storageos_operator::crd::StorageOSUpgrade> =
+        Api::namespaced(support::client().await, install::NAMESPACE);
+    let out = plugin(kubeconfig, &["upgrade", "--version", "2.3.0"]);
+    assert!(!out.status.success(), "a downgrade was accepted:\n{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("refusing to downgrade StorageOS from storageos/node:v2.4.2"),
+        "{}",
+        stderr(&out)
+    );
+    let out = plugin(kubeconfig, &["upgrade", "--version", "2.6.0"]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("--force"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        upgrades.list(&Default::default()).await.unwrap().items.is_empty(),
+        "a refused upgrade created something"
+    );
+
+    let out = plugin(
+        kubeconfig,
+        &["upgrade", "--version", "2.5.0", "--wait", "--timeout", "3m"],
+    );
+    assert!(
+        out.status.success(),
+        "upgrade failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("from storageos/node:v2.4.2 to storageos/node:v2.5.0"),
+        "{}",
+        stdout(&out)
+    );
+    let progress = stderr(&out);
+    assert!(
+        progress.contains("phase") && progress.contains("completed"),
+        "{progress}"
+    );
+    let cluster = Api::<StorageOSCluster>::namespaced(support::client().await, install::NAMESPACE)
+        .get("storageos")
+        .await
+        .unwrap();
+    assert_eq!(
+        cluster.spec.images.and_then(|i| i.node_container).as_deref(),
+        Some("storageos/node:v2.5.0")
+    );
+}
+
+/// With a pod using a StorageOS volume, uninstall refuses and names it; without, it writes
+/// the recovery manifests, then removes the cluster and the operator.
+async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
+    kubeconfig: &Path,
+    dir: &Path,
+    password: &str,
+) {
+    let admin = support::client().await;
+    let ns = support::TestNamespace::new("plugin").await;
+    let objects = support::ClusterObjects::default();
+    let pv = format!("plugin-pv-{}", support::suffix());
+    objects.pv(&admin, &pv, "fast", &ns.name, "data", true).await;
+    ns.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "volumeName": pv,
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            })),
+        )
+        .await
+        .unwrap();
+    let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
+    pods.create(
+        &PostParams::default(),
+        &support::from_json(json!({
+            "metadata": {"name": "app"},
+            "spec": {"nodeName": "kwok-node-0", "containers": [{"name": "app", "image": "busybox"}],
+                     "tolerations": [{"operator": "Exists"}],
+                     "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+        })),
+    )
+    .await
+    .unwrap();
+    let recovery = dir.join("recovery");
+    let args = ["uninstall", "--keep-crds", "--recovery-dir", recovery.to_str().unwrap()];
+    let out = plugin(kubeconfig, &args);
+    assert!(!out.status.success(), "uninstall went ahead with a pod using a volume");
+    assert!(stderr(&out).contains(&format!("{}/app", ns.name)), "{}", stderr(&out));
+    assert!(!recovery.exists(), "a refused uninstall wrote recovery manifests");
+
+    pods.delete(
+        "app",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for("the app pod to be gone", Duration::from_secs(60), || async {
+        pods.get_opt("app").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let out = plugin(kubeconfig, &args);
+    assert!(
+        out.status.success(),
+        "uninstall failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("wrote recovery manifests to {}", recovery.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("storageoscluster.storageos.com/storageos deleted"),
+        "{text}"
+    );
+    assert!(text.contains("deployment.apps/storageos-operator deleted"), "{text}");
+    // The cluster went first (the operator removed its children), then the operator.
+    let cluster_at = text.find("storageoscluster.storageos.com/storageos deleted").unwrap();
+    assert!(
+        cluster_at < text.find("deployment.apps/storageos-operator deleted").unwrap(),
+        "{text}"
+    );
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), "kube-system")
+            .get_opt("storageos-daemonset")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+            .get_opt(install::NAMESPACE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The recovery manifests: the cluster as it can be applied again, the Secret by reference.
+    let clusters = std::fs::read_to_string(recovery.join("storageosclusters.yaml")).unwrap();
+    assert!(
+        clusters.contains("name: storageos") && !clusters.contains("resourceVersion"),
+        "{clusters}"
+    );
+    let refs = std::fs::read_to_string(recovery.join("secret-refs.yaml")).unwrap();
+    assert!(refs.contains("storageos-api") && refs.contains("password"), "{refs}");
+    for entry in std::fs::read_dir(&recovery).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains(password), "{} holds the password", path.display());
+    }
+    assert!(recovery.join("children-storageos-operator_storageos.yaml").exists());
 }

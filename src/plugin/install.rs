@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::apply::{self, Applier, Outcome, describe};
+use super::wait::{self, Look, Waited};
 use super::{etcd, progress};
 use crate::crd::StorageOSCluster;
 use crate::render::{DEFAULT_OPERATOR_IMAGE, MIN_KUBERNETES};
@@ -403,35 +404,29 @@ pub async fn wait_running(client: &Client, cluster: &StorageOSCluster, timeout: 
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let api: Api<StorageOSCluster> = Api::namespaced(client.clone(), &ns);
-    let started = Instant::now();
-    let mut last = String::from("nothing yet");
     progress(format!(
         "waiting for StorageOSCluster {ns}/{name} to be Running (up to {timeout:?})"
     ));
-    loop {
+    let look = || async {
         let live = api.get_opt(&name).await.map_err(|source| Error::Read {
             what: format!("StorageOSCluster {ns}/{name}"),
             source,
         })?;
-        if let Some(c) = &live {
-            let line = cluster_line(c);
-            if line != last {
-                progress(format!("[{:>4}s] {ns}/{name}: {line}", started.elapsed().as_secs()));
-                last = line;
-            }
-            if c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
-                progress(format!("StorageOSCluster {ns}/{name} is Running"));
-                return Ok(());
-            }
+        Ok::<_, Error>(Look {
+            line: live.as_ref().map(cluster_line),
+            done: live.and_then(|c| c.status?.phase).as_deref() == Some("Running"),
+        })
+    };
+    match wait::until(&format!("{ns}/{name}"), timeout, look).await? {
+        Waited::Done => {
+            progress(format!("StorageOSCluster {ns}/{name} is Running"));
+            Ok(())
         }
-        if started.elapsed() > timeout {
-            return Err(Error::Timeout {
-                what: format!("StorageOSCluster {ns}/{name} to be Running"),
-                timeout,
-                last,
-            });
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        Waited::TimedOut { last } => Err(Error::Timeout {
+            what: format!("StorageOSCluster {ns}/{name} to be Running"),
+            timeout,
+            last,
+        }),
     }
 }
 

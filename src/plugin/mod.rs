@@ -17,6 +17,7 @@ pub mod status;
 pub mod uninstall;
 pub mod upgrade;
 pub mod version;
+pub mod wait;
 
 use std::path::PathBuf;
 
@@ -124,6 +125,31 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Completion { .. } => {}
     }
     Ok(())
+}
+
+/// Every object of kind `K` in the cluster.
+pub async fn list_all<K>(client: &kube::Client) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(kube::Api::<K>::all(client.clone())
+        .list(&Default::default())
+        .await?
+        .items)
+}
+
+/// Every object of kind `K`, or none when they cannot be listed (a kind the cluster does not
+/// serve yet, such as the mirrors before an install).
+pub async fn list_or_none<K>(client: &kube::Client) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    list_all(client).await.unwrap_or_default()
+}
+
+/// Objects as JSON.
+pub fn to_values<T: serde::Serialize>(items: &[T]) -> Vec<serde_json::Value> {
+    items.iter().filter_map(|i| serde_json::to_value(i).ok()).collect()
 }
 
 /// A progress line on stderr (stdout stays for the command's output).

@@ -179,11 +179,7 @@ pub async fn collect(client: &Client, args: &PreflightArgs) -> Result<Report, Er
         .map_err(read("read the Kubernetes version"))?;
     checks.push(kubernetes_version(&version.git_version));
 
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(read("list Nodes"))?
-        .items;
+    let nodes = super::list_all::<Node>(client).await.map_err(read("list Nodes"))?;
     for node in &nodes {
         checks.extend(node_checks(node));
     }
@@ -191,11 +187,7 @@ pub async fn collect(client: &Client, args: &PreflightArgs) -> Result<Report, Er
         checks.push(check("nodes", Verdict::Fail, "the cluster has no nodes", "add nodes"));
     }
 
-    let clusters = Api::<StorageOSCluster>::all(client.clone())
-        .list(&lp)
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let clusters = super::list_or_none::<StorageOSCluster>(client).await;
     let endpoints = args.etcd_endpoints.clone().or_else(|| {
         clusters
             .iter()
@@ -203,16 +195,12 @@ pub async fn collect(client: &Client, args: &PreflightArgs) -> Result<Report, Er
     });
     checks.extend(etcd_checks(endpoints.as_deref(), args.etcd_timeout).await);
 
-    let deployments = Api::<Deployment>::all(client.clone())
-        .list(&lp)
+    let deployments = super::list_all::<Deployment>(client)
         .await
-        .map_err(read("list Deployments"))?
-        .items;
-    let crds = Api::<CustomResourceDefinition>::all(client.clone())
-        .list(&lp)
+        .map_err(read("list Deployments"))?;
+    let crds = super::list_all::<CustomResourceDefinition>(client)
         .await
-        .map_err(read("list CustomResourceDefinitions"))?
-        .items;
+        .map_err(read("list CustomResourceDefinitions"))?;
     let mirrors = Api::<StorageOSNode>::all(client.clone())
         .list(&lp)
         .await
@@ -226,23 +214,15 @@ pub async fn collect(client: &Client, args: &PreflightArgs) -> Result<Report, Er
         .map_err(read("read the StorageOS namespace"))?;
     checks.push(pod_security(&args.storageos_namespace, ns.as_ref()));
 
-    let drivers = Api::<CSIDriver>::all(client.clone())
-        .list(&lp)
+    let drivers = super::list_all::<CSIDriver>(client)
         .await
-        .map_err(read("list CSIDrivers"))?
-        .items;
-    let classes = Api::<StorageClass>::all(client.clone())
-        .list(&lp)
+        .map_err(read("list CSIDrivers"))?;
+    let classes = super::list_all::<StorageClass>(client)
         .await
-        .map_err(read("list StorageClasses"))?
-        .items;
+        .map_err(read("list StorageClasses"))?;
     checks.extend(storage_conflicts(&drivers, &classes, !clusters.is_empty()));
 
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(read("list Pods"))?
-        .items;
+    let pods = super::list_all::<Pod>(client).await.map_err(read("list Pods"))?;
     checks.push(host_ports(&pods));
 
     Ok(Report {
