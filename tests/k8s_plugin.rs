@@ -106,6 +106,45 @@ fn real_writes_since(since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
         .collect()
 }
 
+/// kubectl finds the plugin on the PATH, runs it as `kubectl storageos`, and it completes.
+#[tokio::test]
+async fn kubectl_finds_the_plugin_on_the_path() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_kubectl-storageos"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // kubectl takes no flags before a plugin's name: the plugin reads them after its own.
+    let kubectl = |args: &[&str]| {
+        Command::new(support::kubectl())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig_path())
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let list = Command::new(support::kubectl())
+        .args(["plugin", "list"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&list).contains("kubectl-storageos"),
+        "{}{}",
+        stdout(&list),
+        stderr(&list)
+    );
+    let version = kubectl(&["storageos", "version"]);
+    assert!(version.status.success(), "{}", stderr(&version));
+    assert!(stdout(&version).contains("kubernetes: v1."), "{}", stdout(&version));
+    let help = kubectl(&["storageos", "uninstall", "--help"]);
+    assert!(stdout(&help).contains("--recovery-dir") && stdout(&help).contains("--dry-run"));
+    let completion = Command::new(&bin).args(["completion", "bash"]).output().unwrap();
+    assert!(completion.status.success() && stdout(&completion).contains("preflight"));
+}
+
 #[tokio::test]
 async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unreachable_etcd() {
     let dir = tempfile::tempdir().unwrap();
