@@ -654,3 +654,79 @@ async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
     }
     assert!(recovery.join("children-storageos-operator_storageos.yaml").exists());
 }
+
+/// `--include-etcd`: install adds an evaluation etcd, labelled; uninstall removes only an etcd
+/// it installed.
+#[tokio::test]
+async fn include_etcd_installs_an_evaluation_etcd_and_uninstall_removes_only_that() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let _lock = support::cluster_lock();
+    let admin = support::client().await;
+    support::install_crds(&admin).await;
+    support::wait_no_clusters(&admin, Duration::from_secs(120)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+
+    let out = plugin(&kubeconfig, &["install", "--include-etcd", "--skip-cluster"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("statefulset.apps/storageos-etcd created"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("NOT for production"), "{}", stderr(&out));
+    let ours: Api<StatefulSet> = Api::namespaced(admin.clone(), "storageos-etcd");
+    assert!(ours.get_opt("storageos-etcd").await.unwrap().is_some());
+
+    // A StatefulSet of the same name the plugin did not install is kept.
+    let other = support::TestNamespace::new("etcd").await;
+    other
+        .api::<StatefulSet>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "storageos-etcd"},
+                "spec": {"serviceName": "x", "selector": {"matchLabels": {"a": "b"}},
+                         "template": {"metadata": {"labels": {"a": "b"}},
+                                      "spec": {"containers": [{"name": "c", "image": "etcd"}]}}}
+            })),
+        )
+        .await
+        .unwrap();
+    let recovery = dir.path().join("recovery");
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "uninstall",
+            "--include-etcd",
+            "--etcd-namespace",
+            &other.name,
+            "--keep-crds",
+            "--recovery-dir",
+            recovery.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("kept StatefulSet"), "{out}");
+    assert!(
+        other
+            .api::<StatefulSet>()
+            .get_opt("storageos-etcd")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(ours.get_opt("storageos-etcd").await.unwrap().is_some());
+
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "uninstall",
+            "--include-etcd",
+            "--keep-crds",
+            "--recovery-dir",
+            recovery.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("statefulset.apps/storageos-etcd deleted"), "{out}");
+    assert!(out.contains("namespace/storageos-etcd deleted"), "{out}");
+}

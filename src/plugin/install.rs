@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, Applier, Outcome, describe};
 use super::wait::{self, Look, Waited};
-use super::{etcd, progress};
+use super::{etcd, eval_etcd, progress};
 use crate::crd::StorageOSCluster;
 use crate::render::{DEFAULT_OPERATOR_IMAGE, MIN_KUBERNETES};
 use crate::runtime::apply::ObjectKey;
@@ -31,7 +31,8 @@ pub const SECRET_NAME: &str = "storageos-api";
     long_about = "Install the operator (the objects of deploy/operator.yaml, with --image and -n), the \
     StorageOS credentials Secret (a generated password unless --admin-password is given; an existing \
     Secret is kept) and a StorageOSCluster (from --etcd-endpoints, or -f FILE), with server-side \
-    apply. The etcd endpoints are checked first (a put, get and delete; see `preflight`). Running it \
+    apply. --include-etcd also installs an evaluation etcd (one member in a StatefulSet with a \
+    Service, NOT for production) and points the cluster at it. The etcd endpoints are checked first (a put, get and delete; see `preflight`). Running it \
     again with the same flags changes nothing and says so. --wait waits until the cluster is Running."
 )]
 pub struct InstallArgs {
@@ -42,6 +43,19 @@ pub struct InstallArgs {
     /// spec.kvBackend.address.
     #[arg(long, value_name = "URLS")]
     pub etcd_endpoints: Option<String>,
+    /// Also install an evaluation etcd (one member, NOT for production) and point the cluster
+    /// at it.
+    #[arg(long, conflicts_with = "etcd_endpoints")]
+    pub include_etcd: bool,
+    /// Namespace of the evaluation etcd.
+    #[arg(long, default_value = eval_etcd::NAMESPACE, value_name = "NAMESPACE")]
+    pub etcd_namespace: String,
+    /// Image of the evaluation etcd.
+    #[arg(long, default_value = eval_etcd::IMAGE, value_name = "IMAGE")]
+    pub etcd_image: String,
+    /// StorageClass for the evaluation etcd's data (default: an emptyDir, lost with the pod).
+    #[arg(long, value_name = "CLASS")]
+    pub etcd_storage_class: Option<String>,
     /// Do not check the etcd endpoints from here (for an etcd reachable only inside the cluster).
     #[arg(long)]
     pub skip_etcd_endpoints_validation: bool,
@@ -85,7 +99,7 @@ pub enum Error {
     #[error("Kubernetes {found} is not supported: upgrade the cluster to {MIN_KUBERNETES} or newer")]
     Kubernetes { found: String },
     #[error(
-        "--etcd-endpoints is required to make a StorageOSCluster: give it, or -f FILE with a cluster, or --skip-cluster for the operator only"
+        "--etcd-endpoints is required to make a StorageOSCluster: give it, or --include-etcd for an evaluation etcd, or -f FILE with a cluster, or --skip-cluster for the operator only"
     )]
     NoEtcd,
     #[error(
@@ -125,7 +139,17 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
     } else {
         Some(wanted_cluster(namespace, args)?)
     };
-    if let Some((cluster, _)) = &wanted
+    if args.include_etcd {
+        progress(format!(
+            "the evaluation etcd ({}) is NOT for production: one member{}",
+            eval_etcd::address(&args.etcd_namespace),
+            if args.etcd_storage_class.is_some() {
+                ""
+            } else {
+                ", its data in an emptyDir (lost with its pod)"
+            }
+        ));
+    } else if let Some((cluster, _)) = &wanted
         && !args.skip_etcd_endpoints_validation
     {
         let address = cluster
@@ -160,6 +184,16 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
     for obj in operator_objects(&args.image, namespace)? {
         let outcome = applier.apply(&obj).await?;
         report(&obj, outcome);
+    }
+    if args.include_etcd {
+        for obj in eval_etcd::objects(
+            &args.etcd_namespace,
+            &args.etcd_image,
+            args.etcd_storage_class.as_deref(),
+        ) {
+            let outcome = applier.apply(&obj).await?;
+            report(&obj, outcome);
+        }
     }
     if let Some((cluster, file_secret)) = wanted {
         let (secret, generated) = secret(client, &cluster, file_secret, args).await?;
@@ -249,8 +283,13 @@ pub fn operator_objects(image: &str, namespace: &str) -> Result<Vec<Value>, Erro
 
 /// The StorageOSCluster to install, and the Secret that came with it in `-f FILE`.
 fn wanted_cluster(namespace: &str, args: &InstallArgs) -> Result<(StorageOSCluster, Option<Value>), Error> {
+    let endpoints = if args.include_etcd {
+        Some(eval_etcd::address(&args.etcd_namespace))
+    } else {
+        args.etcd_endpoints.clone()
+    };
     let Some(path) = &args.filename else {
-        let address = args.etcd_endpoints.clone().ok_or(Error::NoEtcd)?;
+        let address = endpoints.ok_or(Error::NoEtcd)?;
         let cluster: StorageOSCluster = serde_json::from_value(json!({
             "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
             "metadata": {"name": args.cluster_name, "namespace": namespace},
@@ -291,7 +330,7 @@ fn wanted_cluster(namespace: &str, args: &InstallArgs) -> Result<(StorageOSClust
     }
     let mut cluster =
         cluster.ok_or_else(|| file("no StorageOSCluster (apiVersion storageos.com/v1) in this file".into()))?;
-    if let Some(address) = &args.etcd_endpoints {
+    if let Some(address) = &endpoints {
         cluster.spec.kv_backend.get_or_insert_with(Default::default).address = Some(address.clone());
     }
     let secret = secrets

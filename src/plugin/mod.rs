@@ -10,6 +10,7 @@ pub mod apply;
 pub mod bundle;
 pub mod connect;
 pub mod etcd;
+pub mod eval_etcd;
 pub mod install;
 pub mod preflight;
 pub mod redact;

@@ -29,7 +29,8 @@ use crate::crd::{Job, StorageOSCluster, StorageOSUpgrade};
     Deployment) to --recovery-dir; delete each StorageOSUpgrade and storageos.com Job, then each \
     StorageOSCluster, waiting each time until the operator has finished with it (for a cluster: \
     removed everything it created); then delete the operator's objects and, unless --keep-crds, \
-    the CRDs. Data under /var/lib/storageos on the nodes and in etcd is not touched: reinstalling \
+    the CRDs; with --include-etcd, then the evaluation etcd `install --include-etcd` made (and \
+    only that). Data under /var/lib/storageos on the nodes and in etcd is not touched: reinstalling \
     with the same etcd and credentials finds the volumes again."
 )]
 pub struct UninstallArgs {
@@ -39,6 +40,13 @@ pub struct UninstallArgs {
     /// Where to write the recovery manifests (default: ~/.kube/storageos/<UTC time>).
     #[arg(long, value_name = "DIR")]
     pub recovery_dir: Option<PathBuf>,
+    /// Also remove the evaluation etcd, if `install --include-etcd` installed it (an etcd not
+    /// labelled as installed by this plugin is kept). Its data is lost.
+    #[arg(long)]
+    pub include_etcd: bool,
+    /// Namespace of the evaluation etcd.
+    #[arg(long, default_value = super::eval_etcd::NAMESPACE, value_name = "NAMESPACE")]
+    pub etcd_namespace: String,
     /// Keep the CRDs (and so every custom resource not deleted here).
     #[arg(long)]
     pub keep_crds: bool,
@@ -167,11 +175,44 @@ pub async fn run(client: &Client, namespace: &str, args: &UninstallArgs) -> Resu
     if !args.dry_run {
         wait_namespace_gone(client, namespace, args.timeout).await?;
     }
+    if args.include_etcd {
+        remove_eval_etcd(client, &mut applier, args).await?;
+    }
     println!(
         "{}StorageOS is uninstalled. Recovery manifests: {}",
         if args.dry_run { "(dry run) " } else { "" },
         dir.display()
     );
+    Ok(())
+}
+
+/// Removes the evaluation etcd, only if this plugin installed it.
+async fn remove_eval_etcd(client: &Client, applier: &mut Applier, args: &UninstallArgs) -> Result<(), Error> {
+    use super::eval_etcd;
+    let ns = &args.etcd_namespace;
+    let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), ns)
+        .get_opt(eval_etcd::NAME)
+        .await
+        .map_err(read(format!("StatefulSet {ns}/{}", eval_etcd::NAME)))?;
+    match sts {
+        None => println!("no evaluation etcd in namespace {ns}"),
+        Some(s) if !eval_etcd::installed_by_us(s.labels()) => println!(
+            "kept StatefulSet {ns}/{}: it is not an etcd kubectl storageos installed",
+            eval_etcd::NAME
+        ),
+        Some(_) => {
+            let suffix = if args.dry_run { " (dry run)" } else { "" };
+            let mut objects = eval_etcd::objects(ns, eval_etcd::IMAGE, None);
+            objects.reverse();
+            for obj in objects {
+                let key =
+                    crate::runtime::apply::ObjectKey::of(&obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
+                if applier.delete(&obj).await? {
+                    println!("{} deleted{suffix}", apply::describe(&key));
+                }
+            }
+        }
+    }
     Ok(())
 }
 
