@@ -298,6 +298,9 @@ $taints
 status:
   allocatable: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
   capacity: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
+  # What a real Debian node reports (kwok keeps it): \`kubectl storageos preflight\` reads it.
+  nodeInfo: {architecture: amd64, operatingSystem: linux, kernelVersion: 6.1.0-28-amd64,
+    osImage: \"Debian GNU/Linux 12 (bookworm)\", containerRuntimeVersion: \"containerd://1.7.24\"}
 "
   done
   kc apply -f - <<<"$manifest" >/dev/null

@@ -11,6 +11,7 @@ pub mod go;
 pub mod install;
 pub mod job;
 pub mod operator;
+pub mod plugin;
 pub mod rbac;
 pub mod render;
 pub mod runtime;

@@ -1,0 +1,485 @@
+//! `kubectl storageos bundle`: a support bundle, `.tar.gz`, everything redacted
+//! ([`super::redact`]) before it is written.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
+use kube::api::{Api, DynamicObject, ListParams, LogParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::pinned_kind;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::redact::Redactor;
+use crate::cluster::ownership::{children_selector, owned_kinds, selector};
+use crate::crd::{Job, StorageOSCluster, StorageOSNode, StorageOSUpgrade, StorageOSVolume};
+use crate::render::{self, DefaultImages, Inputs, labels};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Collect a redacted support bundle (.tar.gz)",
+    long_about = "Collect a support bundle (.tar.gz) to send when asking for help. It holds: \
+    versions.txt (plugin, Kubernetes, operator and StorageOS images and node versions); \
+    summary.txt (what `status` prints); the StorageOSClusters, StorageOSUpgrades and Jobs; each \
+    cluster's children as live objects; the objects the operator wants for each cluster (`render` \
+    of the live cluster) and where the live ones differ; events of the operator's, the cluster's \
+    and StorageOS's namespaces; the last --log-lines lines of the operator, api-manager and \
+    StorageOS node pods; the Nodes (labels, taints, nodeInfo, capacity, conditions); and the \
+    nodes.api.storageos.com and volumes.api.storageos.com mirrors.\n\n\
+    Redacted: every Secret value; every field, annotation and env var whose name looks like a \
+    credential (password, token, secret, key, certificate material); last-applied-configuration \
+    annotations; and, in every file including the logs, every credential value (password, key, \
+    certificate) of the Secrets the clusters name, as it is and base64-encoded."
+)]
+pub struct BundleArgs {
+    /// The archive to write (default: storageos-bundle-<UTC time>.tar.gz here).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Log lines per container.
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub log_lines: i64,
+}
+
+/// Why the bundle could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Status(#[from] super::status::Error),
+    #[error("cannot read {what}: {source}; check --kubeconfig/--context and that you may read it")]
+    Read {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The files of a bundle: path inside the archive → content.
+pub type Files = BTreeMap<String, String>;
+
+/// `kubectl storageos bundle`.
+pub async fn run(client: &Client, namespace: &str, args: &BundleArgs) -> Result<(), Error> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string();
+    let path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("storageos-bundle-{stamp}.tar.gz")));
+    super::progress(format!("collecting from the cluster (operator namespace {namespace})"));
+    let files = collect(client, namespace, args.log_lines).await?;
+    write(&path, &format!("storageos-bundle-{stamp}"), &files)?;
+    println!("wrote {} ({} files)", path.display(), files.len());
+    for name in files.keys() {
+        println!("  {name}");
+    }
+    Ok(())
+}
+
+fn yaml(v: &impl serde::Serialize) -> String {
+    serde_yaml::to_string(v).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+}
+
+/// Everything the bundle holds, redacted.
+pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result<Files, Error> {
+    let mut r = Redactor::default();
+    let mut files = Files::new();
+    let lp = ListParams::default();
+    let clusters = super::list_or_none::<StorageOSCluster>(client).await;
+
+    // Learn every Secret the clusters name before anything is written.
+    let mut secrets: BTreeMap<(String, String), Secret> = BTreeMap::new();
+    for c in &clusters {
+        let mut refs = vec![(c.spec.secret_ref_namespace.clone(), c.spec.secret_ref_name.clone())];
+        if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(&c.spec) {
+            refs.push((ns, name));
+        }
+        for (ns, name) in refs {
+            if let Ok(Some(s)) = Api::<Secret>::namespaced(client.clone(), &ns).get_opt(&name).await {
+                r.learn(&s);
+                secrets.insert((ns, name), s);
+            }
+        }
+    }
+    let operand_namespaces: Vec<String> = clusters
+        .iter()
+        .map(|c| c.spec.namespace.clone().unwrap_or_else(|| "kube-system".into()))
+        .collect();
+
+    // Versions.
+    let version = client
+        .apiserver_version()
+        .await
+        .map(|v| v.git_version)
+        .unwrap_or_else(|e| format!("unknown ({e})"));
+    let operator = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get_opt(crate::install::NAME)
+        .await
+        .ok()
+        .flatten();
+    let operator_env = operator.as_ref().map(container_env).unwrap_or_default();
+    let mut versions = format!(
+        "kubectl-storageos: {}\nkubernetes: {version}\noperator image: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        operator_env
+            .get("OPERATOR_IMAGE")
+            .map(String::as_str)
+            .unwrap_or("(operator not found)")
+    );
+    for c in &clusters {
+        versions.push_str(&format!(
+            "cluster {}/{} images:\n{}",
+            c.namespace().unwrap_or_default(),
+            c.name_any(),
+            yaml(&c.status.as_ref().and_then(|s| s.images.clone()))
+        ));
+    }
+    let nodes_mirror = super::list_or_none::<StorageOSNode>(client).await;
+    for n in &nodes_mirror {
+        let v = n.status.as_ref().map(|s| s.version.clone()).unwrap_or_default();
+        versions.push_str(&format!("storageos node {}: {v}\n", n.name_any()));
+    }
+    files.insert("versions.txt".into(), versions);
+    files.insert("summary.txt".into(), super::status::summary(client, namespace).await?);
+
+    // The custom resources.
+    let mut put_list = |path: &str, items: Vec<Value>| {
+        let items: Vec<Value> = items
+            .into_iter()
+            .map(|mut o| {
+                r.object(&mut o);
+                o
+            })
+            .collect();
+        files.insert(path.into(), yaml(&items));
+    };
+    put_list("crs/storageosclusters.yaml", super::to_values(&clusters));
+    let upgrades = super::list_or_none::<StorageOSUpgrade>(client).await;
+    put_list("crs/storageosupgrades.yaml", super::to_values(&upgrades));
+    let jobs = super::list_or_none::<Job>(client).await;
+    put_list("crs/jobs.yaml", super::to_values(&jobs));
+    put_list("mirrors/nodes.yaml", super::to_values(&nodes_mirror));
+    let volumes = super::list_or_none::<StorageOSVolume>(client).await;
+    put_list("mirrors/volumes.yaml", super::to_values(&volumes));
+    put_list(
+        "operator/deployment.yaml",
+        super::to_values(&operator.iter().cloned().collect::<Vec<_>>()),
+    );
+
+    // Each cluster: live children, desired objects, the difference.
+    for c in &clusters {
+        let dir = format!("clusters/{}_{}", c.namespace().unwrap_or_default(), c.name_any());
+        let live = children(client, c).await;
+        let mut live_values: Vec<Value> = live.clone();
+        for o in &mut live_values {
+            r.object(o);
+        }
+        files.insert(format!("{dir}/live.yaml"), yaml(&live_values));
+        let mut inputs = Inputs::new(
+            c.clone(),
+            operator_env
+                .get("OPERATOR_IMAGE")
+                .cloned()
+                .unwrap_or_else(|| render::DEFAULT_OPERATOR_IMAGE.into()),
+        );
+        inputs.default_images = DefaultImages::from_env_map(&operator_env);
+        inputs.node_env = render::node_env_from(&operator_env);
+        inputs.operator_namespace = namespace.to_string();
+        inputs.k8s_version = render::parse_k8s_version(&version).ok();
+        inputs.secret = secrets
+            .get(&(c.spec.secret_ref_namespace.clone(), c.spec.secret_ref_name.clone()))
+            .cloned();
+        match render::build(&inputs) {
+            Ok(objects) => {
+                let desired: Vec<Value> = objects.iter().filter_map(|o| o.to_value().ok()).collect();
+                let mut shown = desired.clone();
+                for o in &mut shown {
+                    r.object(o);
+                }
+                files.insert(format!("{dir}/desired.yaml"), yaml(&shown));
+                files.insert(format!("{dir}/diff.txt"), diff(&desired, &live));
+            }
+            Err(e) => {
+                files.insert(format!("{dir}/desired.yaml"), format!("# render failed: {e}\n"));
+            }
+        }
+    }
+
+    // Events.
+    let mut event_namespaces = vec![namespace.to_string()];
+    event_namespaces.extend(clusters.iter().filter_map(|c| c.namespace()));
+    event_namespaces.extend(operand_namespaces.iter().cloned());
+    event_namespaces.sort();
+    event_namespaces.dedup();
+    for ns in &event_namespaces {
+        let events = Api::<Event>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let lines: String = events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {} {}/{}: {}\n",
+                    e.last_timestamp
+                        .as_ref()
+                        .and_then(|t| serde_json::to_value(t).ok())
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    e.type_.clone().unwrap_or_default(),
+                    e.reason.clone().unwrap_or_default(),
+                    e.involved_object.kind.clone().unwrap_or_default(),
+                    e.involved_object.name.clone().unwrap_or_default(),
+                    e.message.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        files.insert(format!("events/{ns}.txt"), lines);
+    }
+
+    // Logs.
+    let mut pod_sets = vec![(namespace.to_string(), selector(&crate::install::selector()))];
+    for (c, operands) in clusters.iter().zip(&operand_namespaces) {
+        let name = c.name_any();
+        pod_sets.push((
+            operands.clone(),
+            selector(&labels::pod(&name, None, "storageos-api-manager")),
+        ));
+        pod_sets.push((
+            operands.clone(),
+            selector(&labels::pod(&name, Some("daemonset"), "storageos-daemonset")),
+        ));
+    }
+    for (ns, sel) in pod_sets {
+        let api = Api::<Pod>::namespaced(client.clone(), &ns);
+        let pods = api
+            .list(&ListParams::default().labels(&sel))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for pod in pods {
+            let containers: Vec<String> = pod
+                .spec
+                .as_ref()
+                .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+                .unwrap_or_default();
+            for container in containers {
+                let params = LogParams {
+                    container: Some(container.clone()),
+                    tail_lines: Some(log_lines),
+                    limit_bytes: Some(4 << 20),
+                    ..Default::default()
+                };
+                let text = api
+                    .logs(&pod.name_any(), &params)
+                    .await
+                    .unwrap_or_else(|e| format!("# cannot read the log: {e}\n"));
+                files.insert(format!("logs/{ns}/{}/{container}.log", pod.name_any()), text);
+            }
+        }
+    }
+
+    // Nodes.
+    let nodes = super::list_all::<Node>(client).await.map_err(|source| Error::Read {
+        what: "the Nodes".into(),
+        source,
+    })?;
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .map(|n| {
+            let status = n.status.clone().unwrap_or_default();
+            json!({
+                "name": n.name_any(),
+                "labels": n.labels(),
+                "taints": n.spec.as_ref().and_then(|s| s.taints.clone()),
+                "nodeInfo": status.node_info,
+                "capacity": status.capacity,
+                "allocatable": status.allocatable,
+                "conditions": status.conditions.unwrap_or_default().into_iter()
+                    .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message}))
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    files.insert("nodes.yaml".into(), yaml(&nodes));
+
+    // The last pass: no known secret value anywhere.
+    Ok(files.into_iter().map(|(k, v)| (k, r.text(&v))).collect())
+}
+
+/// The container env of a Deployment's first container, values only.
+fn container_env(d: &Deployment) -> BTreeMap<String, String> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect()
+}
+
+/// The live children of a cluster (every kind it may own, by its label selector).
+pub async fn children(client: &Client, c: &StorageOSCluster) -> Vec<Value> {
+    let sel = children_selector(c);
+    let mut out = Vec::new();
+    for kind in owned_kinds() {
+        let (group, version) = kind.api_version.split_once('/').unwrap_or(("", kind.api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind.kind);
+        // A kind the cluster does not serve (ServiceMonitor without prometheus-operator).
+        let Ok((ar, _)) = pinned_kind(client, &gvk).await else {
+            continue;
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        if let Ok(list) = api.list(&ListParams::default().labels(&sel)).await {
+            for mut o in list.items {
+                o.types = Some(kube::core::TypeMeta {
+                    api_version: kind.api_version.to_string(),
+                    kind: kind.kind.to_string(),
+                });
+                if let Ok(v) = serde_json::to_value(&o) {
+                    out.push(v);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Where the live objects differ from the desired ones: missing objects, and every field the
+/// operator sets whose live value is different. Secrets are compared by presence only.
+pub fn diff(desired: &[Value], live: &[Value]) -> String {
+    let key = |o: &Value| {
+        format!(
+            "{} {}/{}",
+            o["kind"].as_str().unwrap_or_default(),
+            o["metadata"]["namespace"].as_str().unwrap_or_default(),
+            o["metadata"]["name"].as_str().unwrap_or_default()
+        )
+    };
+    let live: BTreeMap<String, &Value> = live.iter().map(|o| (key(o), o)).collect();
+    let mut out = String::new();
+    for d in desired {
+        let k = key(d);
+        match live.get(&k) {
+            // Namespaces carry no cluster labels: not among the live children.
+            None if d["kind"] == "Namespace" => {}
+            None => out.push_str(&format!("{k}: missing\n")),
+            Some(_) if d["kind"] == "Secret" => {}
+            Some(l) => {
+                let mut found = Vec::new();
+                differences(d, l, String::new(), &mut found);
+                for f in found {
+                    out.push_str(&format!("{k}: {f}\n"));
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str("every desired object is live as desired\n");
+    }
+    out
+}
+
+fn differences(desired: &Value, live: &Value, path: String, out: &mut Vec<String>) {
+    match (desired, live) {
+        (Value::Object(d), Value::Object(l)) => {
+            for (k, dv) in d {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match l.get(k) {
+                    Some(lv) => differences(dv, lv, p, out),
+                    None if !dv.is_null() => out.push(format!("{p}: not set live (wanted {dv})")),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(d), Value::Array(l)) if d.len() == l.len() => {
+            for (i, (dv, lv)) in d.iter().zip(l).enumerate() {
+                differences(dv, lv, format!("{path}[{i}]"), out);
+            }
+        }
+        (d, l) if d != l && !same_quantity(d, l) => out.push(format!("{path}: live {l}, wanted {d}")),
+        _ => {}
+    }
+}
+
+/// `1` and `"1"`, as the apiserver may normalise them.
+fn same_quantity(a: &Value, b: &Value) -> bool {
+    a.to_string().trim_matches('"') == b.to_string().trim_matches('"')
+}
+
+/// Writes the files as `root/<path>` into a gzip'd tar at `path`.
+pub fn write(path: &std::path::Path, root: &str, files: &Files) -> Result<(), Error> {
+    let fail = |source: std::io::Error| Error::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::create(path).map_err(fail)?;
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
+    let mtime = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
+    for (name, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(mtime);
+        header.set_cksum();
+        tar.append_data(&mut header, format!("{root}/{name}"), content.as_bytes())
+            .map_err(fail)?;
+    }
+    tar.into_inner().map_err(fail)?.finish().map_err(fail)?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_missing_objects_and_changed_fields_only() {
+        let desired = vec![
+            json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"x": "1", "y": "2"}}),
+            json!({"kind": "Service", "metadata": {"name": "b", "namespace": "n"}}),
+        ];
+        let live = vec![
+            json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n", "uid": "u"},
+            "data": {"x": "1", "y": "3", "z": "extra"}}),
+        ];
+        let d = diff(&desired, &live);
+        assert!(d.contains("Service n/b: missing"), "{d}");
+        assert!(d.contains("ConfigMap n/a: data.y: live \"3\", wanted \"2\""), "{d}");
+        assert!(
+            !d.contains("data.x") && !d.contains("uid") && !d.contains("data.z"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn the_archive_holds_the_files_under_one_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b.tar.gz");
+        let files = Files::from([
+            ("a.txt".to_string(), "A".to_string()),
+            ("d/b.txt".to_string(), "B".to_string()),
+        ]);
+        write(&path, "root", &files).unwrap();
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()));
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["root/a.txt", "root/d/b.txt"]);
+    }
+}

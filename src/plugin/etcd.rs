@@ -1,0 +1,159 @@
+//! Is an etcd usable by StorageOS? A put, a get and a delete of one key under a private prefix
+//! (`/storageos-preflight/`), through etcd's v3 HTTP/JSON gateway, on every endpoint. The plugin
+//! runs outside the cluster, so an endpoint must be reachable from where it runs (a Service DNS
+//! name is not: use `kubectl port-forward`, or `--skip-etcd-endpoints-validation`).
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Value, json};
+
+/// Prefix of the key the check writes and removes.
+pub const PREFIX: &str = "/storageos-preflight/";
+
+/// Why an endpoint is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0:?} is not an etcd endpoint: expected http(s)://HOST:PORT, for example http://10.0.0.5:2379")]
+    Endpoint(String),
+    #[error("no etcd endpoints given")]
+    NoEndpoints,
+    #[error("cannot make an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("{endpoint}: {step} failed: {message}")]
+    Step {
+        endpoint: String,
+        step: &'static str,
+        message: String,
+    },
+}
+
+/// Splits a comma-separated endpoint list (as `kvBackend.address` takes it) and checks each is
+/// `http(s)://HOST:PORT`; `HOST:PORT` means `http://HOST:PORT`.
+pub fn parse_endpoints(list: &str) -> Result<Vec<String>, Error> {
+    let endpoints: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let url = if e.contains("://") {
+                e.to_string()
+            } else {
+                format!("http://{e}")
+            };
+            let parsed = reqwest::Url::parse(&url).map_err(|_| Error::Endpoint(e.to_string()))?;
+            let ok = matches!(parsed.scheme(), "http" | "https")
+                && parsed.host_str().is_some()
+                && parsed.port().is_some()
+                && matches!(parsed.path(), "" | "/");
+            if ok {
+                Ok(url.trim_end_matches('/').to_string())
+            } else {
+                Err(Error::Endpoint(e.to_string()))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    if endpoints.is_empty() {
+        return Err(Error::NoEndpoints);
+    }
+    Ok(endpoints)
+}
+
+/// A put, get and delete of a fresh key on `endpoint`; returns how long the three took.
+pub async fn check(endpoint: &str, timeout: Duration) -> Result<Duration, Error> {
+    let http = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(Error::Client)?;
+    let key = format!("{PREFIX}{:016x}", rand::random::<u64>());
+    let value = format!("written by kubectl storageos preflight at {}", chrono::Utc::now());
+    let started = Instant::now();
+    let call = |step: &'static str, path: &'static str, body: Value| {
+        let http = http.clone();
+        async move {
+            let url = format!("{endpoint}{path}");
+            let fail = |message: String| Error::Step {
+                endpoint: endpoint.to_string(),
+                step,
+                message,
+            };
+            let resp = http
+                .post(&url)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| fail(without_url(&e)))?;
+            let status = resp.status();
+            let text = resp.text().await.map_err(|e| fail(without_url(&e)))?;
+            if !status.is_success() {
+                return Err(fail(format!("HTTP {status}: {}", text.trim())));
+            }
+            serde_json::from_str::<Value>(&text).map_err(|e| fail(format!("not an etcd answer ({e}): {text}")))
+        }
+    };
+    call(
+        "put",
+        "/v3/kv/put",
+        json!({"key": B64.encode(&key), "value": B64.encode(&value)}),
+    )
+    .await?;
+    let got = call("get", "/v3/kv/range", json!({"key": B64.encode(&key)})).await?;
+    let read = got["kvs"][0]["value"]
+        .as_str()
+        .and_then(|v| B64.decode(v).ok())
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    if read.as_deref() != Some(value.as_str()) {
+        return Err(Error::Step {
+            endpoint: endpoint.to_string(),
+            step: "get",
+            message: format!("read back {read:?}, not the value just written"),
+        });
+    }
+    let deleted = call("delete", "/v3/kv/deleterange", json!({"key": B64.encode(&key)})).await?;
+    if deleted["deleted"].as_str() != Some("1") && deleted["deleted"].as_i64() != Some(1) {
+        return Err(Error::Step {
+            endpoint: endpoint.to_string(),
+            step: "delete",
+            message: format!("the key was not deleted: {deleted}"),
+        });
+    }
+    Ok(started.elapsed())
+}
+
+/// A reqwest error as its causes (the caller names the endpoint): `tcp connect error: Connection
+/// refused (os error 111)` rather than `error sending request for url (...)`.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        causes.push(s.to_string());
+        source = s.source();
+    }
+    match causes.last() {
+        Some(last) => last.clone(),
+        None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_lists_as_kv_backend_takes_them() {
+        assert_eq!(
+            parse_endpoints("http://10.0.0.1:2379, 10.0.0.2:2379").unwrap(),
+            ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        assert_eq!(
+            parse_endpoints("https://etcd.example:2379/").unwrap(),
+            ["https://etcd.example:2379"]
+        );
+        for bad in ["etcd", "ftp://a:1", "http://a", "http://a:1/v3"] {
+            assert!(parse_endpoints(bad).is_err(), "{bad} accepted");
+        }
+        assert!(matches!(parse_endpoints(" , "), Err(Error::NoEndpoints)));
+    }
+}

@@ -1,0 +1,364 @@
+//! `kubectl storageos upgrade`: StorageOS (a StorageOSUpgrade, which the operator carries out
+//! offline: pull, pause, scale down the apps using StorageOS volumes, restart the nodes on the
+//! new image, scale back up) after path checks, or with `--operator` the operator's own install
+//! objects (server-side apply of the ones this plugin carries).
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use super::apply::{self, Applier};
+use super::progress;
+use super::wait::{self, Look, Waited};
+use crate::crd::{StorageOSCluster, StorageOSUpgrade};
+use crate::render::DEFAULT_OPERATOR_IMAGE;
+use crate::upgrade::apps::{Volumes, describe, qualifying};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Upgrade StorageOS (a StorageOSUpgrade) or the operator itself, with path checks",
+    long_about = "Upgrade StorageOS to --version (the tag of the node image the cluster runs) or \
+    --image: checks the path first (no downgrade; no skipped minor or major unless --force), \
+    prints the plan (which Deployments and StatefulSets using StorageOS volumes are scaled to 0 \
+    while the nodes restart), then creates a StorageOSUpgrade and, with --wait, follows it to \
+    Completed. With --operator, applies the operator's install objects of this plugin's release \
+    (or --operator-image) instead."
+)]
+pub struct UpgradeArgs {
+    /// StorageOS version to upgrade to, for example 2.5.0 (the node image's tag).
+    #[arg(long, value_name = "VERSION", conflicts_with = "image")]
+    pub version: Option<String>,
+    /// StorageOS node image to upgrade to.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Allow skipping a minor or major version.
+    #[arg(long)]
+    pub force: bool,
+    /// Upgrade the operator (its CRDs, RBAC and Deployment) instead of StorageOS.
+    #[arg(long, conflicts_with_all = ["version", "image"])]
+    pub operator: bool,
+    /// The operator image for --operator.
+    #[arg(long, default_value = DEFAULT_OPERATOR_IMAGE, value_name = "IMAGE")]
+    pub operator_image: String,
+    /// Wait until the upgrade has completed, printing progress.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "30m", value_parser = crate::duration::parse_flag, value_name = "DURATION")]
+    pub timeout: Duration,
+    /// Change nothing: check the path and print the plan (server-side dry run).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Why the upgrade did not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("say what to upgrade to: --version VERSION, --image IMAGE, or --operator")]
+    Target,
+    #[error("no StorageOSCluster found: install one first (kubectl storageos install)")]
+    NoCluster,
+    #[error("refusing to downgrade StorageOS from {from} to {to}: downgrades are not supported")]
+    Downgrade { from: String, to: String },
+    #[error("StorageOS already runs {0}: nothing to upgrade")]
+    Same(String),
+    #[error(
+        "{from} to {to} skips a minor or major version, which StorageOS does not support in one step: upgrade through each minor version, or pass --force"
+    )]
+    Skip { from: String, to: String },
+    #[error("cannot compare the versions of {from} and {to}: pass --force to upgrade anyway")]
+    Unknown { from: String, to: String },
+    #[error(
+        "StorageOSUpgrade {0} has not completed: wait for it (kubectl get storageosupgrades -A), or delete it to cancel"
+    )]
+    Running(String),
+    #[error("cannot read {what}: {source}; check --kubeconfig/--context")]
+    Read {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot create StorageOSUpgrade {name}: {source}")]
+    Create {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "timed out after {timeout:?} waiting for StorageOSUpgrade {name} (last seen: {last}); see kubectl describe storageosupgrade"
+    )]
+    Timeout {
+        name: String,
+        timeout: Duration,
+        last: String,
+    },
+    #[error(transparent)]
+    Install(#[from] super::install::Error),
+    #[error(transparent)]
+    Apply(#[from] apply::Error),
+}
+
+fn read(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Read { what, source }
+}
+
+/// The version in an image's tag (`storageos/node:v2.4.2` → 2.4.2).
+pub fn image_version(image: &str) -> Option<semver::Version> {
+    let tag = image.rsplit_once(':')?.1;
+    if tag.contains('/') {
+        return None;
+    }
+    crate::render::parse_k8s_version(tag).ok()
+}
+
+/// `image` with its tag replaced by `v<version>`.
+pub fn with_version(image: &str, version: &str) -> String {
+    let repo = match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => image,
+    };
+    format!("{repo}:v{}", version.trim_start_matches('v'))
+}
+
+/// The path check: no downgrade, no skipped minor or major unless `force`.
+pub fn check_path(from: &str, to: &str, force: bool) -> Result<(), Error> {
+    let (f, t) = match (image_version(from), image_version(to)) {
+        (Some(f), Some(t)) => (f, t),
+        _ if force => return Ok(()),
+        _ => {
+            return Err(Error::Unknown {
+                from: from.into(),
+                to: to.into(),
+            });
+        }
+    };
+    if t == f {
+        return Err(Error::Same(from.into()));
+    }
+    if t < f {
+        return Err(Error::Downgrade {
+            from: from.into(),
+            to: to.into(),
+        });
+    }
+    let skips = t.major != f.major || t.minor > f.minor + 1;
+    if skips && !force {
+        return Err(Error::Skip {
+            from: from.into(),
+            to: to.into(),
+        });
+    }
+    Ok(())
+}
+
+/// `kubectl storageos upgrade`.
+pub async fn run(client: &Client, namespace: &str, args: &UpgradeArgs) -> Result<(), Error> {
+    if args.operator {
+        let mut applier = Applier::new(client.clone(), args.dry_run);
+        let mut objects = super::install::crds()?;
+        objects.extend(super::install::operator_objects(&args.operator_image, namespace)?);
+        for obj in &objects {
+            let outcome = applier.apply(obj).await?;
+            super::install::print_outcome(obj, outcome, args.dry_run);
+        }
+        return Ok(());
+    }
+    let lp = ListParams::default();
+    let clusters = super::list_all::<StorageOSCluster>(client)
+        .await
+        .map_err(read("the StorageOSClusters"))?;
+    let cluster = clusters.first().ok_or(Error::NoCluster)?;
+    let current = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.images.as_ref()?.node_container.clone())
+        .or_else(|| cluster.spec.images.as_ref()?.node_container.clone())
+        .unwrap_or_else(|| crate::render::DefaultImages::default().node);
+    let target = match (&args.image, &args.version) {
+        (Some(image), _) => image.clone(),
+        (None, Some(v)) => with_version(&current, v),
+        (None, None) => return Err(Error::Target),
+    };
+    check_path(&current, &target, args.force)?;
+
+    let ns = cluster.namespace().unwrap_or_default();
+    let upgrades: Api<StorageOSUpgrade> = Api::namespaced(client.clone(), &ns);
+    for u in upgrades.list(&lp).await.map_err(read("the StorageOSUpgrades"))?.items {
+        if u.status.as_ref().and_then(|s| s.completed) != Some(true) {
+            return Err(Error::Running(format!("{ns}/{}", u.name_any())));
+        }
+    }
+
+    // The plan.
+    let deployments = super::list_all::<Deployment>(client)
+        .await
+        .map_err(read("the Deployments"))?;
+    let statefulsets = super::list_all::<StatefulSet>(client)
+        .await
+        .map_err(read("the StatefulSets"))?;
+    let pvcs = super::list_all::<PersistentVolumeClaim>(client)
+        .await
+        .map_err(read("the PVCs"))?;
+    let pvs = super::list_all::<PersistentVolume>(client)
+        .await
+        .map_err(read("the PVs"))?;
+    let classes = super::list_all::<StorageClass>(client)
+        .await
+        .map_err(read("the StorageClasses"))?;
+    let apps = qualifying(&deployments, &statefulsets, &Volumes::new(&pvcs, &pvs, &classes));
+    println!(
+        "Upgrade StorageOSCluster {ns}/{} from {current} to {target}:",
+        cluster.name_any()
+    );
+    println!("  1. pull {target} on every StorageOS node");
+    println!("  2. pause the cluster (maintenance)");
+    if apps.is_empty() {
+        println!("  3. scale down: no Deployment or StatefulSet uses StorageOS volumes");
+    } else {
+        println!(
+            "  3. scale to 0 (and back afterwards): {}",
+            apps.iter().map(describe).collect::<Vec<_>>().join(", ")
+        );
+    }
+    println!("  4. restart every StorageOS node pod on {target}");
+    println!("  5. scale the applications back up and unpause");
+
+    let name = format!(
+        "upgrade-{}",
+        target
+            .rsplit_once(':')
+            .map(|(_, t)| t)
+            .unwrap_or("new")
+            .replace(['.', '_'], "-")
+            .to_lowercase()
+    );
+    let upgrade: StorageOSUpgrade = serde_json::from_value(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"newImage": target}
+    }))
+    .map_err(|e| Error::Create {
+        name: name.clone(),
+        source: kube::Error::SerdeError(e),
+    })?;
+    let params = PostParams {
+        dry_run: args.dry_run,
+        field_manager: Some(super::FIELD_MANAGER.into()),
+    };
+    upgrades
+        .create(&params, &upgrade)
+        .await
+        .map_err(|source| Error::Create {
+            name: format!("{ns}/{name}"),
+            source,
+        })?;
+    let suffix = if args.dry_run { " (dry run)" } else { "" };
+    println!("storageosupgrade.storageos.com/{name} created{suffix}");
+    if args.wait && !args.dry_run {
+        wait_completed(&upgrades, &name, args.timeout).await?;
+    }
+    Ok(())
+}
+
+async fn wait_completed(api: &Api<StorageOSUpgrade>, name: &str, timeout: Duration) -> Result<(), Error> {
+    progress(format!(
+        "waiting for StorageOSUpgrade {name} to complete (up to {timeout:?})"
+    ));
+    let look = || async {
+        let Some(u) = api
+            .get_opt(name)
+            .await
+            .map_err(read(format!("StorageOSUpgrade {name}")))?
+        else {
+            return Ok::<_, Error>(Look {
+                line: None,
+                done: false,
+            });
+        };
+        let status = u.status.unwrap_or_default();
+        let message = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let phase = status
+            .phase
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_else(|| "(none yet)".into());
+        Ok::<_, Error>(Look {
+            line: Some(if message.is_empty() {
+                format!("phase {phase}")
+            } else {
+                format!("phase {phase}: {message}")
+            }),
+            done: status.completed == Some(true),
+        })
+    };
+    match wait::until(name, timeout, look).await? {
+        Waited::Done => {
+            progress(format!("StorageOSUpgrade {name} completed"));
+            Ok(())
+        }
+        Waited::TimedOut { last } => Err(Error::Timeout {
+            name: name.into(),
+            timeout,
+            last,
+        }),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upgrade_paths() {
+        let from = "storageos/node:v2.4.2";
+        assert!(check_path(from, "storageos/node:v2.4.4", false).is_ok());
+        assert!(check_path(from, "storageos/node:v2.5.0", false).is_ok());
+        assert!(matches!(
+            check_path(from, "storageos/node:v2.3.0", false),
+            Err(Error::Downgrade { .. })
+        ));
+        assert!(matches!(
+            check_path(from, "storageos/node:v2.3.0", true),
+            Err(Error::Downgrade { .. })
+        ));
+        assert!(matches!(
+            check_path(from, "storageos/node:v2.6.0", false),
+            Err(Error::Skip { .. })
+        ));
+        assert!(check_path(from, "storageos/node:v2.6.0", true).is_ok());
+        assert!(matches!(
+            check_path(from, "storageos/node:v3.0.0", false),
+            Err(Error::Skip { .. })
+        ));
+        assert!(matches!(check_path(from, from, true), Err(Error::Same(_))));
+        assert!(matches!(
+            check_path(from, "storageos/node:latest", false),
+            Err(Error::Unknown { .. })
+        ));
+    }
+
+    #[test]
+    fn versions_become_tags_of_the_same_repository() {
+        assert_eq!(with_version("storageos/node:v2.4.2", "2.5.0"), "storageos/node:v2.5.0");
+        assert_eq!(
+            with_version("reg:5000/storageos/node:v2.4.2", "v2.5.0"),
+            "reg:5000/storageos/node:v2.5.0"
+        );
+        assert_eq!(
+            with_version("reg:5000/storageos/node", "2.5.0"),
+            "reg:5000/storageos/node:v2.5.0"
+        );
+    }
+}

@@ -1,0 +1,732 @@
+//! Integration tier: `kubectl storageos` as a user runs it, against the local plane. The plugin
+//! binary acts as a ServiceAccount bound to `cluster-admin` (an admin, as its user would be),
+//! so the plane's audit log shows exactly what it wrote. The operator runs as a local process
+//! with the installed Deployment's args and env, as its own ServiceAccount (its pods on the kwok
+//! nodes are fakes), against the StorageOS simulator.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::install;
+use storageos_operator::sim::{self, Simulator};
+use support::identity::{self, Identity};
+use support::install::Operator;
+use support::wait_for;
+
+/// The plugin's own identity: cluster-admin, like the person who runs it.
+const PLUGIN_USER: Identity = Identity {
+    namespace: "storageos-plugin-tests",
+    name: "plugin-admin",
+};
+
+/// A kubeconfig acting as [`PLUGIN_USER`] (created with its cluster-admin binding).
+async fn plugin_kubeconfig(dir: &Path) -> PathBuf {
+    let admin = support::client().await;
+    identity::apply_as_admin(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLUGIN_USER.namespace}}),
+    )
+    .await;
+    identity::apply_as_admin(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": PLUGIN_USER.name, "namespace": PLUGIN_USER.namespace}}),
+    )
+    .await;
+    identity::apply_as_admin(
+        &admin,
+        &identity::binding("storageos-plugin-tests:admin", "cluster-admin", PLUGIN_USER),
+    )
+    .await;
+    identity::kubeconfig_file(dir, PLUGIN_USER).await
+}
+
+/// Runs `kubectl-storageos ARGS` with `kubeconfig`.
+fn plugin(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl-storageos")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs the plugin and panics with its output unless it succeeds; returns stdout.
+fn plugin_ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = plugin(kubeconfig, args);
+    assert!(
+        out.status.success(),
+        "kubectl storageos {args:?} failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+/// The plane's etcd client URL, read from the etcd process `hack/k8s.sh` started.
+fn plane_etcd() -> String {
+    let state = support::kubeconfig_path().parent().unwrap();
+    let pid = std::fs::read_to_string(state.join("etcd.pid")).expect("the plane's etcd.pid");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).expect("etcd's command line");
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let i = args
+        .iter()
+        .position(|a| a == "--listen-client-urls")
+        .expect("etcd --listen-client-urls");
+    args[i + 1].clone()
+}
+
+/// Writes the plugin (as [`PLUGIN_USER`]) made from `since` on that were not dry runs.
+fn real_writes_since(since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+    identity::audit_events(PLUGIN_USER, since)
+        .into_iter()
+        .filter(|e| e["verb"] != "get" && e["verb"] != "list" && e["verb"] != "watch")
+        .filter(|e| !e["requestURI"].as_str().unwrap_or_default().contains("dryRun"))
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect()
+}
+
+/// kubectl finds the plugin on the PATH, runs it as `kubectl storageos`, and it completes.
+#[tokio::test]
+async fn kubectl_finds_the_plugin_on_the_path() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_kubectl-storageos"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // kubectl takes no flags before a plugin's name: the plugin reads them after its own.
+    let kubectl = |args: &[&str]| {
+        Command::new(support::kubectl())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig_path())
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let list = Command::new(support::kubectl())
+        .args(["plugin", "list"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&list).contains("kubectl-storageos"),
+        "{}{}",
+        stdout(&list),
+        stderr(&list)
+    );
+    let version = kubectl(&["storageos", "version"]);
+    assert!(version.status.success(), "{}", stderr(&version));
+    assert!(stdout(&version).contains("kubernetes: v1."), "{}", stdout(&version));
+    let help = kubectl(&["storageos", "uninstall", "--help"]);
+    assert!(stdout(&help).contains("--recovery-dir") && stdout(&help).contains("--dry-run"));
+    let completion = Command::new(&bin).args(["completion", "bash"]).output().unwrap();
+    assert!(completion.status.success() && stdout(&completion).contains("preflight"));
+}
+
+#[tokio::test]
+async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unreachable_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let etcd = plane_etcd();
+
+    // A fresh plane passes; -o json parses and holds every check.
+    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd, "-o", "json"]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("preflight -o json is not JSON ({e}):\n{}{}", stdout(&out), stderr(&out)));
+    let checks = report["checks"].as_array().unwrap();
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["result"] == "FAIL").collect();
+    assert!(failed.is_empty(), "FAIL on a fresh plane: {failed:#?}");
+    assert!(out.status.success(), "{}", stderr(&out));
+    for name in [
+        "kubernetes-version",
+        "node/kwok-node-0/kernel",
+        "node/kwok-node-0/arch",
+        "host-ports",
+    ] {
+        let c = checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        assert_eq!(c["result"], "PASS", "{c}");
+    }
+    let etcd_check = checks
+        .iter()
+        .find(|c| c["check"] == format!("etcd/{etcd}"))
+        .expect("the etcd check");
+    assert_eq!(etcd_check["result"], "PASS", "{etcd_check}");
+    // The table says the same, and which checks it could not do.
+    let table = plugin_ok(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd]);
+    assert!(table.contains("CHECK") && table.contains("0 failed"), "{table}");
+    assert!(table.contains("Not checked"), "{table}");
+
+    // An etcd nobody listens on: FAIL with the fix, non-zero exit.
+    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", "http://127.0.0.1:1"]);
+    assert!(!out.status.success(), "preflight passed with an unreachable etcd");
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("etcd/"))
+        .unwrap_or_else(|| panic!("no etcd line:\n{text}"));
+    assert!(line.contains("FAIL") && line.contains("make etcd reachable"), "{line}");
+    assert!(stderr(&out).contains("1 check(s) failed"), "{}", stderr(&out));
+
+    // An arm64 node (kwok makes it Ready; tainted so no pod lands there).
+    let name = format!("plugin-arm64-{}", support::suffix());
+    let nodes: Api<Node> = Api::all(support::client().await);
+    let node: Node = support::from_json(json!({
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"kubernetes.io/arch": "arm64", "storageos-operator-test": "true"}},
+        "spec": {"taints": [support::no_kubelet_taint()]},
+        "status": {"nodeInfo": {"architecture": "arm64", "operatingSystem": "linux",
+            "kernelVersion": "6.1.0-28-arm64", "containerRuntimeVersion": "containerd://1.7.24",
+            "osImage": "Debian GNU/Linux 12 (bookworm)", "bootID": "", "kubeProxyVersion": "",
+            "kubeletVersion": "", "machineID": "", "systemUUID": ""},
+            "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"}}
+    }));
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let _cleanup = DeleteOnDrop(name.clone());
+    let out = wait_for("preflight to see the arm64 node Ready", Duration::from_secs(60), || {
+        let kubeconfig = kubeconfig.clone();
+        let etcd = etcd.clone();
+        let name = name.clone();
+        async move {
+            let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd]);
+            stdout(&out).contains(&format!("node/{name}/arch")).then_some(out)
+        }
+    })
+    .await;
+    assert!(!out.status.success(), "preflight passed with an arm64 node");
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("node/{name}/arch")))
+        .unwrap();
+    assert!(line.contains("FAIL") && line.contains("amd64 images only"), "{line}");
+    assert!(line.contains("nodeSelectorTerms"), "the fix is in the line: {line}");
+}
+
+/// Deletes the Node when dropped.
+struct DeleteOnDrop(String);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let _ = Api::<Node>::all(support::client().await)
+                    .delete(&name, &DeleteParams::background())
+                    .await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Deletes the plugin-installed cluster (finalizer dropped) when the test ends, also on
+/// failure, so later tests find no active cluster.
+struct InstalledCluster;
+
+impl Drop for InstalledCluster {
+    fn drop(&mut self) {
+        let _ = std::thread::spawn(|| {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let api: Api<StorageOSCluster> = Api::namespaced(support::client().await, install::NAMESPACE);
+                let _ = api
+                    .patch(
+                        "storageos",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+                let _ = api.delete("storageos", &DeleteParams::background()).await;
+            });
+        })
+        .join();
+    }
+}
+
+#[tokio::test]
+async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
+    let _lock = support::cluster_lock();
+    support::logs();
+    let admin = support::client().await;
+    support::install_crds(&admin).await;
+    support::wait_no_clusters(&admin, Duration::from_secs(120)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let etcd = plane_etcd();
+    let password = format!("pw-{}-{}", support::suffix(), support::suffix());
+    let _cleanup = InstalledCluster;
+
+    // A dry run first: it says what it would create and writes nothing.
+    let since = chrono::Utc::now();
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "install",
+            "--etcd-endpoints",
+            &etcd,
+            "--admin-password",
+            &password,
+            "--dry-run",
+        ],
+    );
+    assert!(
+        out.contains("storageoscluster.storageos.com/storageos created (dry run)"),
+        "{out}"
+    );
+    assert!(out.contains("deployment.apps/storageos-operator"), "{out}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(real_writes_since(since), Vec::<String>::new(), "a dry run wrote");
+
+    // The install, waiting for Running. The operator's pods are kwok fakes: run it here as
+    // the installed Deployment says, as its ServiceAccount, once the plugin has created it.
+    let install = Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["install", "--etcd-endpoints", &etcd, "--admin-password", &password])
+        .args(["--wait", "--timeout", "3m"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), install::NAMESPACE);
+    let deployment = wait_for(
+        "the plugin to create the operator Deployment",
+        Duration::from_secs(60),
+        || async { deployments.get_opt(install::NAME).await.ok().flatten() },
+    )
+    .await;
+    let sim = Simulator::start(sim::Config {
+        password: password.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _sync = sim.sync_with_kubernetes(admin.clone());
+    let operator_kubeconfig = identity::kubeconfig_file(dir.path(), identity::OPERATOR).await;
+    let _operator = Operator::start(
+        &deployment,
+        install::NAMESPACE,
+        &operator_kubeconfig,
+        &sim,
+        dir.path().join("operator.log"),
+    );
+    let out = tokio::task::spawn_blocking(move || install.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install --wait failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let progress = stderr(&out);
+    assert!(
+        progress.contains("waiting for StorageOSCluster storageos-operator/storageos"),
+        "{progress}"
+    );
+    assert!(progress.contains("is Running"), "{progress}");
+    assert!(!progress.contains(&password) && !stdout(&out).contains(&password));
+
+    // Again: nothing to change, and nothing written but dry runs and reads.
+    let since = chrono::Utc::now();
+    let out = plugin_ok(&kubeconfig, &["install", "--etcd-endpoints", &etcd]);
+    assert!(out.contains("Nothing to change"), "{out}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes: Vec<String> = real_writes_since(since)
+        .into_iter()
+        .filter(|w| !w.starts_with("\"patch\""))
+        .collect();
+    assert_eq!(writes, Vec::<String>::new(), "a second install created or deleted");
+
+    // A dry run of another image says what it would change, and changes nothing.
+    let since = chrono::Utc::now();
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "install",
+            "--etcd-endpoints",
+            &etcd,
+            "--image",
+            "example.com/other:v9",
+            "--dry-run",
+        ],
+    );
+    assert!(
+        out.contains("deployment.apps/storageos-operator configured (dry run)"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(real_writes_since(since), Vec::<String>::new(), "a dry run wrote");
+    let live = deployments.get(install::NAME).await.unwrap();
+    assert_ne!(
+        live.spec.unwrap().template.spec.unwrap().containers[0].image.as_deref(),
+        Some("example.com/other:v9")
+    );
+
+    // status and version: one screen each.
+    let out = plugin_ok(&kubeconfig, &["status"]);
+    assert!(
+        out.contains("StorageOSCluster storageos-operator/storageos: phase Running, 3/3 ready"),
+        "{out}"
+    );
+    assert!(out.contains("leader: storageos-operator-install-test"), "{out}");
+    assert!(out.contains("node pods (namespace kube-system)"), "{out}");
+    let out = plugin_ok(&kubeconfig, &["version"]);
+    assert!(out.contains("operator: storageos/storageos-operator:v"), "{out}");
+    assert!(
+        out.contains("storageos: storageos/node:v2.4.2 (StorageOSCluster storageos-operator/storageos)"),
+        "{out}"
+    );
+
+    bundle_is_complete_and_redacted(&kubeconfig, dir.path(), &password).await;
+    upgrade_checks_the_path_then_completes(&kubeconfig).await;
+    uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(&kubeconfig, dir.path(), &password).await;
+}
+
+/// A token planted in the cluster (an annotation) and in the operator's env, and the unique
+/// password of the credentials Secret, appear in no file of the bundle.
+async fn bundle_is_complete_and_redacted(kubeconfig: &Path, dir: &Path, password: &str) {
+    let admin = support::client().await;
+    let (token, env_token) = (
+        format!("tok-{}-{}", support::suffix(), support::suffix()),
+        format!("envtok-{}-{}", support::suffix(), support::suffix()),
+    );
+    Api::<StorageOSCluster>::namespaced(admin.clone(), install::NAMESPACE)
+        .patch(
+            "storageos",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"example.com/api-token": token}}})),
+        )
+        .await
+        .unwrap();
+    Api::<Deployment>::namespaced(admin.clone(), install::NAMESPACE)
+        .patch(
+            install::NAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "operator", "env": [{"name": "SUPPORT_API_TOKEN", "value": env_token}]}
+            ]}}}})),
+        )
+        .await
+        .unwrap();
+    let archive = dir.join("bundle.tar.gz");
+    let out = plugin_ok(kubeconfig, &["bundle", "-o", archive.to_str().unwrap()]);
+    assert!(out.contains("wrote"), "{out}");
+    let mut files = std::collections::BTreeMap::new();
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&archive).unwrap()));
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().display().to_string();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+        let (_, inner) = path.split_once('/').unwrap();
+        files.insert(inner.to_string(), text);
+    }
+    for expected in [
+        "versions.txt",
+        "summary.txt",
+        "crs/storageosclusters.yaml",
+        "crs/storageosupgrades.yaml",
+        "crs/jobs.yaml",
+        "clusters/storageos-operator_storageos/live.yaml",
+        "clusters/storageos-operator_storageos/desired.yaml",
+        "clusters/storageos-operator_storageos/diff.txt",
+        "events/storageos-operator.txt",
+        "events/kube-system.txt",
+        "mirrors/nodes.yaml",
+        "mirrors/volumes.yaml",
+        "nodes.yaml",
+        "operator/deployment.yaml",
+    ] {
+        assert!(
+            files.contains_key(expected),
+            "{expected} missing from {:?}",
+            files.keys()
+        );
+    }
+    assert!(
+        files
+            .keys()
+            .any(|k| k.starts_with("logs/storageos-operator/storageos-operator-")),
+        "no operator log in {:?}",
+        files.keys()
+    );
+    assert!(files["summary.txt"].contains("phase Running"));
+    assert!(files["clusters/storageos-operator_storageos/live.yaml"].contains("storageos-daemonset"));
+    // The planted values were collected (their keys are there) and redacted.
+    assert!(files["crs/storageosclusters.yaml"].contains("example.com/api-token"));
+    assert!(files["operator/deployment.yaml"].contains("SUPPORT_API_TOKEN"));
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, password);
+    for (name, text) in &files {
+        for secret in [password, b64.as_str(), token.as_str(), env_token.as_str()] {
+            assert!(!text.contains(secret), "{name} holds {secret}");
+        }
+    }
+}
+
+/// A downgrade is refused before anything is created; an upgrade to the next minor completes.
+async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
+    let upgrades: Api<storageos_operator::crd::StorageOSUpgrade> =
+        Api::namespaced(support::client().await, install::NAMESPACE);
+    let out = plugin(kubeconfig, &["upgrade", "--version", "2.3.0"]);
+    assert!(!out.status.success(), "a downgrade was accepted:\n{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("refusing to downgrade StorageOS from storageos/node:v2.4.2"),
+        "{}",
+        stderr(&out)
+    );
+    let out = plugin(kubeconfig, &["upgrade", "--version", "2.6.0"]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("--force"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        upgrades.list(&Default::default()).await.unwrap().items.is_empty(),
+        "a refused upgrade created something"
+    );
+
+    let out = plugin(
+        kubeconfig,
+        &["upgrade", "--version", "2.5.0", "--wait", "--timeout", "3m"],
+    );
+    assert!(
+        out.status.success(),
+        "upgrade failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("from storageos/node:v2.4.2 to storageos/node:v2.5.0"),
+        "{}",
+        stdout(&out)
+    );
+    let progress = stderr(&out);
+    assert!(
+        progress.contains("phase") && progress.contains("completed"),
+        "{progress}"
+    );
+    let cluster = Api::<StorageOSCluster>::namespaced(support::client().await, install::NAMESPACE)
+        .get("storageos")
+        .await
+        .unwrap();
+    assert_eq!(
+        cluster.spec.images.and_then(|i| i.node_container).as_deref(),
+        Some("storageos/node:v2.5.0")
+    );
+}
+
+/// With a pod using a StorageOS volume, uninstall refuses and names it; without, it writes
+/// the recovery manifests, then removes the cluster and the operator.
+async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
+    kubeconfig: &Path,
+    dir: &Path,
+    password: &str,
+) {
+    let admin = support::client().await;
+    let ns = support::TestNamespace::new("plugin").await;
+    let objects = support::ClusterObjects::default();
+    let pv = format!("plugin-pv-{}", support::suffix());
+    objects.pv(&admin, &pv, "fast", &ns.name, "data", true).await;
+    ns.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "volumeName": pv,
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            })),
+        )
+        .await
+        .unwrap();
+    let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
+    pods.create(
+        &PostParams::default(),
+        &support::from_json(json!({
+            "metadata": {"name": "app"},
+            "spec": {"nodeName": "kwok-node-0", "containers": [{"name": "app", "image": "busybox"}],
+                     "tolerations": [{"operator": "Exists"}],
+                     "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+        })),
+    )
+    .await
+    .unwrap();
+    let recovery = dir.join("recovery");
+    let args = ["uninstall", "--keep-crds", "--recovery-dir", recovery.to_str().unwrap()];
+    let out = plugin(kubeconfig, &args);
+    assert!(!out.status.success(), "uninstall went ahead with a pod using a volume");
+    assert!(stderr(&out).contains(&format!("{}/app", ns.name)), "{}", stderr(&out));
+    assert!(!recovery.exists(), "a refused uninstall wrote recovery manifests");
+
+    pods.delete(
+        "app",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    wait_for("the app pod to be gone", Duration::from_secs(60), || async {
+        pods.get_opt("app").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let out = plugin(kubeconfig, &args);
+    assert!(
+        out.status.success(),
+        "uninstall failed:\n{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("wrote recovery manifests to {}", recovery.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("storageoscluster.storageos.com/storageos deleted"),
+        "{text}"
+    );
+    assert!(text.contains("deployment.apps/storageos-operator deleted"), "{text}");
+    // The cluster went first (the operator removed its children), then the operator.
+    let cluster_at = text.find("storageoscluster.storageos.com/storageos deleted").unwrap();
+    assert!(
+        cluster_at < text.find("deployment.apps/storageos-operator deleted").unwrap(),
+        "{text}"
+    );
+    assert!(
+        Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), "kube-system")
+            .get_opt("storageos-daemonset")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+            .get_opt(install::NAMESPACE)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The recovery manifests: the cluster as it can be applied again, the Secret by reference.
+    let clusters = std::fs::read_to_string(recovery.join("storageosclusters.yaml")).unwrap();
+    assert!(
+        clusters.contains("name: storageos") && !clusters.contains("resourceVersion"),
+        "{clusters}"
+    );
+    let refs = std::fs::read_to_string(recovery.join("secret-refs.yaml")).unwrap();
+    assert!(refs.contains("storageos-api") && refs.contains("password"), "{refs}");
+    for entry in std::fs::read_dir(&recovery).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains(password), "{} holds the password", path.display());
+    }
+    assert!(recovery.join("children-storageos-operator_storageos.yaml").exists());
+}
+
+/// `--include-etcd`: install adds an evaluation etcd, labelled; uninstall removes only an etcd
+/// it installed.
+#[tokio::test]
+async fn include_etcd_installs_an_evaluation_etcd_and_uninstall_removes_only_that() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let _lock = support::cluster_lock();
+    let admin = support::client().await;
+    support::install_crds(&admin).await;
+    support::wait_no_clusters(&admin, Duration::from_secs(120)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+
+    let out = plugin(&kubeconfig, &["install", "--include-etcd", "--skip-cluster"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("statefulset.apps/storageos-etcd created"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("NOT for production"), "{}", stderr(&out));
+    let ours: Api<StatefulSet> = Api::namespaced(admin.clone(), "storageos-etcd");
+    assert!(ours.get_opt("storageos-etcd").await.unwrap().is_some());
+
+    // A StatefulSet of the same name the plugin did not install is kept.
+    let other = support::TestNamespace::new("etcd").await;
+    other
+        .api::<StatefulSet>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "storageos-etcd"},
+                "spec": {"serviceName": "x", "selector": {"matchLabels": {"a": "b"}},
+                         "template": {"metadata": {"labels": {"a": "b"}},
+                                      "spec": {"containers": [{"name": "c", "image": "etcd"}]}}}
+            })),
+        )
+        .await
+        .unwrap();
+    let recovery = dir.path().join("recovery");
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "uninstall",
+            "--include-etcd",
+            "--etcd-namespace",
+            &other.name,
+            "--keep-crds",
+            "--recovery-dir",
+            recovery.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("kept StatefulSet"), "{out}");
+    assert!(
+        other
+            .api::<StatefulSet>()
+            .get_opt("storageos-etcd")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(ours.get_opt("storageos-etcd").await.unwrap().is_some());
+
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "uninstall",
+            "--include-etcd",
+            "--keep-crds",
+            "--recovery-dir",
+            recovery.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("statefulset.apps/storageos-etcd deleted"), "{out}");
+    assert!(out.contains("namespace/storageos-etcd deleted"), "{out}");
+}
