@@ -28,9 +28,16 @@ export KUBECONFIG
 hack/olm.sh validate olm
 
 # The dependency tree against deny.toml: licences, banned crates and sources need no network and
-# always run (install cargo-deny with `cargo install cargo-deny --locked`). Advisories need the
+# always run (cargo-deny is installed below when missing). Advisories need the
 # RustSec database from GitHub: checked when it can be fetched, reported as skipped otherwise.
-command -v cargo-deny >/dev/null || { echo "cargo-deny is missing: cargo install cargo-deny --locked" >&2; exit 1; }
+# Installed here on first use (pinned), cached outside the repository like the control plane.
+CARGO_DENY_VERSION=0.20.2
+TOOLS=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}/tools
+export PATH=$TOOLS/bin:$PATH
+if ! command -v cargo-deny >/dev/null; then
+  echo "installing cargo-deny $CARGO_DENY_VERSION into $TOOLS (first run only)" >&2
+  cargo install --locked --quiet cargo-deny --version "$CARGO_DENY_VERSION" --root "$TOOLS"
+fi
 cargo deny check licenses bans sources
 if cargo deny fetch db >/dev/null 2>&1; then
   cargo deny check advisories
