@@ -730,3 +730,136 @@ async fn include_etcd_installs_an_evaluation_etcd_and_uninstall_removes_only_tha
     assert!(out.contains("statefulset.apps/storageos-etcd deleted"), "{out}");
     assert!(out.contains("namespace/storageos-etcd deleted"), "{out}");
 }
+
+/// The etcd binary `hack/k8s.sh` built (hack/versions.env's ETCD_VERSION).
+fn etcd_binary() -> PathBuf {
+    let versions = std::fs::read_to_string(support::repo_root().join("hack/versions.env")).unwrap();
+    let version = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_VERSION="))
+        .unwrap()
+        .trim()
+        .to_string();
+    support::kubectl()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(format!("etcd-{version}/etcd"))
+}
+
+/// An etcd serving https only: preflight passes with its TLS Secret, and fails without it.
+#[tokio::test]
+async fn preflight_checks_an_https_etcd_with_the_tls_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let cert = storageos_operator::runtime::pki::issue_serving_cert(
+        "etcd",
+        &["127.0.0.1".to_string()],
+        chrono::Duration::hours(1),
+    )
+    .unwrap();
+    for (file, pem) in [
+        ("ca.crt", &cert.ca_pem),
+        ("tls.crt", &cert.cert_pem),
+        ("tls.key", &cert.key_pem),
+    ] {
+        std::fs::write(dir.path().join(file), pem).unwrap();
+    }
+    let port = |_| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (client_port, peer_port) = (port(0), port(1));
+    let url = format!("https://127.0.0.1:{client_port}");
+    let d = dir.path().display();
+    let _etcd = KillOnDrop(
+        Command::new(etcd_binary())
+            .args(["--data-dir", &format!("{d}/data"), "--name", "tls"])
+            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args(["--initial-cluster", &format!("tls=http://127.0.0.1:{peer_port}")])
+            .args([
+                "--cert-file",
+                &format!("{d}/tls.crt"),
+                "--key-file",
+                &format!("{d}/tls.key"),
+            ])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ns = support::TestNamespace::new("etcd-tls").await;
+    ns.api::<k8s_openapi::api::core::v1::Secret>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "etcd-tls"},
+                "stringData": {"etcd-client-ca.crt": cert.ca_pem, "etcd-client.crt": cert.cert_pem,
+                               "etcd-client.key": cert.key_pem}
+            })),
+        )
+        .await
+        .unwrap();
+    let with_tls = [
+        "preflight",
+        "--etcd-endpoints",
+        &url,
+        "--etcd-tls-secret",
+        "etcd-tls",
+        "--etcd-tls-secret-namespace",
+        &ns.name,
+        "-o",
+        "json",
+    ];
+    let etcd_check = format!("etcd/{url}");
+    let report: Value = wait_for("the https etcd to answer", Duration::from_secs(30), || {
+        let (kubeconfig, etcd_check) = (kubeconfig.clone(), etcd_check.clone());
+        let with_tls: Vec<String> = with_tls.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = with_tls.iter().map(String::as_str).collect();
+            let out = plugin(&kubeconfig, &args);
+            let report: Value = serde_json::from_slice(&out.stdout).ok()?;
+            let passed = report["checks"]
+                .as_array()?
+                .iter()
+                .any(|c| c["check"] == etcd_check.as_str() && c["result"] == "PASS");
+            passed.then_some(report)
+        }
+    })
+    .await;
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["result"] != "FAIL"),
+        "{report:#}"
+    );
+
+    // Without the Secret, the https etcd's certificate is not trusted.
+    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &url]);
+    assert!(!out.status.success());
+    let text = stdout(&out);
+    let line = text.lines().find(|l| l.starts_with("etcd/")).unwrap();
+    assert!(line.contains("FAIL") && line.contains("--etcd-tls-secret"), "{line}");
+}
+
+/// A child process killed when dropped (also on failure).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
