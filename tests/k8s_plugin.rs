@@ -517,6 +517,23 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
         "a refused upgrade created something"
     );
 
+    // An application on a StorageOS volume: the plan names it, the upgrade scales it down and back.
+    let (ns, _volume) = namespace_with_a_storageos_claim("plugin-app").await;
+    let apps = ns.api::<Deployment>();
+    apps.create(
+        &PostParams::default(),
+        &support::from_json(json!({
+            "metadata": {"name": "app"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "plugin-app"}},
+                     "template": {"metadata": {"labels": {"app": "plugin-app"}},
+                                  "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                                           "tolerations": [{"operator": "Exists"}],
+                                           "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}}
+        })),
+    )
+    .await
+    .unwrap();
+
     let out = plugin(
         kubeconfig,
         &["upgrade", "--version", "2.5.0", "--wait", "--timeout", "3m"],
@@ -537,6 +554,27 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
         progress.contains("phase") && progress.contains("completed"),
         "{progress}"
     );
+    assert!(
+        stdout(&out).contains(&format!("scale to 0 (and back afterwards): Deployment {}/app", ns.name)),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        apps.get("app").await.unwrap().spec.unwrap().replicas,
+        Some(1),
+        "the app is back"
+    );
+    apps.delete("app", &DeleteParams::foreground()).await.unwrap();
+    let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
+    wait_for("the app's pods to be gone", Duration::from_secs(60), || async {
+        pods.list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     let cluster = Api::<StorageOSCluster>::namespaced(support::client().await, install::NAMESPACE)
         .get("storageos")
         .await
@@ -547,17 +585,13 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
     );
 }
 
-/// With a pod using a StorageOS volume, uninstall refuses and names it; without, it writes
-/// the recovery manifests, then removes the cluster and the operator.
-async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
-    kubeconfig: &Path,
-    dir: &Path,
-    password: &str,
-) {
+/// A test namespace with the claim `data` bound to a StorageOS CSI volume (the PV goes with the
+/// returned guard).
+async fn namespace_with_a_storageos_claim(prefix: &str) -> (support::TestNamespace, support::ClusterObjects) {
     let admin = support::client().await;
-    let ns = support::TestNamespace::new("plugin").await;
+    let ns = support::TestNamespace::new(prefix).await;
     let objects = support::ClusterObjects::default();
-    let pv = format!("plugin-pv-{}", support::suffix());
+    let pv = format!("{prefix}-pv-{}", support::suffix());
     objects.pv(&admin, &pv, "fast", &ns.name, "data", true).await;
     ns.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>()
         .create(
@@ -570,6 +604,18 @@ async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
         )
         .await
         .unwrap();
+    (ns, objects)
+}
+
+/// With a pod using a StorageOS volume, uninstall refuses and names it; without, it writes
+/// the recovery manifests, then removes the cluster and the operator.
+async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
+    kubeconfig: &Path,
+    dir: &Path,
+    password: &str,
+) {
+    let admin = support::client().await;
+    let (ns, _volume) = namespace_with_a_storageos_claim("plugin").await;
     let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
     pods.create(
         &PostParams::default(),
