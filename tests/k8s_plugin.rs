@@ -395,7 +395,66 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
     );
 
     // status and version: one screen each.
+    // What StorageOS reports (the api-manager's mirrors; it does not run here, so they are
+    // written as it would) and a fencing: status shows them.
+    let volumes_ns = support::TestNamespace::new("plugin-vol").await;
+    let volumes = volumes_ns.api::<storageos_operator::crd::StorageOSVolume>();
+    volumes
+        .create(
+            &PostParams::default(),
+            &storageos_operator::crd::StorageOSVolume::new("pvc-degraded", Default::default()),
+        )
+        .await
+        .unwrap();
+    let status = storageos_operator::crd::VolumeMirrorStatus {
+        health: "degraded".into(),
+        pvc: "data".into(),
+        master: storageos_operator::crd::VolumeMaster {
+            node: "kwok-node-1".into(),
+            health: "online".into(),
+        },
+        replicas_wanted: 2,
+        replicas_ready: "1/2".into(),
+        ..Default::default()
+    };
+    volumes
+        .patch_status(
+            "pvc-degraded",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    volumes_ns
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "app.fenced"},
+                "involvedObject": {"kind": "Pod", "namespace": volumes_ns.name, "name": "app"},
+                "reason": "Fenced", "type": "Warning", "message": "fenced from the offline node kwok-node-2",
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1
+            })),
+        )
+        .await
+        .unwrap();
     let out = plugin_ok(&kubeconfig, &["status"]);
+    let volume_line = out
+        .lines()
+        .find(|l| l.contains(&format!("{}/pvc-degraded", volumes_ns.name)))
+        .unwrap_or_else(|| panic!("no degraded volume in:\n{out}"));
+    assert!(
+        volume_line.contains("degraded") && volume_line.contains("kwok-node-1 (online)") && volume_line.contains("1/2"),
+        "{volume_line}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{}/app: fenced from the offline node kwok-node-2",
+            volumes_ns.name
+        )),
+        "{out}"
+    );
     assert!(
         out.contains("StorageOSCluster storageos-operator/storageos: phase Running, 3/3 ready"),
         "{out}"
