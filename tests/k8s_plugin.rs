@@ -394,6 +394,27 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
         Some("example.com/other:v9")
     );
 
+    // upgrade --operator applies the operator's objects of this release: nothing to change here,
+    // and another image changes only the Deployment (a dry run).
+    let out = plugin_ok(&kubeconfig, &["upgrade", "--operator", "--dry-run"]);
+    assert!(out.lines().all(|l| l.ends_with("unchanged (dry run)")), "{out}");
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "upgrade",
+            "--operator",
+            "--operator-image",
+            "example.com/op:v2",
+            "--dry-run",
+        ],
+    );
+    let changed: Vec<&str> = out.lines().filter(|l| !l.ends_with("unchanged (dry run)")).collect();
+    assert_eq!(
+        changed,
+        ["deployment.apps/storageos-operator configured (dry run)"],
+        "{out}"
+    );
+
     // status and version: one screen each.
     // What StorageOS reports (the api-manager's mirrors; it does not run here, so they are
     // written as it would) and a fencing: status shows them.
