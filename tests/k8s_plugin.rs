@@ -394,8 +394,88 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
         Some("example.com/other:v9")
     );
 
+    // upgrade --operator applies the operator's objects of this release: nothing to change here,
+    // and another image changes only the Deployment (a dry run).
+    let out = plugin_ok(&kubeconfig, &["upgrade", "--operator", "--dry-run"]);
+    assert!(out.lines().all(|l| l.ends_with("unchanged (dry run)")), "{out}");
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "upgrade",
+            "--operator",
+            "--operator-image",
+            "example.com/op:v2",
+            "--dry-run",
+        ],
+    );
+    let changed: Vec<&str> = out.lines().filter(|l| !l.ends_with("unchanged (dry run)")).collect();
+    assert_eq!(
+        changed,
+        ["deployment.apps/storageos-operator configured (dry run)"],
+        "{out}"
+    );
+
     // status and version: one screen each.
+    // What StorageOS reports (the api-manager's mirrors; it does not run here, so they are
+    // written as it would) and a fencing: status shows them.
+    let volumes_ns = support::TestNamespace::new("plugin-vol").await;
+    let volumes = volumes_ns.api::<storageos_operator::crd::StorageOSVolume>();
+    volumes
+        .create(
+            &PostParams::default(),
+            &storageos_operator::crd::StorageOSVolume::new("pvc-degraded", Default::default()),
+        )
+        .await
+        .unwrap();
+    let status = storageos_operator::crd::VolumeMirrorStatus {
+        health: "degraded".into(),
+        pvc: "data".into(),
+        master: storageos_operator::crd::VolumeMaster {
+            node: "kwok-node-1".into(),
+            health: "online".into(),
+        },
+        replicas_wanted: 2,
+        replicas_ready: "1/2".into(),
+        ..Default::default()
+    };
+    volumes
+        .patch_status(
+            "pvc-degraded",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    volumes_ns
+        .api::<k8s_openapi::api::core::v1::Event>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "app.fenced"},
+                "involvedObject": {"kind": "Pod", "namespace": volumes_ns.name, "name": "app"},
+                "reason": "Fenced", "type": "Warning", "message": "fenced from the offline node kwok-node-2",
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1
+            })),
+        )
+        .await
+        .unwrap();
     let out = plugin_ok(&kubeconfig, &["status"]);
+    let volume_line = out
+        .lines()
+        .find(|l| l.contains(&format!("{}/pvc-degraded", volumes_ns.name)))
+        .unwrap_or_else(|| panic!("no degraded volume in:\n{out}"));
+    assert!(
+        volume_line.contains("degraded") && volume_line.contains("kwok-node-1 (online)") && volume_line.contains("1/2"),
+        "{volume_line}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{}/app: fenced from the offline node kwok-node-2",
+            volumes_ns.name
+        )),
+        "{out}"
+    );
     assert!(
         out.contains("StorageOSCluster storageos-operator/storageos: phase Running, 3/3 ready"),
         "{out}"
@@ -517,6 +597,23 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
         "a refused upgrade created something"
     );
 
+    // An application on a StorageOS volume: the plan names it, the upgrade scales it down and back.
+    let (ns, _volume) = namespace_with_a_storageos_claim("plugin-app").await;
+    let apps = ns.api::<Deployment>();
+    apps.create(
+        &PostParams::default(),
+        &support::from_json(json!({
+            "metadata": {"name": "app"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "plugin-app"}},
+                     "template": {"metadata": {"labels": {"app": "plugin-app"}},
+                                  "spec": {"containers": [{"name": "app", "image": "busybox"}],
+                                           "tolerations": [{"operator": "Exists"}],
+                                           "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}}
+        })),
+    )
+    .await
+    .unwrap();
+
     let out = plugin(
         kubeconfig,
         &["upgrade", "--version", "2.5.0", "--wait", "--timeout", "3m"],
@@ -537,6 +634,27 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
         progress.contains("phase") && progress.contains("completed"),
         "{progress}"
     );
+    assert!(
+        stdout(&out).contains(&format!("scale to 0 (and back afterwards): Deployment {}/app", ns.name)),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        apps.get("app").await.unwrap().spec.unwrap().replicas,
+        Some(1),
+        "the app is back"
+    );
+    apps.delete("app", &DeleteParams::foreground()).await.unwrap();
+    let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
+    wait_for("the app's pods to be gone", Duration::from_secs(60), || async {
+        pods.list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     let cluster = Api::<StorageOSCluster>::namespaced(support::client().await, install::NAMESPACE)
         .get("storageos")
         .await
@@ -547,17 +665,13 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
     );
 }
 
-/// With a pod using a StorageOS volume, uninstall refuses and names it; without, it writes
-/// the recovery manifests, then removes the cluster and the operator.
-async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
-    kubeconfig: &Path,
-    dir: &Path,
-    password: &str,
-) {
+/// A test namespace with the claim `data` bound to a StorageOS CSI volume (the PV goes with the
+/// returned guard).
+async fn namespace_with_a_storageos_claim(prefix: &str) -> (support::TestNamespace, support::ClusterObjects) {
     let admin = support::client().await;
-    let ns = support::TestNamespace::new("plugin").await;
+    let ns = support::TestNamespace::new(prefix).await;
     let objects = support::ClusterObjects::default();
-    let pv = format!("plugin-pv-{}", support::suffix());
+    let pv = format!("{prefix}-pv-{}", support::suffix());
     objects.pv(&admin, &pv, "fast", &ns.name, "data", true).await;
     ns.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>()
         .create(
@@ -570,6 +684,18 @@ async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
         )
         .await
         .unwrap();
+    (ns, objects)
+}
+
+/// With a pod using a StorageOS volume, uninstall refuses and names it; without, it writes
+/// the recovery manifests, then removes the cluster and the operator.
+async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
+    kubeconfig: &Path,
+    dir: &Path,
+    password: &str,
+) {
+    let admin = support::client().await;
+    let (ns, _volume) = namespace_with_a_storageos_claim("plugin").await;
     let pods = ns.api::<k8s_openapi::api::core::v1::Pod>();
     pods.create(
         &PostParams::default(),
@@ -729,4 +855,137 @@ async fn include_etcd_installs_an_evaluation_etcd_and_uninstall_removes_only_tha
     );
     assert!(out.contains("statefulset.apps/storageos-etcd deleted"), "{out}");
     assert!(out.contains("namespace/storageos-etcd deleted"), "{out}");
+}
+
+/// The etcd binary `hack/k8s.sh` built (hack/versions.env's ETCD_VERSION).
+fn etcd_binary() -> PathBuf {
+    let versions = std::fs::read_to_string(support::repo_root().join("hack/versions.env")).unwrap();
+    let version = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_VERSION="))
+        .unwrap()
+        .trim()
+        .to_string();
+    support::kubectl()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(format!("etcd-{version}/etcd"))
+}
+
+/// An etcd serving https only: preflight passes with its TLS Secret, and fails without it.
+#[tokio::test]
+async fn preflight_checks_an_https_etcd_with_the_tls_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let cert = storageos_operator::runtime::pki::issue_serving_cert(
+        "etcd",
+        &["127.0.0.1".to_string()],
+        chrono::Duration::hours(1),
+    )
+    .unwrap();
+    for (file, pem) in [
+        ("ca.crt", &cert.ca_pem),
+        ("tls.crt", &cert.cert_pem),
+        ("tls.key", &cert.key_pem),
+    ] {
+        std::fs::write(dir.path().join(file), pem).unwrap();
+    }
+    let port = |_| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (client_port, peer_port) = (port(0), port(1));
+    let url = format!("https://127.0.0.1:{client_port}");
+    let d = dir.path().display();
+    let _etcd = KillOnDrop(
+        Command::new(etcd_binary())
+            .args(["--data-dir", &format!("{d}/data"), "--name", "tls"])
+            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer_port}"),
+            ])
+            .args(["--initial-cluster", &format!("tls=http://127.0.0.1:{peer_port}")])
+            .args([
+                "--cert-file",
+                &format!("{d}/tls.crt"),
+                "--key-file",
+                &format!("{d}/tls.key"),
+            ])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ns = support::TestNamespace::new("etcd-tls").await;
+    ns.api::<k8s_openapi::api::core::v1::Secret>()
+        .create(
+            &PostParams::default(),
+            &support::from_json(json!({
+                "metadata": {"name": "etcd-tls"},
+                "stringData": {"etcd-client-ca.crt": cert.ca_pem, "etcd-client.crt": cert.cert_pem,
+                               "etcd-client.key": cert.key_pem}
+            })),
+        )
+        .await
+        .unwrap();
+    let with_tls = [
+        "preflight",
+        "--etcd-endpoints",
+        &url,
+        "--etcd-tls-secret",
+        "etcd-tls",
+        "--etcd-tls-secret-namespace",
+        &ns.name,
+        "-o",
+        "json",
+    ];
+    let etcd_check = format!("etcd/{url}");
+    let report: Value = wait_for("the https etcd to answer", Duration::from_secs(30), || {
+        let (kubeconfig, etcd_check) = (kubeconfig.clone(), etcd_check.clone());
+        let with_tls: Vec<String> = with_tls.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = with_tls.iter().map(String::as_str).collect();
+            let out = plugin(&kubeconfig, &args);
+            let report: Value = serde_json::from_slice(&out.stdout).ok()?;
+            let passed = report["checks"]
+                .as_array()?
+                .iter()
+                .any(|c| c["check"] == etcd_check.as_str() && c["result"] == "PASS");
+            passed.then_some(report)
+        }
+    })
+    .await;
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["result"] != "FAIL"),
+        "{report:#}"
+    );
+
+    // Without the Secret, the https etcd's certificate is not trusted.
+    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &url]);
+    assert!(!out.status.success());
+    let text = stdout(&out);
+    let line = text.lines().find(|l| l.starts_with("etcd/")).unwrap();
+    assert!(line.contains("FAIL") && line.contains("--etcd-tls-secret"), "{line}");
+}
+
+/// A child process killed when dropped (also on failure).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

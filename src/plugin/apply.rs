@@ -96,7 +96,13 @@ impl Applier {
     /// Server-side applies `obj` (forcing ownership of the fields it sets) and says what changed.
     pub async fn apply(&mut self, obj: &Value) -> Result<Outcome, Error> {
         let key = ObjectKey::of(obj).map_err(|e| Error::Identity(e.to_string()))?;
-        let api = self.api(&key).await?;
+        let api = match self.api(&key).await {
+            Ok(api) => api,
+            // A dry run of a custom resource whose CRD the same dry run "created": it would be
+            // created.
+            Err(Error::Discovery { .. }) if self.dry_run => return Ok(Outcome::Created),
+            Err(e) => return Err(e),
+        };
         let what = describe(&key);
         let live = api.get_opt(&key.name).await.map_err(|source| Error::Api {
             verb: "read",

@@ -9,6 +9,36 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
+/// Keys of the etcd client TLS Secret (`spec.tlsEtcdSecretRefName`), as the node pods mount it.
+pub const TLS_KEYS: [&str; 3] = ["etcd-client-ca.crt", "etcd-client.crt", "etcd-client.key"];
+
+/// The client TLS material of an etcd: the CA that signed its serving certificate, and the
+/// client certificate and key, PEM.
+#[derive(Clone)]
+pub struct Tls {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl Tls {
+    /// From the etcd TLS Secret, which must hold [`TLS_KEYS`].
+    pub fn from_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Result<Self, Error> {
+        let mut data = crate::render::secrets::contents(secret);
+        let mut take = |key: &'static str| {
+            data.remove(key).ok_or_else(|| Error::TlsSecret {
+                name: secret.metadata.name.clone().unwrap_or_default(),
+                key,
+            })
+        };
+        Ok(Self {
+            ca: take(TLS_KEYS[0])?,
+            cert: take(TLS_KEYS[1])?,
+            key: take(TLS_KEYS[2])?,
+        })
+    }
+}
+
 /// Prefix of the key the check writes and removes.
 pub const PREFIX: &str = "/storageos-preflight/";
 
@@ -21,6 +51,12 @@ pub enum Error {
     NoEndpoints,
     #[error("cannot make an HTTP client: {0}")]
     Client(#[source] reqwest::Error),
+    #[error(
+        "the etcd TLS Secret {name} has no key {key:?}; it needs etcd-client-ca.crt, etcd-client.crt and etcd-client.key"
+    )]
+    TlsSecret { name: String, key: &'static str },
+    #[error("the etcd TLS Secret's {what} is not usable PEM: {message}")]
+    TlsPem { what: &'static str, message: String },
     #[error("{endpoint}: {step} failed: {message}")]
     Step {
         endpoint: String,
@@ -61,11 +97,21 @@ pub fn parse_endpoints(list: &str) -> Result<Vec<String>, Error> {
 }
 
 /// A put, get and delete of a fresh key on `endpoint`; returns how long the three took.
-pub async fn check(endpoint: &str, timeout: Duration) -> Result<Duration, Error> {
-    let http = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .map_err(Error::Client)?;
+/// With `tls`, etcd's certificate must be signed by its CA and the client presents its
+/// certificate.
+pub async fn check(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Result<Duration, Error> {
+    let mut builder = reqwest::Client::builder().timeout(timeout);
+    if let Some(tls) = tls {
+        let pem = |what, e: reqwest::Error| Error::TlsPem {
+            what,
+            message: without_url(&e),
+        };
+        let ca = reqwest::Certificate::from_pem_bundle(&tls.ca).map_err(|e| pem("etcd-client-ca.crt", e))?;
+        let identity = reqwest::Identity::from_pem(&[tls.cert.as_slice(), b"\n", tls.key.as_slice()].concat())
+            .map_err(|e| pem("etcd-client.crt/etcd-client.key", e))?;
+        builder = builder.tls_certs_only(ca).identity(identity);
+    }
+    let http = builder.build().map_err(Error::Client)?;
     let key = format!("{PREFIX}{:016x}", rand::random::<u64>());
     let value = format!("written by kubectl storageos preflight at {}", chrono::Utc::now());
     let started = Instant::now();

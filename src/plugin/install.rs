@@ -56,6 +56,11 @@ pub struct InstallArgs {
     /// StorageClass for the evaluation etcd's data (default: an emptyDir, lost with the pod).
     #[arg(long, value_name = "CLASS")]
     pub etcd_storage_class: Option<String>,
+    /// The etcd client TLS Secret in -n (keys etcd-client-ca.crt, etcd-client.crt,
+    /// etcd-client.key), for an https etcd: the cluster's spec.tlsEtcdSecretRefName. Create it
+    /// before installing.
+    #[arg(long, value_name = "NAME")]
+    pub etcd_tls_secret: Option<String>,
     /// Do not check the etcd endpoints from here (for an etcd reachable only inside the cluster).
     #[arg(long)]
     pub skip_etcd_endpoints_validation: bool,
@@ -106,6 +111,10 @@ pub enum Error {
         "etcd is not usable: {0}. Fix the endpoints, or pass --skip-etcd-endpoints-validation if etcd is reachable only from inside the cluster"
     )]
     Etcd(#[from] etcd::Error),
+    #[error(
+        "the etcd TLS Secret {namespace}/{name} does not exist: create it first (kubectl -n {namespace} create secret generic {name} --from-file=etcd-client-ca.crt=CA --from-file=etcd-client.crt=CERT --from-file=etcd-client.key=KEY)"
+    )]
+    NoTlsSecret { name: String, namespace: String },
     #[error("cannot read {path}: {message}")]
     File { path: String, message: String },
     #[error("the install objects cannot be built: {0}")]
@@ -158,8 +167,25 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
             .as_ref()
             .and_then(|k| k.address.clone())
             .ok_or(Error::NoEtcd)?;
+        let tls = match crate::render::defaults::etcd_tls_secret_ref(&cluster.spec) {
+            Some((name, ns)) => {
+                let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+                    .get_opt(&name)
+                    .await
+                    .map_err(|source| Error::Read {
+                        what: format!("the etcd TLS Secret {ns}/{name}"),
+                        source,
+                    })?
+                    .ok_or_else(|| Error::NoTlsSecret {
+                        name: name.clone(),
+                        namespace: ns.clone(),
+                    })?;
+                Some(etcd::Tls::from_secret(&secret)?)
+            }
+            None => None,
+        };
         for endpoint in etcd::parse_endpoints(&address)? {
-            let took = etcd::check(&endpoint, Duration::from_secs(5)).await?;
+            let took = etcd::check(&endpoint, Duration::from_secs(5), tls.as_ref()).await?;
             progress(format!(
                 "etcd {endpoint}: usable (put, get, delete in {} ms)",
                 took.as_millis()
@@ -296,7 +322,9 @@ fn wanted_cluster(namespace: &str, args: &InstallArgs) -> Result<(StorageOSClust
             "spec": {
                 "secretRefName": SECRET_NAME,
                 "secretRefNamespace": namespace,
-                "kvBackend": {"address": address}
+                "kvBackend": {"address": address},
+                "tlsEtcdSecretRefName": args.etcd_tls_secret,
+                "tlsEtcdSecretRefNamespace": args.etcd_tls_secret.as_ref().map(|_| namespace)
             }
         }))
         .map_err(|e| Error::File {
@@ -330,6 +358,10 @@ fn wanted_cluster(namespace: &str, args: &InstallArgs) -> Result<(StorageOSClust
     }
     let mut cluster =
         cluster.ok_or_else(|| file("no StorageOSCluster (apiVersion storageos.com/v1) in this file".into()))?;
+    if let Some(name) = &args.etcd_tls_secret {
+        cluster.spec.tls_etcd_secret_ref_name = Some(name.clone());
+        cluster.spec.tls_etcd_secret_ref_namespace = Some(namespace.to_string());
+    }
     if let Some(address) = &endpoints {
         cluster.spec.kv_backend.get_or_insert_with(Default::default).address = Some(address.clone());
     }

@@ -50,14 +50,14 @@ pub struct Cli {
 #[derive(Clone, Debug, Args)]
 pub struct Connection {
     /// Path of the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use (default: its current context).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", help_heading = "Connection")]
     pub context: Option<String>,
     /// Namespace of the operator, and of the StorageOSCluster and its credentials Secret that
     /// `install` creates.
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE", default_value = crate::install::NAMESPACE)]
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE", default_value = crate::install::NAMESPACE, help_heading = "Connection")]
     pub namespace: String,
 }
 

@@ -59,6 +59,13 @@ pub struct PreflightArgs {
     /// here. Default: the kvBackend of the cluster already installed, if any.
     #[arg(long, value_name = "URLS")]
     pub etcd_endpoints: Option<String>,
+    /// The etcd client TLS Secret (keys etcd-client-ca.crt, etcd-client.crt, etcd-client.key) in
+    /// --etcd-tls-secret-namespace, for an https etcd. Default: an installed cluster's.
+    #[arg(long, value_name = "NAME")]
+    pub etcd_tls_secret: Option<String>,
+    /// Namespace of --etcd-tls-secret (default: -n).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub etcd_tls_secret_namespace: Option<String>,
     /// Namespace the StorageOS node pods will run in (the cluster's spec.namespace).
     #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
     pub storageos_namespace: String,
@@ -153,8 +160,8 @@ impl Report {
 }
 
 /// `kubectl storageos preflight`.
-pub async fn run(client: &Client, _namespace: &str, args: &PreflightArgs) -> Result<(), Error> {
-    let report = collect(client, args).await?;
+pub async fn run(client: &Client, namespace: &str, args: &PreflightArgs) -> Result<(), Error> {
+    let report = collect(client, namespace, args).await?;
     let text = match args.output {
         Output::Table => table(&report),
         Output::Json => serde_json::to_string_pretty(&report).map_err(|e| Error::Print(e.to_string()))? + "\n",
@@ -168,7 +175,7 @@ pub async fn run(client: &Client, _namespace: &str, args: &PreflightArgs) -> Res
 }
 
 /// Runs every check.
-pub async fn collect(client: &Client, args: &PreflightArgs) -> Result<Report, Error> {
+pub async fn collect(client: &Client, namespace: &str, args: &PreflightArgs) -> Result<Report, Error> {
     let read = |what: &'static str| move |source| Error::Read { what, source };
     let lp = ListParams::default();
     let mut checks = Vec::new();
@@ -193,7 +200,22 @@ pub async fn collect(client: &Client, args: &PreflightArgs) -> Result<Report, Er
             .iter()
             .find_map(|c| c.spec.kv_backend.as_ref()?.address.clone())
     });
-    checks.extend(etcd_checks(endpoints.as_deref(), args.etcd_timeout).await);
+    let tls_ref = match &args.etcd_tls_secret {
+        Some(name) => Some((
+            name.clone(),
+            args.etcd_tls_secret_namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_string()),
+        )),
+        None if args.etcd_endpoints.is_none() => clusters
+            .first()
+            .and_then(|c| crate::render::defaults::etcd_tls_secret_ref(&c.spec)),
+        None => None,
+    };
+    match etcd_tls(client, tls_ref).await {
+        Ok(tls) => checks.extend(etcd_checks(endpoints.as_deref(), args.etcd_timeout, tls.as_ref()).await),
+        Err(c) => checks.push(c),
+    }
 
     let deployments = super::list_all::<Deployment>(client)
         .await
@@ -415,8 +437,33 @@ pub fn memory_bytes(q: &Quantity) -> Option<i64> {
     s.parse::<f64>().ok().map(|n| n as i64)
 }
 
-/// A put/get/delete on every endpoint.
-pub async fn etcd_checks(endpoints: Option<&str>, timeout: Duration) -> Vec<Check> {
+/// The etcd TLS material from the Secret `(name, namespace)`, or a FAIL saying why not.
+async fn etcd_tls(client: &Client, secret: Option<(String, String)>) -> Result<Option<etcd::Tls>, Check> {
+    let Some((name, ns)) = secret else {
+        return Ok(None);
+    };
+    let fail = |message: String| {
+        check(
+            "etcd-tls",
+            Verdict::Fail,
+            message,
+            format!(
+                "kubectl -n {ns} create secret generic {name} --from-file=etcd-client-ca.crt=CA --from-file=etcd-client.crt=CERT --from-file=etcd-client.key=KEY"
+            ),
+        )
+    };
+    match Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&name)
+        .await
+    {
+        Ok(Some(s)) => etcd::Tls::from_secret(&s).map(Some).map_err(|e| fail(e.to_string())),
+        Ok(None) => Err(fail(format!("the etcd TLS Secret {ns}/{name} does not exist"))),
+        Err(e) => Err(fail(format!("cannot read the etcd TLS Secret {ns}/{name}: {e}"))),
+    }
+}
+
+/// A put/get/delete on every endpoint (over TLS with `tls`).
+pub async fn etcd_checks(endpoints: Option<&str>, timeout: Duration, tls: Option<&etcd::Tls>) -> Vec<Check> {
     let Some(list) = endpoints else {
         return vec![check(
             "etcd",
@@ -439,7 +486,7 @@ pub async fn etcd_checks(endpoints: Option<&str>, timeout: Duration) -> Vec<Chec
     let mut out = Vec::new();
     for endpoint in endpoints {
         let name = format!("etcd/{endpoint}");
-        out.push(match etcd::check(&endpoint, timeout).await {
+        out.push(match etcd::check(&endpoint, timeout, tls).await {
             Ok(took) => pass(
                 name,
                 format!("put, get and delete under {} in {} ms", etcd::PREFIX, took.as_millis()),
@@ -449,7 +496,7 @@ pub async fn etcd_checks(endpoints: Option<&str>, timeout: Duration) -> Vec<Chec
                 Verdict::Fail,
                 e.to_string(),
                 "make etcd reachable at this address from here (kubectl port-forward for an in-cluster etcd), \
-                 fix the address, or check that etcd is healthy",
+                 fix the address, check that etcd is healthy, or for https give --etcd-tls-secret",
             ),
         });
     }

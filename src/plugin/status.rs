@@ -157,7 +157,7 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
                     format!("{}/{}", v.namespace().unwrap_or_default(), v.name_any()),
                     s.health,
                     format!("{} ({})", s.master.node, s.master.health),
-                    format!("{}/{}", s.replicas_ready, s.replicas_wanted),
+                    s.replicas_ready,
                 ]
             })
         })

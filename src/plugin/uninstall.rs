@@ -50,7 +50,7 @@ pub struct UninstallArgs {
     /// Keep the CRDs (and so every custom resource not deleted here).
     #[arg(long)]
     pub keep_crds: bool,
-    /// How long to wait for each cluster's deletion.
+    /// How long each wait may take (a custom resource's deletion, the operator's namespace).
     #[arg(long, default_value = "5m", value_parser = crate::duration::parse_flag, value_name = "DURATION")]
     pub timeout: Duration,
     /// Change nothing, write nothing: say what would be deleted.
