@@ -330,19 +330,64 @@ pub async fn serve_with(
     limits: Limits,
 ) -> Result<(), Error> {
     let acceptor = TlsAcceptor::from(Arc::new(server_config(certs)?));
+    let handshake = limits.handshake;
+    let secure = move |tcp: tokio::net::TcpStream, peer: std::net::SocketAddr| {
+        let acceptor = acceptor.clone();
+        async move {
+            match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => Some(tls),
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    None
+                }
+            }
+        }
+    };
+    accept_loop(listener, router, shutdown, limits, secure).await;
+    Ok(())
+}
+
+/// Serves `router` over plain HTTP on `listener` until `shutdown` completes, with `limits` (no
+/// handshake): the metrics and health server.
+pub async fn serve_plain_with(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+) {
+    let plain = |tcp: tokio::net::TcpStream, _peer: std::net::SocketAddr| async move { Some(tcp) };
+    accept_loop(listener, router, shutdown, limits, plain).await;
+}
+
+/// Accepts connections on `listener`, at most `limits.connections` at once, turns each into a
+/// stream with `open` (a TLS handshake, or nothing), and serves `router` on it within `limits`.
+async fn accept_loop<IO, Fut>(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+    open: impl Fn(tokio::net::TcpStream, std::net::SocketAddr) -> Fut + Clone + Send + 'static,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Fut: Future<Output = Option<IO>> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(limits.connections.max(1)));
     let budget = Arc::new(Semaphore::new(limits.in_flight_bytes.max(1)));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => return,
             permit = slots.clone().acquire_owned() => match permit {
                 Ok(p) => p,
-                Err(_) => return Ok(()), // never closed
+                Err(_) => return, // never closed
             },
         };
         let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
@@ -351,21 +396,11 @@ pub async fn serve_with(
                 }
             },
         };
-        let acceptor = acceptor.clone();
+        let open = open.clone();
         let service = TowerToHyperService::new(bounded(router.clone(), budget.clone(), limits));
         tokio::spawn(async move {
             let _permit = permit;
-            let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
+            let Some(stream) = open(tcp, peer).await else { return };
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -375,7 +410,7 @@ pub async fn serve_with(
                 .http2()
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(limits.streams);
-            let io = TokioIo::new(IdleTimeout::new(tls, limits.headers, limits.idle));
+            let io = TokioIo::new(IdleTimeout::new(stream, limits.headers, limits.idle));
             let serving = builder.serve_connection(io, service);
             tokio::pin!(serving);
             let ended = tokio::select! {
