@@ -134,6 +134,11 @@ pub struct ApiManagerArgs {
     /// Namespace of the webhook Service; empty means the api-manager's namespace.
     #[arg(long, default_value = "")]
     pub webhook_service_namespace: String,
+    /// PEM file of the CA(s) whose client certificates the webhook server requires. Unset, any
+    /// caller is served (docs/security.md); set it, and give the apiserver a client certificate
+    /// for the webhook in its admission configuration, so that only the apiserver is.
+    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE")]
+    pub webhook_client_ca_file: Option<PathBuf>,
     /// Address the webhook server listens on (the Go api-manager used port 9443).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_addr: String,

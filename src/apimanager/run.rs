@@ -48,6 +48,11 @@ pub enum Error {
     /// The webhook server could not start.
     #[error(transparent)]
     Tls(#[from] https::Error),
+    /// `--webhook-client-ca-file` cannot be read or holds no CA certificate.
+    #[error(
+        "cannot use --webhook-client-ca-file {path}: {why}; give a PEM file with the CA of the apiserver's client certificate"
+    )]
+    ClientCa { path: String, why: String },
     /// Leadership was lost; the process exits so that it restarts clean.
     #[error(transparent)]
     Leader(#[from] leader::Error),
@@ -234,12 +239,27 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             addr: args.webhook_addr.clone(),
             source,
         })?;
+    let clients = match &args.webhook_client_ca_file {
+        None => None,
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|source| Error::ClientCa {
+                path: path.display().to_string(),
+                why: source.to_string(),
+            })?;
+            Some(https::ClientAuth::from_pem(&pem).map_err(|e| Error::ClientCa {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            })?)
+        }
+    };
     let server_slot = slot.clone();
-    let mut webhook_server = tokio::spawn(https::serve(
+    let mut webhook_server = tokio::spawn(https::serve_for(
         webhook_listener,
         server_slot,
+        clients,
         router,
         std::future::pending(),
+        https::Limits::default(),
     ));
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
