@@ -4,14 +4,17 @@
 # deploy/operator.yaml`), then the example StorageOSCluster until `kubectl get stos` shows 3/3
 # Running, then the api-manager (controllers and webhooks).
 #
-# kwok's pods run nothing, so the operator and the api-manager run as local processes, each with a
-# kubeconfig holding a token of its own ServiceAccount: they work under exactly the RBAC a real
-# install grants.
+# Where the host can run a real node (hack/k8s.sh real-node-check; docs/real-node.md), the plane
+# gets one and the operator, the api-manager and the simulator run on it as real pods from the
+# project's image (the debug build, packed by hack/image.sh --debug). Elsewhere kwok's pods run
+# nothing, so the operator and the api-manager run as local processes, each with a kubeconfig
+# holding a token of its own ServiceAccount: they work under exactly the RBAC a real install
+# grants. REAL_NODES=0 asks for local processes on any host.
 #
 #   hack/demo.sh        build what is needed, start everything, apply the example, wait
 #   hack/demo.sh down   stop everything the demo started (the control plane too)
 #
-# The simulator listens on 127.0.0.1:5705 unless STORAGEOS_SIM_ADDR says otherwise.
+# The local simulator listens on 127.0.0.1:5705 unless STORAGEOS_SIM_ADDR says otherwise.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +53,21 @@ if [[ ${1:-} == down ]]; then
   rm -rf "$DEMO"
   say "demo stopped"
   exit 0
+fi
+
+# Real pods where the host can run a real node; otherwise local processes, and the reason.
+real=0
+if [[ ${REAL_NODES:-} != 0 ]]; then
+  if hack/k8s.sh status >/dev/null 2>&1 && ! [[ -f $CACHE/plane/real-node ]]; then
+    say "a control plane without a real node already runs here: operator and api-manager as local processes"
+  elif why=$(hack/k8s.sh real-node-check 2>&1); then
+    real=1
+  else
+    say "this host cannot run a real node ($(grep -- '- ' <<<"$why" | sed 's/^\[k8s\] *- //' | paste -sd ';' -)): operator and api-manager as local processes"
+  fi
+fi
+if [[ $real == 1 ]]; then
+  exec "$ROOT/hack/demo-real.sh"
 fi
 
 say "building storageos-operator"

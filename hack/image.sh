@@ -5,32 +5,54 @@
 # files: the release binary, the shared libraries it links (found with ldd), CA certificates and a
 # passwd/group naming the `nonroot` user. The layout is written by a short Python program
 # (standard library only) and checked by running the binary from the unpacked root filesystem as
-# user 65532 under chroot (when run as root).
+# user 65532 under chroot (when run as root). The archive itself is written by hack/oci.py.
 #
-#   hack/image.sh [--out FILE] [--tag TAG]
+#   hack/image.sh [--out FILE] [--tag TAG] [--debug] [--binary FILE]
 #
 # Default output: target/image/storageos-operator.oci.tar (load it with
-# `skopeo copy oci-archive:FILE docker-daemon:IMAGE` or `podman load -i FILE`).
+# `skopeo copy oci-archive:FILE docker-daemon:IMAGE`, `podman load -i FILE`, or into a node's
+# containerd with `ctr -n k8s.io images import FILE`).
+#
+# --debug packs the debug binary (target/debug, built with `cargo build`) in the same layout, to
+# target/image/storageos-operator-debug.oci.tar: a release build with fat LTO takes ~14 minutes on
+# two cores, so the tests and the demo run this one. Users get the release image. --binary packs
+# a binary already built (the tests pass the one cargo built for them) instead of building.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 version=$(awk -F'"' '/^version *=/{print $2; exit}' Cargo.toml)
-OUT=$ROOT/target/image/storageos-operator.oci.tar
+OUT=
 TAG=storageos/storageos-operator:v$version
+PROFILE=release
+BIN_SRC=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
-    *) echo "usage: hack/image.sh [--out FILE] [--tag TAG]" >&2; exit 2 ;;
+    --debug) PROFILE=debug; shift ;;
+    --binary) BIN_SRC=$2; shift 2 ;;
+    *) echo "usage: hack/image.sh [--out FILE] [--tag TAG] [--debug] [--binary FILE]" >&2; exit 2 ;;
   esac
 done
+if [[ -z $OUT ]]; then
+  OUT=$ROOT/target/image/storageos-operator.oci.tar
+  [[ $PROFILE == debug ]] && OUT=$ROOT/target/image/storageos-operator-debug.oci.tar
+fi
 
 say() { printf '[image] %s\n' "$*" >&2; }
 
-say "building the release binary"
-cargo build --release --locked --bin storageos-operator
-BIN_SRC=$ROOT/target/release/storageos-operator
+if [[ -n $BIN_SRC ]]; then
+  [[ -x $BIN_SRC ]] || { say "no executable at $BIN_SRC"; exit 1; }
+elif [[ $PROFILE == release ]]; then
+  say "building the release binary"
+  cargo build --release --locked --bin storageos-operator
+  BIN_SRC=$ROOT/target/release/storageos-operator
+else
+  say "building the debug binary"
+  cargo build --locked --bin storageos-operator
+  BIN_SRC=$ROOT/target/debug/storageos-operator
+fi
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -56,72 +78,6 @@ if [[ $(id -u) == 0 ]] && command -v chroot >/dev/null; then
 fi
 
 say "writing the OCI archive"
-mkdir -p "$(dirname "$OUT")"
-python3 - "$ROOTFS" "$OUT" "$TAG" <<'PY'
-import gzip, hashlib, io, json, os, sys, tarfile
-
-rootfs, out, tag = sys.argv[1:4]
-
-def layer_tar(root):
-    """The root filesystem as a reproducible tar (sorted, mtime 0, root-owned)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for name in [""] + sorted(filenames) + [d for d in dirnames]:
-                path = os.path.join(dirpath, name) if name else dirpath
-                if name and os.path.isdir(path) and not os.path.islink(path):
-                    continue  # walked on its own
-                arc = os.path.relpath(path, root)
-                if arc == ".":
-                    continue
-                info = t.gettarinfo(path, arcname=arc)
-                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                if info.isreg():
-                    with open(path, "rb") as f:
-                        t.addfile(info, f)
-                else:
-                    t.addfile(info)
-    return buf.getvalue()
-
-blobs = {}
-def blob(data, media_type):
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    blobs[digest] = data
-    return {"mediaType": media_type, "digest": digest, "size": len(data)}
-
-raw = layer_tar(rootfs)
-diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
-layer = blob(gzip.compress(raw, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
-config = {
-    "architecture": "amd64", "os": "linux",
-    "config": {
-        "User": "65532:65532",
-        "Entrypoint": ["/usr/local/bin/storageos-operator"],
-        "Cmd": ["run"],
-        "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],
-        "Labels": {"org.opencontainers.image.title": "storageos-operator",
-                   "org.opencontainers.image.ref.name": tag},
-    },
-    "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    "history": [{"created_by": "hack/image.sh"}],
-}
-cfg = blob(json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json")
-manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": cfg, "layers": [layer]}
-man = blob(json.dumps(manifest, sort_keys=True).encode(), "application/vnd.oci.image.manifest.v1+json")
-man["annotations"] = {"org.opencontainers.image.ref.name": tag}
-index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [man]}
-
-with tarfile.open(out, "w") as t:
-    def add(name, data):
-        info = tarfile.TarInfo(name)
-        info.size, info.mtime = len(data), 0
-        t.addfile(info, io.BytesIO(data))
-    add("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode())
-    add("index.json", json.dumps(index, sort_keys=True).encode())
-    for digest, data in sorted(blobs.items()):
-        add("blobs/sha256/" + digest.split(":", 1)[1], data)
-print(f"{out}: {tag}, layer {len(raw) // 1024} KiB uncompressed, {layer['size'] // 1024} KiB compressed")
-PY
+python3 "$ROOT/hack/oci.py" "$ROOTFS" "$OUT" "$TAG" --title storageos-operator \
+  --entrypoint /usr/local/bin/storageos-operator --cmd run --user 65532:65532 \
+  --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt

@@ -8,10 +8,13 @@
 #   hack/k8s.sh env      print the `export KUBECONFIG=...` line
 #   hack/k8s.sh status   say what runs
 #   hack/k8s.sh restart-apiserver   stop and start only the kube-apiserver (a fault for tests)
+#   hack/k8s.sh load-image FILE     import an image archive into the real node's runtime
+#   hack/k8s.sh real-node-check     say whether this host can run a real node, and why not
 #
 # Environment: NODES (fake nodes, default 3), STORAGEOS_CACHE (default ~/.cache/storageos-operator),
 # K8S_STATE (runtime state dir, default $STORAGEOS_CACHE/plane), K8S_PORT (apiserver, default 16443),
-# K8S_AUDIT_POLICY (an audit policy file used instead of the built-in one).
+# K8S_AUDIT_POLICY (an audit policy file used instead of the built-in one), REAL_NODES=1 (add a
+# real kubelet node, real-node-0, that runs pods: hack/realnode.sh, docs/real-node.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +30,9 @@ NODES=${NODES:-3}
 K8S_PORT=${K8S_PORT:-16443}
 ETCD_PORT=${ETCD_PORT:-23790}
 KUBECONFIG_OUT=$STATE/kubeconfig
+# A plane started with a real node remembers it, so `down` and `status` need no environment.
+REAL_NODES=${REAL_NODES:-0}
+[[ -f $STATE/real-node ]] && REAL_NODES=1
 
 log() { printf '[k8s] %s\n' "$*" >&2; }
 die() { printf '[k8s] error: %s\n' "$*" >&2; exit 1; }
@@ -39,7 +45,11 @@ go_env() {
 }
 
 build_k8s() {
-  [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler && -x $BIN/kubectl ]] && return 0
+  local b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
+    [[ -x $BIN/$b ]] || break
+  done
+  [[ -x $BIN/$b ]] && return 0
   log "building Kubernetes $K8S_VERSION from Go modules (first time only; ~30 min on 2 cores)"
   local src=$CACHE/src/k8s-$K8S_VERSION minor=${K8S_VERSION#v1.}
   minor=${minor%%.*}
@@ -74,7 +84,9 @@ build_k8s() {
       k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler \
-      k8s.io/kubernetes/cmd/kubectl
+      k8s.io/kubernetes/cmd/kubectl \
+      k8s.io/kubernetes/cmd/kubelet \
+      k8s.io/kubernetes/cmd/kube-proxy
   ) || die "building Kubernetes $K8S_VERSION failed (see the Go output above)"
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 }
@@ -154,8 +166,18 @@ cmd_build() {
   build_kwok
   kwok_log_crds
   build_k8s
+  if [[ $REAL_NODES == 1 ]]; then
+    realnode_build || die "REAL_NODES=1 needs a host that can run a real node (reasons above)"
+  fi
   log "binaries ready in $CACHE/bin"
 }
+
+# shellcheck source=hack/realnode.sh
+source "$ROOT/hack/realnode.sh"
+# The apiserver's address: loopback, or with a real node the node's bridge address, which pods
+# reach through the `kubernetes` Service (a loopback address cannot be a Service endpoint).
+API_HOST=127.0.0.1
+[[ $REAL_NODES == 1 ]] && API_HOST=$RN_IP
 
 # ---------------------------------------------------------------- certificates
 
@@ -170,7 +192,7 @@ gen_pki() {
 basicConstraints=CA:FALSE
 keyUsage=digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$RN_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 EOF
     openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
@@ -179,6 +201,11 @@ EOF
     openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt \
       -days 3650 -extfile client.ext 2>/dev/null
+    # The apiserver's client certificate for kubelets (logs, exec, port-forward on a real node).
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver-kubelet-client.key -out apiserver-kubelet-client.csr \
+      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+    openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+      -out apiserver-kubelet-client.crt -days 3650 -extfile client.ext 2>/dev/null
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   ) || die "generating certificates with openssl failed"
@@ -189,7 +216,7 @@ kind: Config
 clusters:
 - name: local
   cluster:
-    server: https://127.0.0.1:$K8S_PORT
+    server: https://$API_HOST:$K8S_PORT
     certificate-authority-data: $($b64 "$d/ca.crt")
 users:
 - name: admin
@@ -228,6 +255,7 @@ wait_for() { # description, seconds, command...
 kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" "$@"; }
 
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+[[ $REAL_NODES == 1 ]] && components+=(containerd kubelet kube-proxy coredns)
 
 running() {
   local c
@@ -246,7 +274,10 @@ fail_up() {
 # kube-controller-manager adds those to every node, a few a second, and at 1,000 nodes the
 # operator's Node watch sees a label change on each for minutes after the plane is up.
 create_nodes() {
-  local i manifest=""
+  local i manifest="" taints=""
+  # Beside a real node, only pods that tolerate fake nodes land on them.
+  [[ $REAL_NODES == 1 ]] && taints="spec:
+  taints: [{key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}]"
   for ((i = 0; i < NODES; i++)); do
     manifest+="---
 apiVersion: v1
@@ -263,6 +294,7 @@ metadata:
     beta.kubernetes.io/os: linux
     beta.kubernetes.io/arch: amd64
     type: kwok
+$taints
 status:
   allocatable: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
   capacity: {cpu: \"32\", memory: 256Gi, pods: \"110\"}
@@ -279,8 +311,15 @@ cmd_up() {
   fi
   # A half-started or crashed plane is cleaned before starting afresh.
   [[ -d $STATE ]] && cmd_down >/dev/null 2>&1
+  if [[ $REAL_NODES == 1 ]]; then
+    realnode_check_host || die "REAL_NODES=1 needs a host that can run a real node (reasons above)"
+  fi
   cmd_build
   mkdir -p "$STATE/logs" "$STATE/etcd"
+  if [[ $REAL_NODES == 1 ]]; then
+    touch "$STATE/real-node"
+    realnode_network
+  fi
   gen_pki
   local p=$STATE/pki t0=$SECONDS
 
@@ -316,7 +355,8 @@ EOF
     --audit-policy-file "$STATE/audit-policy.yaml" --audit-log-path "$STATE/logs/audit.log" \
     --audit-log-format json --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$K8S_PORT" \
+    --bind-address "$API_HOST" --advertise-address "$API_HOST" --secure-port "$K8S_PORT" \
+    --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
     --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
     --client-ca-file "$p/ca.crt" \
     --service-cluster-ip-range 10.0.0.0/16 \
@@ -356,8 +396,8 @@ EOF
     --node-lease-duration-seconds 40 \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --node-ip 127.0.0.1 --node-port $((K8S_PORT + 3)) \
-    --server-address "127.0.0.1:$((K8S_PORT + 3))" \
+    --node-ip "$API_HOST" --node-port $((K8S_PORT + 3)) \
+    --server-address "$API_HOST:$((K8S_PORT + 3))" \
     --cidr 10.244.0.1/16
 
   for c in kube-controller-manager kube-scheduler kwok; do
@@ -365,14 +405,17 @@ EOF
     pid_alive "$c" || fail_up "$c"
   done
   create_nodes
+  [[ $REAL_NODES == 1 ]] && realnode_up
   wait_for nodes 60 bash -c "[[ \$('$BIN/kubectl' --kubeconfig '$KUBECONFIG_OUT' get nodes --no-headers 2>/dev/null | grep -cw Ready) -ge $NODES ]]" \
     || fail_up kwok
   # Pods in a namespace need its default ServiceAccount; wait for the controller to make one.
   wait_for serviceaccount 60 kc -n default get serviceaccount default || fail_up kube-controller-manager
   # The marker the tests look for before they touch a cluster: only a plane made here may be
   # filled with test Nodes, PVs and webhook configurations.
-  echo "https://127.0.0.1:$K8S_PORT" >"$STATE/storageos-test-plane"
-  log "control plane $K8S_VERSION up with $NODES Ready nodes in $((SECONDS - t0))s"
+  echo "https://$API_HOST:$K8S_PORT" >"$STATE/storageos-test-plane"
+  local real=""
+  [[ $REAL_NODES == 1 ]] && real=" and the real node $RN_NODE"
+  log "control plane $K8S_VERSION up with $NODES Ready nodes$real in $((SECONDS - t0))s"
   cmd_env
 }
 
@@ -390,6 +433,7 @@ stop() { # name: SIGTERM, then SIGKILL after 5 s
 
 cmd_down() {
   local c
+  [[ $REAL_NODES == 1 ]] && realnode_down
   for ((c = ${#components[@]} - 1; c >= 0; c--)); do stop "${components[c]}"; done
   rm -rf "$STATE"
   log "control plane stopped"
@@ -426,5 +470,7 @@ case ${1:-} in
   env) cmd_env ;;
   status) cmd_status ;;
   restart-apiserver) cmd_restart_apiserver ;;
-  *) echo "usage: $0 build|up|down|env|status|restart-apiserver" >&2; exit 2 ;;
+  load-image) [[ -n ${2:-} ]] || die "usage: $0 load-image FILE"; realnode_load_image "$2" ;;
+  real-node-check) realnode_check_host ;;
+  *) echo "usage: $0 build|up|down|env|status|restart-apiserver|load-image FILE|real-node-check" >&2; exit 2 ;;
 esac

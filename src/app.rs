@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
 use crate::runtime::memory::trimming;
@@ -70,19 +70,29 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// Writes `text` to `path`, or to stdout when there is none.
+/// Writes `text` to `path` (creating its directory), or to stdout when there is none. A closed
+/// pipe (`storageos-operator crds | head`) is not an error: the reader has what it wanted.
 fn emit(path: Option<PathBuf>, text: &str) -> Result<(), Error> {
     match path {
-        None => std::io::stdout()
-            .write_all(text.as_bytes())
-            .map_err(|source| Error::Write {
+        None => match std::io::stdout().write_all(text.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            result => result.map_err(|source| Error::Write {
                 path: "stdout".into(),
                 source,
             }),
-        Some(path) => std::fs::write(&path, text).map_err(|source| Error::Write {
-            path: path.display().to_string(),
-            source,
-        }),
+        },
+        Some(path) => {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|source| Error::Write {
+                    path: parent.display().to_string(),
+                    source,
+                })?;
+            }
+            std::fs::write(&path, text).map_err(|source| Error::Write {
+                path: path.display().to_string(),
+                source,
+            })
+        }
     }
 }
 
@@ -101,21 +111,9 @@ fn crds(args: &CrdsArgs) -> Result<(), Error> {
 fn manifests(args: &ManifestsArgs) -> Result<(), Error> {
     let yaml = install::operator_yaml(&args.image)?;
     emit(args.out_dir.as_ref().map(|d| d.join(install::OPERATOR_YAML)), &yaml)?;
-    let olm_dir = args.olm_dir.clone().or_else(|| {
-        args.out_dir
-            .as_ref()
-            .map(|d| d.parent().unwrap_or(Path::new("")).join("olm"))
-    });
-    if let Some(dir) = olm_dir {
+    if let Some(dir) = &args.olm_dir {
         for (file, text) in install::olm::bundle_files(&args.image)? {
-            let path = dir.join(file);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|source| Error::Write {
-                    path: parent.display().to_string(),
-                    source,
-                })?;
-            }
-            emit(Some(path), &text)?;
+            emit(Some(dir.join(file)), &text)?;
         }
     }
     Ok(())

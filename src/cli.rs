@@ -54,7 +54,8 @@ pub enum Command {
     Crds(CrdsArgs),
 
     /// Write the install manifests: `operator.yaml` (CRDs, namespace, RBAC, Deployment and
-    /// metrics Service), as committed under `deploy/`, and the OLM bundle, as under `olm/`.
+    /// metrics Service), as committed under `deploy/`, and with `--olm-dir` the OLM bundle, as
+    /// under `olm/`.
     Manifests(ManifestsArgs),
 
     /// Run the StorageOS control-plane API simulator, for demos and tests.
@@ -77,7 +78,12 @@ impl Command {
 /// Arguments of `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Address of the metrics and health server.
+    /// Kubeconfig to use; without it `KUBECONFIG`, `~/.kube/config`, then the pod's
+    /// ServiceAccount.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the metrics and health server (`HOST:PORT`, or `:PORT` for every interface).
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
 
@@ -166,7 +172,7 @@ pub struct RenderArgs {
 /// Arguments of `crds`.
 #[derive(Args, Debug)]
 pub struct CrdsArgs {
-    /// Write one file per CRD into this directory instead of printing them.
+    /// Write one file per CRD into this directory (created if missing) instead of printing them.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 }
@@ -174,13 +180,14 @@ pub struct CrdsArgs {
 /// Arguments of `manifests`.
 #[derive(Args, Debug)]
 pub struct ManifestsArgs {
-    /// Write the files into this directory (for example `deploy`) instead of printing
-    /// `operator.yaml`.
+    /// Write `operator.yaml` into this directory (created if missing; for example `deploy`)
+    /// instead of printing it. Nothing is written outside it.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 
-    /// Write the OLM bundle (`manifests/`, `metadata/`, `bundle.Dockerfile`) into this directory.
-    /// Default with `--out-dir`: `olm` next to it (`--out-dir deploy` writes `olm/`).
+    /// Also write the OLM bundle (`manifests/`, `metadata/`, `bundle.Dockerfile`) into this
+    /// directory (created if missing). The repository's own files: `--out-dir deploy --olm-dir
+    /// olm`.
     #[arg(long)]
     pub olm_dir: Option<PathBuf>,
 
@@ -210,8 +217,13 @@ pub struct SimulateArgs {
 
     /// Register a StorageOS node (online) for every Running pod of the StorageOS node
     /// DaemonSet in the cluster this kubeconfig points at.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "in_cluster")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// The same, in the cluster the simulator runs in as a pod (its ServiceAccount needs to
+    /// list and watch pods).
+    #[arg(long)]
+    pub in_cluster: bool,
 }
 
 /// Rewrites the Go flag spelling `-flag[=value]` of the api-manager into `--flag[=value]`, so

@@ -23,9 +23,9 @@ pub use crate::rbac::operator::LEASE as LEASE_NAME;
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No usable kubeconfig or in-cluster configuration.
-    #[error("cannot connect to Kubernetes: {0}; set KUBECONFIG or run in a pod")]
-    Kube(#[from] kube::Error),
+    /// No usable kubeconfig or in-cluster configuration, or no API server there.
+    #[error(transparent)]
+    Connect(#[from] crate::runtime::connect::Error),
     /// The metrics address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -57,7 +57,9 @@ pub fn register_metrics(registry: &mut Registry) -> OperatorMetrics {
 
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let client = crate::runtime::identity::kube_client(None).await?;
+    let connection = crate::runtime::connect::connect(args.kubeconfig.as_deref(), None).await?;
+    tracing::info!(server = %connection.server, from = %connection.from, "connected to Kubernetes");
+    let client = connection.client;
     let mut registry = Registry::default();
     let OperatorMetrics {
         reconcile: metrics,

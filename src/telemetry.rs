@@ -76,8 +76,14 @@ pub fn init(format: LogFormat, level: &str, service: Option<&str>) -> Result<Tel
     let logs = logs_filter(filter);
     let registry = tracing_subscriber::registry().with(otel);
     let result = match format {
+        // Colour only on a terminal: escape codes in a file or `kubectl logs` are noise.
         LogFormat::Console => registry
-            .with(fmt::layer().with_writer(std::io::stderr).with_filter(logs))
+            .with(
+                fmt::layer()
+                    .with_ansi(colour_stderr())
+                    .with_writer(std::io::stderr)
+                    .with_filter(logs),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(fmt::layer().json().with_writer(std::io::stderr).with_filter(logs))
@@ -86,6 +92,13 @@ pub fn init(format: LogFormat, level: &str, service: Option<&str>) -> Result<Tel
     result.map_err(|e| Error::Init(e.to_string()))?;
     report(decision, built.map(|b| b.map(|_| ())));
     Ok(Telemetry { provider })
+}
+
+/// Whether console logs are coloured: stderr is a terminal and `NO_COLOR` is not set
+/// (no-color.org).
+fn colour_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// What the log layer writes: what `filter` enables, except the exported spans, which only the

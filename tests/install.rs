@@ -46,7 +46,7 @@ fn deploy_operator_yaml_is_what_the_manifests_command_writes() {
     let committed = repo("deploy/operator.yaml");
     assert!(
         committed == generated,
-        "deploy/operator.yaml is out of date; regenerate it with `cargo run -- manifests --out-dir deploy`"
+        "deploy/operator.yaml is out of date; regenerate it with `cargo run -- manifests --out-dir deploy --olm-dir olm`"
     );
 }
 
@@ -142,12 +142,12 @@ fn olm_bundle_is_what_the_manifests_command_writes() {
     assert_eq!(
         files_under(&olm),
         expected,
-        "olm/ holds other files than the bundle; regenerate it with `cargo run -- manifests --out-dir deploy`"
+        "olm/ holds other files than the bundle; regenerate it with `cargo run -- manifests --out-dir deploy --olm-dir olm`"
     );
     for (file, text) in generated {
         assert!(
             repo(&format!("olm/{file}")) == text,
-            "olm/{file} is out of date; regenerate it with `cargo run -- manifests --out-dir deploy`"
+            "olm/{file} is out of date; regenerate it with `cargo run -- manifests --out-dir deploy --olm-dir olm`"
         );
     }
 }

@@ -111,3 +111,94 @@ fn invalid_inputs_are_clear_errors() {
 fn examples_exist() {
     assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join(CLUSTER).exists());
 }
+
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_codes() {
+    // Without --secret, render warns on stderr, which is a pipe here, not a terminal.
+    let out = render(&["-f", CLUSTER]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("WARN"), "a warning is logged: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no escape codes on a pipe: {stderr:?}");
+}
+
+#[test]
+fn render_refuses_what_the_apiserver_refuses_with_its_message() {
+    // Each invalid StorageOSCluster example names the message the apiserver gives
+    // (tests/k8s_crds.rs checks that against a real apiserver); render gives the same.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !text.contains("kind: StorageOSCluster") {
+            continue;
+        }
+        let expect = text
+            .lines()
+            .next()
+            .unwrap()
+            .strip_prefix("# expect: ")
+            .unwrap()
+            .to_string();
+        let out = render(&["-f", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: rendered", path.display());
+        assert!(
+            stderr.contains(&expect),
+            "{}: expected {expect:?} in {stderr}",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 5, "the invalid cluster examples");
+}
+
+#[test]
+fn unknown_fields_a_missing_etcd_and_several_clusters_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let base = "apiVersion: storageos.com/v1\nkind: StorageOSCluster\nmetadata: {name: NAME}\nspec:\n  secretRefName: s\n  secretRefNamespace: default\n";
+    let typo = write(
+        "typo.yaml",
+        &format!(
+            "{}  kvBackend: {{adress: http://etcd:2379}}\n",
+            base.replace("NAME", "a")
+        ),
+    );
+    let out = render(&["-f", &typo]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("spec.kvBackend.adress: unknown field"), "{stderr}");
+    assert!(
+        stderr.contains("spec.kvBackend.address: Required value: StorageOS v2 keeps its state in etcd"),
+        "{stderr}"
+    );
+
+    let wrong_type = write(
+        "type.yaml",
+        &format!(
+            "{}  kvBackend: {{address: x}}\n  debug: \"yes\"\n",
+            base.replace("NAME", "a")
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&render(&["-f", &wrong_type]).stderr).to_string();
+    assert!(stderr.contains("spec.debug: Invalid value: \"string\""), "{stderr}");
+
+    let two = write(
+        "two.yaml",
+        &format!(
+            "{}  kvBackend: {{address: x}}\n---\n{}  kvBackend: {{address: x}}\n",
+            base.replace("NAME", "first"),
+            base.replace("NAME", "second")
+        ),
+    );
+    let out = render(&["-f", &two]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("2 StorageOSClusters (first, second)"), "{stderr}");
+}

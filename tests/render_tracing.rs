@@ -1,6 +1,6 @@
 //! The operator's tracing variables reach the api-manager it renders (and only the Jaeger ones
-//! the node ConfigMap, as before); without them the api-manager's environment names only its
-//! cluster (`STORAGEOS_CLUSTER`, for the maintenance signal).
+//! the node ConfigMap, as before); without them the api-manager's environment is only its log
+//! format (JSON) and its cluster (`STORAGEOS_CLUSTER`, for the maintenance signal).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code may fail loudly
 
 use std::collections::BTreeMap;
@@ -49,6 +49,7 @@ fn tracing_variables_of_the_operator_reach_the_api_manager() {
     assert_eq!(
         api_manager_env(&objs),
         json!([
+            {"name": "LOG_FORMAT", "value": "json"},
             {"name": "STORAGEOS_CLUSTER", "value": "default/storageos"},
             {"name": "JAEGER_DISABLED", "value": "false"},
             {"name": "JAEGER_ENDPOINT", "value": "http://jaeger:14268/api/traces"},
@@ -67,10 +68,13 @@ fn tracing_variables_of_the_operator_reach_the_api_manager() {
 }
 
 #[test]
-fn without_tracing_variables_the_api_manager_only_knows_its_cluster() {
+fn without_tracing_variables_the_api_manager_has_only_its_log_format_and_cluster() {
     let objs = objects(&[("JAEGER_SERVICE_NAME", "storageos-node")]);
     assert_eq!(
         api_manager_env(&objs),
-        json!([{"name": "STORAGEOS_CLUSTER", "value": "default/storageos"}])
+        json!([
+            {"name": "LOG_FORMAT", "value": "json"},
+            {"name": "STORAGEOS_CLUSTER", "value": "default/storageos"}
+        ])
     );
 }

@@ -24,16 +24,16 @@ pub struct ApiManagerArgs {
     #[arg(long, default_value = "5s", value_parser = interval)]
     pub api_retry_interval: Duration,
     /// Elect a leader so that only one replica runs the controllers (webhooks run on all).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
     pub enable_leader_election: bool,
     /// Fence pods on nodes StorageOS reports offline (false for `spec.disableFencing`).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_fencing: bool,
     /// Sync Kubernetes node labels to StorageOS nodes.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_label_sync: bool,
     /// Sync PVC labels to StorageOS volumes.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true")]
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_pvc_label_sync: bool,
     /// How often to check whether an object the shared volume controller created exists yet.
     #[arg(long, default_value = "1s", value_parser = interval)]
@@ -147,18 +147,45 @@ pub struct ApiManagerArgs {
     /// every cluster's annotation counts, as with the Go api-manager.
     #[arg(long, env = "STORAGEOS_CLUSTER", value_parser = crate::apimanager::maintenance::parse_cluster)]
     pub storageos_cluster: Option<(String, String)>,
-    /// Accepted for compatibility; use --log-format instead.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true")]
+    /// Accepted for compatibility and ignored (a warning names the replacement): use
+    /// --log-format console --log-level debug.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
     pub zap_devel: bool,
-    /// Accepted for compatibility; use --log-format instead.
+    /// Accepted for compatibility and ignored (a warning names the replacement): use --log-format.
     #[arg(long, value_enum)]
     pub zap_encoder: Option<ZapEncoder>,
-    /// Accepted for compatibility; use --log-level instead.
-    #[arg(long, value_parser = ["debug", "info", "error", "panic"])]
+    /// Accepted for compatibility and ignored (a warning names the replacement): use --log-level.
+    /// zap's values: debug, info, error, panic or an integer above 0.
+    #[arg(long, value_parser = zap_level)]
     pub zap_log_level: Option<String>,
-    /// Accepted for compatibility; ignored.
-    #[arg(long, value_parser = ["info", "error", "panic"])]
+    /// Accepted for compatibility and ignored (a warning says so).
+    #[arg(long, value_parser = zap_level)]
     pub zap_stacktrace_level: Option<String>,
+    /// Accepted for compatibility with Go api-managers before v1.2 and ignored (a warning says
+    /// so): the shared volume controller keeps no volume cache.
+    #[arg(long, value_parser = duration)]
+    pub volume_expiry_interval: Option<Duration>,
+}
+
+/// A Go `strconv.ParseBool` flag value (`1`, `t`, `True`, ... as the Go binary accepts).
+fn go_bool(value: &str) -> Result<bool, String> {
+    crate::go::parse_bool(value).ok_or_else(|| {
+        format!(
+            "invalid boolean {value:?}: use true or false (Go's 1, t, T, TRUE, True, 0, f, F, FALSE, False work too)"
+        )
+    })
+}
+
+/// A zap level: a name, or an integer above 0 (zap's custom verbosity).
+fn zap_level(value: &str) -> Result<String, String> {
+    let named = ["debug", "info", "warn", "error", "dpanic", "panic", "fatal"].contains(&value);
+    if named || value.parse::<u32>().is_ok_and(|n| n > 0) {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "invalid zap level {value:?}: use debug, info, error, panic or an integer above 0"
+        ))
+    }
 }
 
 /// zap's log encoders.
@@ -221,12 +248,47 @@ impl ApiManagerArgs {
         let s = self.scheduler_name.trim();
         (!s.is_empty()).then_some(s)
     }
+    /// The compatibility flags that were given and have no effect, each with what to use
+    /// instead, for a warning at start-up: a user who had debug logging on must not lose it
+    /// without notice.
+    pub fn ignored_flags(&self) -> Vec<String> {
+        let mut ignored = Vec::new();
+        if self.zap_devel {
+            ignored.push("-zap-devel is ignored; use --log-format=console --log-level=debug".to_string());
+        }
+        if let Some(e) = self.zap_encoder {
+            let format = match e {
+                ZapEncoder::Json => "json",
+                ZapEncoder::Console => "console",
+            };
+            ignored.push(format!("-zap-encoder={format} is ignored; use --log-format={format}"));
+        }
+        if let Some(level) = &self.zap_log_level {
+            let instead = match level.as_str() {
+                "debug" | "info" | "warn" | "error" => level.clone(),
+                "dpanic" | "panic" | "fatal" => "error".to_string(),
+                // zap's integer verbosity is debug and finer.
+                _ => "trace".to_string(),
+            };
+            ignored.push(format!("-zap-log-level={level} is ignored; use --log-level={instead}"));
+        }
+        if let Some(level) = &self.zap_stacktrace_level {
+            ignored.push(format!(
+                "-zap-stacktrace-level={level} is ignored; errors carry their causes instead"
+            ));
+        }
+        if self.volume_expiry_interval.is_some() {
+            ignored.push(
+                "-volume-expiry-interval is ignored; the shared volume controller keeps no volume cache (as since the Go api-manager v1.2); remove it"
+                    .to_string(),
+            );
+        }
+        ignored
+    }
+
     /// The metrics address with an empty host meaning all interfaces (`:8080` → `0.0.0.0:8080`).
     pub fn metrics_socket_addr(&self) -> String {
-        match self.metrics_addr.strip_prefix(':') {
-            Some(port) => format!("0.0.0.0:{port}"),
-            None => self.metrics_addr.clone(),
-        }
+        crate::runtime::addr::listen_addr(&self.metrics_addr)
     }
 }
 
@@ -344,6 +406,8 @@ mod tests {
         ("zap-encoder", None),
         ("zap-log-level", None),
         ("zap-stacktrace-level", None),
+        // Go api-managers before v1.2 (removed in v1.2.12): accepted, ignored.
+        ("volume-expiry-interval", None),
     ];
 
     #[test]
@@ -392,6 +456,38 @@ mod tests {
         assert_eq!(a.node_delete_gc().delay.as_secs(), 10, "a 0s delay becomes 10s");
         assert_eq!(a.node_poll().as_secs(), 5, "the fencer polls at most every 5s");
         assert_eq!(a.pvc_label_resync().every.map(|d| d.as_secs()), Some(3600));
+    }
+
+    #[test]
+    fn values_the_go_binary_accepts_are_accepted() {
+        let a = parse(
+            "-enable-leader-election=1 -enable-node-fencing=False -enable-pvc-label-sync=t \
+             -zap-log-level=5 -webhook-cert-validity=1.5h -node-poll-interval=500us -volume-expiry-interval=1m",
+        )
+        .unwrap();
+        assert!(a.enable_leader_election && !a.enable_node_fencing && a.enable_pvc_label_sync);
+        assert_eq!(a.webhook_cert_validity.as_secs(), 5400);
+        assert_eq!(a.zap_log_level.as_deref(), Some("5"));
+        let e = parse("-enable-leader-election=yes").unwrap_err().to_string();
+        assert!(e.contains("invalid boolean \"yes\""), "{e}");
+        assert!(parse("-zap-log-level=0").is_err(), "zap's integer levels are above 0");
+    }
+
+    #[test]
+    fn ignored_compatibility_flags_name_their_replacement() {
+        assert!(parse("").unwrap().ignored_flags().is_empty());
+        let a = parse("-zap-log-level=debug -zap-encoder=json -zap-devel -volume-expiry-interval=1m").unwrap();
+        let warnings = a.ignored_flags().join("\n");
+        assert!(
+            warnings.contains("-zap-log-level=debug is ignored; use --log-level=debug"),
+            "{warnings}"
+        );
+        assert!(
+            warnings.contains("-zap-encoder=json is ignored; use --log-format=json"),
+            "{warnings}"
+        );
+        assert!(warnings.contains("-zap-devel is ignored"), "{warnings}");
+        assert!(warnings.contains("-volume-expiry-interval is ignored"), "{warnings}");
     }
 
     #[test]

@@ -35,9 +35,9 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 /// Why the api-manager stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No usable Kubernetes configuration.
-    #[error("cannot connect to Kubernetes: {0}; set -kubeconfig or run in a pod")]
-    Kube(String),
+    /// No usable Kubernetes configuration, or no API server there.
+    #[error(transparent)]
+    Connect(#[from] crate::runtime::connect::Error),
     /// A listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -98,17 +98,9 @@ pub fn read_credentials(dir: &Path) -> Result<(String, String), String> {
 }
 
 async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| Error::Kube(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| Error::Kube(e.to_string()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| Error::Kube(e.to_string()))?,
-    };
-    let config = crate::runtime::identity::kube_config(config, Some(API_MANAGER_COMPONENT));
-    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+    let c = crate::runtime::connect::connect(args.kubeconfig.as_deref(), Some(API_MANAGER_COMPONENT)).await?;
+    tracing::info!(server = %c.server, from = %c.from, "connected to Kubernetes");
+    Ok(c.client)
 }
 
 /// How the api-manager names itself in its User-Agent.
@@ -183,6 +175,9 @@ pub fn register_metrics(registry: &mut Registry) -> Metrics {
 
 /// Runs the api-manager until SIGTERM/SIGINT.
 pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
+    for warning in args.ignored_flags() {
+        tracing::warn!("{warning}");
+    }
     let client = kube_client(&args).await?;
     let namespace = resolve_namespace(&args.namespace, Path::new(SERVICE_ACCOUNT_NAMESPACE));
     let mut registry = Registry::default();
@@ -233,7 +228,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     tokio::spawn(caches);
     let state = WebhookState::new(lookups, args.scheduler().map(str::to_string), webhook_metrics);
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
-    let webhook_listener = tokio::net::TcpListener::bind(&args.webhook_addr)
+    let webhook_listener = crate::runtime::addr::bind(&args.webhook_addr)
         .await
         .map_err(|source| Error::Listen {
             addr: args.webhook_addr.clone(),

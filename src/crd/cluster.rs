@@ -111,6 +111,11 @@ pub struct StorageOSClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 
+    /// Where single components run when that differs from the StorageOS nodes. Without it every
+    /// StorageOS pod follows nodeSelectorTerms and tolerations (as with the Go operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<StorageOSClusterPlacement>,
+
     /// Do not install the pod-fencing RBAC (the api-manager then cannot fence pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_fencing: Option<bool>,
@@ -147,6 +152,33 @@ pub struct StorageOSClusterSpec {
     /// Do not run the StorageOS scheduler extender (pods then use the default scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_scheduler: Option<bool>,
+}
+
+/// Placement of single components.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterPlacement {
+    /// The api-manager Deployment. It reaches StorageOS through its Service and needs no
+    /// StorageOS node of its own, so it can run on other nodes (for example infrastructure
+    /// nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_manager: Option<ComponentPlacement>,
+}
+
+/// Where one component's pods may run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentPlacement {
+    /// Required node affinity of the component, used instead of the cluster's
+    /// nodeSelectorTerms. Terms are ORed; expressions inside a term are ANDed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector_terms: Option<Vec<NodeSelectorTerm>>,
+
+    /// Tolerations of the component, merged over the cluster's tolerations (a toleration here
+    /// replaces one with the same key there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = validation::tolerations(), "maxItems" = validation::MAX_TOLERATIONS))]
+    pub tolerations: Option<Vec<Toleration>>,
 }
 
 /// CSI driver settings.

@@ -4,6 +4,7 @@
 //! `storageos-operator crds` prints [`all`]; `crds/` in the repository holds that output and a
 //! test fails when they differ.
 
+pub mod check;
 mod cluster;
 mod job;
 mod mirror;

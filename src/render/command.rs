@@ -69,6 +69,41 @@ fn find_secret(secrets: &[Secret], name: &str, namespace: &str) -> Option<Secret
         .cloned()
 }
 
+/// `doc` as `T`, a type error named by its field path (`spec.service.externalPort: invalid type
+/// ...`).
+fn typed<T: serde::de::DeserializeOwned>(doc: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(doc).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+}
+
+/// What the apiserver would refuse in a StorageOSCluster (its CRD's schema and CEL rules), and
+/// what it accepts but StorageOS cannot run without: an etcd address.
+fn check_cluster(doc: &Value) -> Result<(), String> {
+    use kube::CustomResourceExt;
+    let mut problems: Vec<String> = crate::crd::check::check(&StorageOSCluster::crd(), doc)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let address = doc
+        .pointer("/spec/kvBackend/address")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if address.trim().is_empty() {
+        problems.push(
+            "spec.kvBackend.address: Required value: StorageOS v2 keeps its state in etcd; give its endpoints, \
+             for example http://etcd.storageos-etcd.svc:2379"
+                .to_string(),
+        );
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the apiserver would refuse it or StorageOS could not run:\n  {}",
+            problems.join("\n  ")
+        ))
+    }
+}
+
 /// Builds [`Inputs`] from the files `render` is given: the StorageOSCluster in `cluster_file`,
 /// Secrets from any of the files, matched by the names the spec gives.
 pub fn inputs_from_files(
@@ -79,6 +114,7 @@ pub fn inputs_from_files(
 ) -> Result<Inputs, Error> {
     let shown = cluster_file.display().to_string();
     let mut cluster = None;
+    let mut clusters = Vec::new();
     let mut secrets = Vec::new();
     for (path, docs) in std::iter::once(cluster_file)
         .chain(secret_files.iter().map(PathBuf::as_path))
@@ -87,20 +123,32 @@ pub fn inputs_from_files(
     {
         let path_shown = path.display().to_string();
         for doc in docs {
-            let invalid = |e: serde_json::Error, kind: &str| Error::Input {
+            let invalid = |message: String, kind: &str| Error::Input {
                 path: path_shown.clone(),
-                message: format!("not a valid {kind}: {e}"),
+                message: format!("not a valid {kind}: {message}"),
             };
             match kind_of(&doc) {
-                "StorageOSCluster" if path == cluster_file && cluster.is_none() => {
-                    cluster = Some(
-                        serde_json::from_value::<StorageOSCluster>(doc).map_err(|e| invalid(e, "StorageOSCluster"))?,
-                    );
+                "StorageOSCluster" if path == cluster_file => {
+                    clusters.push(doc["metadata"]["name"].as_str().unwrap_or("(no name)").to_string());
+                    if cluster.is_none() {
+                        check_cluster(&doc).map_err(|m| invalid(m, "StorageOSCluster"))?;
+                        cluster = Some(typed::<StorageOSCluster>(doc).map_err(|m| invalid(m, "StorageOSCluster"))?);
+                    }
                 }
-                "Secret" => secrets.push(serde_json::from_value::<Secret>(doc).map_err(|e| invalid(e, "Secret"))?),
+                "Secret" => secrets.push(typed::<Secret>(doc).map_err(|m| invalid(m, "Secret"))?),
                 _ => {}
             }
         }
+    }
+    if clusters.len() > 1 {
+        return Err(Error::Input {
+            path: shown,
+            message: format!(
+                "{} StorageOSClusters ({}); render one at a time (only one cluster is active in a Kubernetes cluster)",
+                clusters.len(),
+                clusters.join(", ")
+            ),
+        });
     }
     let mut cluster = cluster.ok_or_else(|| Error::Input {
         path: shown,
@@ -172,10 +220,11 @@ pub fn run(args: &RenderArgs) -> Result<(), Error> {
     }
     let objects = super::build(&inputs)?;
     let yaml = to_yaml_stream(&objects, args.show_secrets)?;
-    std::io::stdout()
-        .lock()
-        .write_all(yaml.as_bytes())
-        .map_err(Error::Write)
+    match std::io::stdout().lock().write_all(yaml.as_bytes()) {
+        // `render ... | head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.map_err(Error::Write),
+    }
 }
 
 #[cfg(test)]

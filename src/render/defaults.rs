@@ -87,6 +87,11 @@ pub struct Resolved {
     pub node_selector_terms: Vec<NodeSelectorTerm>,
     /// User tolerations, merged over the defaults later.
     pub tolerations: Vec<Toleration>,
+    /// The api-manager's own node selector terms (`placement.apiManager`), when set: they
+    /// replace `node_selector_terms` for it.
+    pub api_manager_node_selector_terms: Option<Vec<NodeSelectorTerm>>,
+    /// The api-manager's own tolerations, merged over `tolerations`.
+    pub api_manager_tolerations: Vec<Toleration>,
     /// Resources of the node container.
     pub resources: Option<ResourceRequirements>,
     /// No pod-fencer RBAC.
@@ -160,6 +165,7 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
     let service = spec.service.clone().unwrap_or_default();
     let ingress = spec.ingress.clone().unwrap_or_default();
     let csi = spec.csi.clone().unwrap_or_default();
+    let api_manager_placement = spec.placement.as_ref().and_then(|p| p.api_manager.as_ref());
     Resolved {
         namespace: or(spec.namespace.as_ref(), DEFAULT_NAMESPACE),
         storage_class_name: or(spec.storage_class_name.as_ref(), DEFAULT_STORAGE_CLASS),
@@ -197,6 +203,12 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
         debug: spec.debug.unwrap_or(false),
         node_selector_terms: spec.node_selector_terms.clone().unwrap_or_default(),
         tolerations: spec.tolerations.clone().unwrap_or_default(),
+        api_manager_node_selector_terms: api_manager_placement
+            .and_then(|p| p.node_selector_terms.clone())
+            .filter(|terms| !terms.is_empty()),
+        api_manager_tolerations: api_manager_placement
+            .and_then(|p| p.tolerations.clone())
+            .unwrap_or_default(),
         resources: spec.resources.clone(),
         disable_fencing: spec.disable_fencing.unwrap_or(false),
         disable_telemetry: spec.disable_telemetry.unwrap_or(false),

@@ -68,11 +68,16 @@ fn node_config(r: &Resolved, node_env: &BTreeMap<String, String>) -> BTreeMap<St
     c
 }
 
-/// The api-manager container's environment: the cluster it belongs to (`STORAGEOS_CLUSTER`,
-/// `namespace/name`: only that cluster's pause annotation signals maintenance), and the
-/// operator's tracing variables, so that its spans go where the operator's go.
-fn api_manager_env(cluster: &str, node_env: &BTreeMap<String, String>) -> Vec<Value> {
-    std::iter::once(json!({"name": "STORAGEOS_CLUSTER", "value": cluster}))
+/// The api-manager's environment: JSON logs from our image (machine-readable, as the Go
+/// api-manager's were; a Go image logs JSON by itself), the cluster it belongs to
+/// (`STORAGEOS_CLUSTER`, `namespace/name`: only that cluster's pause annotation signals
+/// maintenance), then the operator's tracing variables, so that its spans go where the
+/// operator's go.
+fn api_manager_env(cluster: &str, node_env: &BTreeMap<String, String>, go_image: bool) -> Vec<Value> {
+    let log_format = (!go_image).then(|| json!({"name": "LOG_FORMAT", "value": "json"}));
+    log_format
+        .into_iter()
+        .chain(std::iter::once(json!({"name": "STORAGEOS_CLUSTER", "value": cluster})))
         .chain(
             node_env
                 .iter()
@@ -151,8 +156,14 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
 
     let node_affinity = affinity(&r.node_selector_terms, None);
     let api_manager_affinity = affinity(
-        &r.node_selector_terms,
+        r.api_manager_node_selector_terms
+            .as_deref()
+            .unwrap_or(&r.node_selector_terms),
         Some(spread_over_hosts(api_manager_component.clone())),
+    );
+    let api_manager_tolerations = merge_tolerations(
+        merge_tolerations(helper_tolerations(), &r.tolerations),
+        &r.api_manager_tolerations,
     );
     let (am_command, am_args) = api_manager_command(r, &images.api_manager_container);
     // A pinned old kube-scheduler reads only the config version of its release.
@@ -250,8 +261,10 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             "env": api_manager_env(
                 &format!("{}/{}", meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default()),
                 &inputs.node_env,
+                is_go_api_manager(&images.api_manager_container),
             ),
             "affinity": api_manager_affinity,
+            "tolerations": api_manager_tolerations,
             "podSecurityContext": restricted_pod_security(openshift),
             // Our api-manager serves /healthz and /readyz (ready once serving webhooks with its
             // certificate, which needs no StorageOS) on the metrics port; the Go image's probe

@@ -33,7 +33,7 @@ impl Health {
 
     /// Binds `addr` and serves the three endpoints in the background, with [`limits`].
     pub async fn spawn_server(&self, addr: &str) -> std::io::Result<()> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let listener = crate::runtime::addr::bind(addr).await?;
         let router = self.router();
         tokio::spawn(async move {
             crate::runtime::https::serve_plain_with(listener, router, std::future::pending(), limits()).await;

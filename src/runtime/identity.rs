@@ -22,12 +22,6 @@ pub fn kube_config(mut config: kube::Config, component: Option<&str>) -> kube::C
     config
 }
 
-/// A Kubernetes client from the environment (kubeconfig or in-cluster) that names `component`.
-pub async fn kube_client(component: Option<&str>) -> Result<kube::Client, kube::Error> {
-    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
-    kube::Client::try_from(kube_config(config, component))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 pub(crate) mod tests {

@@ -1,8 +1,10 @@
 //! Shared runtime pieces used by the operator, the api-manager and the tests.
 
+pub mod addr;
 pub mod apply;
 pub mod cache;
 pub mod conditions;
+pub mod connect;
 pub mod controller;
 pub mod events;
 pub mod finalizer;

@@ -123,6 +123,16 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> 
     kube::Client::try_from(cfg).map_err(|e| err(e.to_string()))
 }
 
+/// A Kubernetes client from the pod's ServiceAccount (`--in-cluster`).
+pub fn in_cluster_client() -> Result<kube::Client, Error> {
+    let err = |message: String| Error::Kube {
+        path: "the pod's ServiceAccount (in-cluster)".to_string(),
+        message,
+    };
+    let cfg = kube::Config::incluster().map_err(|e| err(e.to_string()))?;
+    kube::Client::try_from(cfg).map_err(|e| err(e.to_string()))
+}
+
 fn apply(shared: &Shared, actions: Vec<SyncAction>) {
     let mut st = shared.lock();
     for a in actions {

@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -109,7 +108,7 @@ impl Simulator {
     /// Binds `config.listen` and serves in a background task until the handle is dropped or
     /// shut down.
     pub async fn start(config: Config) -> Result<SimHandle, Error> {
-        let listener = TcpListener::bind(config.listen.as_str())
+        let listener = crate::runtime::addr::bind(&config.listen)
             .await
             .map_err(|source| Error::Bind {
                 addr: config.listen.clone(),
@@ -296,6 +295,7 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
     };
     let kube_client = match &args.kubeconfig {
         Some(path) => Some(kube_sync::client_from_kubeconfig(path).await?),
+        None if args.in_cluster => Some(kube_sync::in_cluster_client()?),
         None => None,
     };
     let handle = Simulator::start(config).await?;

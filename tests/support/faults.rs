@@ -29,6 +29,8 @@ pub struct OwnPlane {
     state: PathBuf,
     k8s_port: u16,
     etcd_port: u16,
+    /// Started with `REAL_NODES=1` (tests/k8s_real_node.rs).
+    real_node: bool,
 }
 
 static OWN: OnceLock<OwnPlane> = OnceLock::new();
@@ -63,13 +65,20 @@ fn free_ports(n: u16, avoid: &[u16]) -> u16 {
 
 impl OwnPlane {
     fn start() -> Self {
-        let k8s_port = free_ports(4, &[]);
-        let etcd_port = free_ports(2, &(k8s_port..k8s_port + 4).collect::<Vec<_>>());
-        let state = std::env::temp_dir().join(format!("storageos-faults-plane-{}", std::process::id()));
+        Self::start_with("faults", false)
+    }
+
+    /// A plane for this process alone; `kind` names its state directory, `real_node` adds the
+    /// real kubelet node (`REAL_NODES=1`, which also uses the apiserver's port + 10 to + 15).
+    pub fn start_with(kind: &str, real_node: bool) -> Self {
+        let k8s_port = free_ports(if real_node { 16 } else { 4 }, &[]);
+        let etcd_port = free_ports(2, &(k8s_port..k8s_port + 16).collect::<Vec<_>>());
+        let state = std::env::temp_dir().join(format!("storageos-{kind}-plane-{}", std::process::id()));
         let plane = Self {
             state,
             k8s_port,
             etcd_port,
+            real_node,
         };
         // First the watchdog, in a process group of its own (a Ctrl-C of the test run does not
         // reach it): once this process has ended, however it ended, it stops the plane.
@@ -106,7 +115,7 @@ impl OwnPlane {
         }
         assert!(
             out.status.success(),
-            "the fault tests' own control plane did not come up (hack/k8s.sh up, K8S_STATE={}):\n{}",
+            "the tests' own control plane did not come up (hack/k8s.sh up, K8S_STATE={}):\n{}",
             plane.state.display(),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -119,11 +128,17 @@ impl OwnPlane {
             .env("K8S_PORT", self.k8s_port.to_string())
             .env("ETCD_PORT", self.etcd_port.to_string())
             .env("NODES", "3")
+            .env("REAL_NODES", if self.real_node { "1" } else { "0" })
             .env_remove("KUBECONFIG")
     }
 
+    /// The plane's state directory (`K8S_STATE`).
+    pub fn state(&self) -> &Path {
+        &self.state
+    }
+
     /// `bash hack/k8s.sh <cmd>` for this plane.
-    fn k8s_sh(&self, cmd: &str) -> Command {
+    pub fn k8s_sh(&self, cmd: &str) -> Command {
         let mut c = Command::new("bash");
         self.env(&mut c).arg(repo_root().join("hack/k8s.sh")).arg(cmd);
         c

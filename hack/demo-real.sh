@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The demo with real pods (hack/demo.sh runs this where the host can run a real node): the local
+# plane with three kwok nodes and a real kubelet node (REAL_NODES=1, docs/real-node.md); the
+# operator's image built and imported into that node; the operator installed as a user installs
+# it (`kubectl apply --server-side -f deploy/operator.yaml`), running as two real pods; the
+# StorageOS API simulator as a pod behind the rendered `storageos` Service; the cluster of
+# hack/real-node/storageoscluster.yaml until `kubectl get stos` shows 3/3 Running; the
+# api-manager the operator renders, Ready on the real node. `hack/demo.sh down` stops it all.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+source hack/versions.env
+CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
+KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
+IMAGE=$(awk '$1 == "image:" && $2 != "" {print $2; exit}' deploy/operator.yaml)
+ARCHIVE=$ROOT/target/image/storageos-operator-debug.oci.tar
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+kc() { "$KUBECTL" "$@"; }
+
+# The name a runtime stores a Docker Hub image under.
+qualified() {
+  case $1 in
+    */*) local first=${1%%/*}
+      if [[ $first == *.* || $first == *:* || $first == localhost ]]; then echo "$1"; else echo "docker.io/$1"; fi ;;
+    *) echo "docker.io/library/$1" ;;
+  esac
+}
+
+say "building the operator's image (debug build; hack/image.sh --debug)"
+hack/image.sh --debug --tag "$(qualified "$IMAGE")" --out "$ARCHIVE"
+say "starting the local control plane with a real node (first run builds Kubernetes and CoreDNS from Go modules)"
+eval "$(REAL_NODES=1 NODES=3 hack/k8s.sh up)"
+export KUBECONFIG
+hack/k8s.sh load-image "$ARCHIVE"
+
+say "installing the operator: kubectl apply --server-side -f deploy/operator.yaml"
+kc apply --server-side -f deploy/operator.yaml >/dev/null
+kc wait --for condition=Established crd --all --timeout=60s >/dev/null
+say "starting the StorageOS API simulator as a pod (hack/real-node/simulator.yaml)"
+sed "s#image: IMAGE#image: $IMAGE#" hack/real-node/simulator.yaml | kc apply --server-side -f - >/dev/null
+kc -n storageos-operator rollout status deployment/storageos-operator --timeout=180s
+kc -n storageos-simulator rollout status deployment/storageos-simulator --timeout=120s
+
+say "applying hack/real-node (Secret and StorageOSCluster)"
+kc apply -f hack/real-node/storageos-secret.yaml -f hack/real-node/storageoscluster.yaml >/dev/null
+
+say "waiting for the cluster to become Running"
+deadline=$((SECONDS + 240))
+last=""
+while :; do
+  line=$(kc get stos storageos -n storageos-operator --no-headers 2>/dev/null || true)
+  [[ $line != "$last" && -n $line ]] && echo "    $line"
+  last=$line
+  if [[ $(kc get stos storageos -n storageos-operator -o jsonpath='{.status.phase} {.status.ready}' 2>/dev/null) == "Running 3/3" ]]; then
+    break
+  fi
+  if ((SECONDS > deadline)); then
+    echo "the cluster did not become Running in 240 s; see: kubectl -n storageos-operator logs deploy/storageos-operator" >&2
+    exit 1
+  fi
+  sleep 1
+done
+kc get stos -A
+
+say "waiting for the api-manager the operator rendered"
+for _ in $(seq 120); do
+  kc -n kube-system get deployment storageos-api-manager >/dev/null 2>&1 && break
+  sleep 1
+done
+kc -n kube-system rollout status deployment/storageos-api-manager --timeout=180s
+kc get pods -A -o wide --field-selector spec.nodeName=real-node-0
+
+cat <<EOF
+
+The demo is up, with real pods on real-node-0. Try:
+  export KUBECONFIG=$KUBECONFIG
+  $KUBECTL get stos -A
+  $KUBECTL -n storageos-operator get pods -o wide
+  $KUBECTL -n storageos-operator logs deploy/storageos-operator | tail
+  $KUBECTL -n kube-system get pods -l app=storageos -o wide
+  $KUBECTL describe stos -n storageos-operator storageos
+Stop everything: hack/demo.sh down
+EOF

@@ -1,0 +1,224 @@
+//! Connecting to Kubernetes, and saying where when it fails: the server, and the kubeconfig and
+//! context (or the pod's ServiceAccount) the address came from, as kubectl does. A first request
+//! (`/version`, which every identity may read) checks the connection at start-up, so a wrong
+//! address is reported as such rather than as a leader-election or RBAC failure later.
+
+use std::path::{Path, PathBuf};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Why no connection to Kubernetes could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kubeconfig named by a flag or `KUBECONFIG` is not there.
+    #[error("{given} names {path}, which does not exist; point it at your kubeconfig, or run in a pod")]
+    KubeconfigMissing { given: &'static str, path: String },
+    /// No kubeconfig and not in a pod.
+    #[error(
+        "no Kubernetes configuration: KUBECONFIG is not set, {home} does not exist and this is not a pod; \
+         set KUBECONFIG or pass --kubeconfig"
+    )]
+    NoConfig { home: String },
+    /// The configuration could not be loaded.
+    #[error("cannot load the Kubernetes configuration ({from}): {message}")]
+    Config { from: String, message: String },
+    /// The API server did not answer.
+    #[error(
+        "cannot reach the Kubernetes API server {server} ({from}): {message}; check the server address \
+         and that the cluster is up"
+    )]
+    Unreachable {
+        server: String,
+        from: String,
+        message: String,
+    },
+    /// The API server answered with an error (for example bad credentials).
+    #[error("the Kubernetes API server {server} refused the first request ({from}): {message}")]
+    Refused {
+        server: String,
+        from: String,
+        message: String,
+    },
+}
+
+/// A checked connection.
+pub struct Connection {
+    pub client: kube::Client,
+    /// The API server's URL.
+    pub server: String,
+    /// Where the configuration came from, for messages (`kubeconfig PATH, context NAME` or
+    /// `the pod's ServiceAccount`).
+    pub from: String,
+}
+
+/// A client for the kubeconfig at `kubeconfig`, else the environment (`KUBECONFIG`,
+/// `~/.kube/config`, in-cluster), naming `component` in its User-Agent; checked with one
+/// request.
+pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Result<Connection, Error> {
+    let (config, from) = load(kubeconfig).await?;
+    let server = config.cluster_url.to_string();
+    let config = crate::runtime::identity::kube_config(config, component);
+    let client = kube::Client::try_from(config).map_err(|e| Error::Config {
+        from: from.clone(),
+        message: chain(&e),
+    })?;
+    match client.apiserver_version().await {
+        Ok(_) => Ok(Connection { client, server, from }),
+        Err(kube::Error::Api(status)) => Err(Error::Refused {
+            server,
+            from,
+            message: format!("{} ({})", status.message, status.code),
+        }),
+        Err(e) => Err(Error::Unreachable {
+            server,
+            from,
+            message: chain(&e),
+        }),
+    }
+}
+
+async fn load(kubeconfig: Option<&Path>) -> Result<(kube::Config, String), Error> {
+    let config_error = |from: &str, e: &dyn std::error::Error| Error::Config {
+        from: from.to_string(),
+        message: chain(e),
+    };
+    if let Some(path) = kubeconfig {
+        if !path.exists() {
+            return Err(Error::KubeconfigMissing {
+                given: "--kubeconfig",
+                path: path.display().to_string(),
+            });
+        }
+        let from = describe(path);
+        let kc = Kubeconfig::read_from(path).map_err(|e| config_error(&from, &e))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| config_error(&from, &e))?;
+        return Ok((config, from));
+    }
+    let from = match std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        Some(paths) => {
+            let paths: Vec<PathBuf> = std::env::split_paths(&paths).collect();
+            if let [only] = paths.as_slice()
+                && !only.exists()
+            {
+                return Err(Error::KubeconfigMissing {
+                    given: "KUBECONFIG",
+                    path: only.display().to_string(),
+                });
+            }
+            paths.first().map(|p| describe(p)).unwrap_or_default()
+        }
+        None => {
+            let home = home_kubeconfig();
+            match home {
+                Some(h) if h.exists() => describe(&h),
+                _ if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => "the pod's ServiceAccount".to_string(),
+                _ => {
+                    return Err(Error::NoConfig {
+                        home: home
+                            .map(|h| h.display().to_string())
+                            .unwrap_or_else(|| "~/.kube/config".into()),
+                    });
+                }
+            }
+        }
+    };
+    let config = kube::Config::infer().await.map_err(|e| config_error(&from, &e))?;
+    Ok((config, from))
+}
+
+fn home_kubeconfig() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config"))
+}
+
+/// `kubeconfig PATH, context NAME` (the file's current context).
+fn describe(path: &Path) -> String {
+    let context = Kubeconfig::read_from(path)
+        .ok()
+        .and_then(|k| k.current_context)
+        .unwrap_or_else(|| "none".into());
+    format!("kubeconfig {}, context {context}", path.display())
+}
+
+/// An error and its causes, outermost first (a connection error's cause is what says why).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\"}}}}]\n\
+                 users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: ctx, context: {{cluster: c, user: u}}}}]\n\
+                 current-context: ctx\n"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_is_named_with_its_kubeconfig_and_context() {
+        let dir = tempfile::tempdir().unwrap();
+        // A port nothing listens on: bind one and let it go.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let path = kubeconfig(dir.path(), &format!("http://127.0.0.1:{port}"));
+        let message = connect(Some(&path), None).await.err().expect("no server").to_string();
+        assert!(message.contains(&format!("http://127.0.0.1:{port}")), "{message}");
+        assert!(
+            message.contains(&path.display().to_string()) && message.contains("context ctx"),
+            "{message}"
+        );
+        assert!(
+            message.to_lowercase().contains("refused"),
+            "the cause is given: {message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_kubeconfig_is_named() {
+        let message = connect(Some(Path::new("/nonexistent/kubeconfig")), None)
+            .await
+            .err()
+            .expect("missing")
+            .to_string();
+        assert!(
+            message.starts_with("--kubeconfig names /nonexistent/kubeconfig, which does not exist"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_that_answers_is_a_connection() {
+        let (url, _request) = crate::runtime::identity::tests::answer_once(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 185\r\n\r\n{\"major\":\"1\",\"minor\":\"36\",\"gitVersion\":\"v1.36.3\",\"gitCommit\":\"x\",\"gitTreeState\":\"clean\",\"buildDate\":\"2026-01-01T00:00:00Z\",\"goVersion\":\"go1.26\",\"compiler\":\"gc\",\"platform\":\"linux/amd64\"}",
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = kubeconfig(dir.path(), &url);
+        let c = connect(Some(&path), None).await.unwrap();
+        assert_eq!(c.server.trim_end_matches('/'), url);
+        assert!(c.from.contains("context ctx"));
+    }
+}
