@@ -14,6 +14,10 @@ pub struct ApiManagerArgs {
     /// StorageOS API endpoint (host, host:port or URL; port 5705 and http are the defaults).
     #[arg(long, default_value = "storageos")]
     pub api_endpoint: String,
+    /// PEM file of the CA an `https://` API endpoint is verified against (besides the system's),
+    /// so the credentials need not travel in plain HTTP.
+    #[arg(long, env = "API_CA_FILE")]
+    pub api_ca_file: Option<PathBuf>,
     /// Directory holding the `username` and `password` files of the StorageOS API credentials.
     #[arg(long, default_value = "/etc/storageos/secrets/api")]
     pub api_secret_path: PathBuf,

@@ -110,12 +110,14 @@ const API_MANAGER_COMPONENT: &str = "api-manager";
 async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManagerMetrics) -> storageos::Client {
     loop {
         let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
-            storageos::Client::with_shared_metrics(
-                storageos::Config::new(&args.api_endpoint, user, pass)
-                    .with_user_agent(crate::runtime::identity::user_agent(Some(API_MANAGER_COMPONENT))),
-                metrics.clone(),
-            )
-            .map_err(|e| e.to_string())
+            let mut config = storageos::Config::new(&args.api_endpoint, user, pass)
+                .with_user_agent(crate::runtime::identity::user_agent(Some(API_MANAGER_COMPONENT)));
+            if let Some(path) = &args.api_ca_file {
+                let pem =
+                    std::fs::read(path).map_err(|e| format!("cannot read --api-ca-file {}: {e}", path.display()))?;
+                config = config.with_ca_pem(pem);
+            }
+            storageos::Client::with_shared_metrics(config, metrics.clone()).map_err(|e| e.to_string())
         });
         match attempt {
             Ok(client) => match client.login().await {
