@@ -645,8 +645,8 @@ async fn h3_a_200_character_encrypted_pvc_gets_its_keys_through_real_admission()
 /// With no api-manager answering, a PVC that asks for encryption only through its StorageClass's
 /// parameter is refused by the rendered ValidatingAdmissionPolicy (the pvc-mutator fails open),
 /// not admitted without keys. With the key annotations it is admitted, and so is a PVC of a
-/// class without encryption, a PVC whose own label decides, and one of the default class when
-/// that class does not encrypt.
+/// class without encryption and a PVC whose own label decides. Once created, the encryption
+/// label and key annotations of a PVC cannot change (the second policy).
 #[tokio::test]
 async fn class_encrypted_pvc_without_api_manager_is_denied() {
     use storageos_operator::crd::StorageOSCluster;
@@ -671,7 +671,7 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
         .filter(|o| o.kind().starts_with("ValidatingAdmissionPolicy"))
         .map(|o| o.to_value().unwrap())
         .collect();
-    assert_eq!(policy.len(), 2, "the policy and its binding are rendered");
+    assert_eq!(policy.len(), 4, "the two policies and their bindings are rendered");
     for obj in &policy {
         support::identity::apply_as_admin(&admin, obj).await;
     }
@@ -724,6 +724,31 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
             .await
             .unwrap_or_else(|e| panic!("{name} was refused: {e}"));
     }
+    // Once created, neither the label nor the key annotations change.
+    let patched = |name: &'static str, patch: serde_json::Value| {
+        let pvcs = pvcs.clone();
+        async move { pvcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await }
+    };
+    for (name, change) in [
+        (
+            "with-keys",
+            json!({"metadata": {"annotations": {SECRET_NAME_ANNOTATION: "storageos-volume-key-y"}}}),
+        ),
+        (
+            "with-keys",
+            json!({"metadata": {"annotations": {SECRET_NAMESPACE_ANNOTATION: "elsewhere"}}}),
+        ),
+        ("label-off", json!({"metadata": {"labels": {ENCRYPTION: "true"}}})),
+        ("plain", json!({"metadata": {"labels": {ENCRYPTION: "true"}}})),
+    ] {
+        match patched(name, change.clone()).await {
+            Err(kube::Error::Api(s)) => assert!(s.message.contains("cannot change once a PVC exists"), "{s:?}"),
+            other => panic!("{name}: {change} was not refused: {other:?}"),
+        }
+    }
+    patched("plain", json!({"metadata": {"labels": {"team": "a"}}}))
+        .await
+        .expect("other labels still change");
     for obj in policy.iter().rev() {
         let kind = obj["kind"].as_str().unwrap();
         let name = obj["metadata"]["name"].as_str().unwrap();

@@ -14,6 +14,10 @@ pub struct ApiManagerArgs {
     /// StorageOS API endpoint (host, host:port or URL; port 5705 and http are the defaults).
     #[arg(long, default_value = "storageos")]
     pub api_endpoint: String,
+    /// PEM file of the CA an `https://` API endpoint is verified against (besides the system's),
+    /// so the credentials need not travel in plain HTTP.
+    #[arg(long, env = "API_CA_FILE")]
+    pub api_ca_file: Option<PathBuf>,
     /// Directory holding the `username` and `password` files of the StorageOS API credentials.
     #[arg(long, default_value = "/etc/storageos/secrets/api")]
     pub api_secret_path: PathBuf,
@@ -134,6 +138,11 @@ pub struct ApiManagerArgs {
     /// Namespace of the webhook Service; empty means the api-manager's namespace.
     #[arg(long, default_value = "")]
     pub webhook_service_namespace: String,
+    /// PEM file of the CA(s) whose client certificates the webhook server requires. Unset, any
+    /// caller is served (docs/security.md); set it, and give the apiserver a client certificate
+    /// for the webhook in its admission configuration, so that only the apiserver is.
+    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE")]
+    pub webhook_client_ca_file: Option<PathBuf>,
     /// Address the webhook server listens on (the Go api-manager used port 9443).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_addr: String,

@@ -48,6 +48,11 @@ pub enum Error {
     /// The webhook server could not start.
     #[error(transparent)]
     Tls(#[from] https::Error),
+    /// `--webhook-client-ca-file` cannot be read or holds no CA certificate.
+    #[error(
+        "cannot use --webhook-client-ca-file {path}: {why}; give a PEM file with the CA of the apiserver's client certificate"
+    )]
+    ClientCa { path: String, why: String },
     /// Leadership was lost; the process exits so that it restarts clean.
     #[error(transparent)]
     Leader(#[from] leader::Error),
@@ -105,12 +110,14 @@ const API_MANAGER_COMPONENT: &str = "api-manager";
 async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManagerMetrics) -> storageos::Client {
     loop {
         let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
-            storageos::Client::with_shared_metrics(
-                storageos::Config::new(&args.api_endpoint, user, pass)
-                    .with_user_agent(crate::runtime::identity::user_agent(Some(API_MANAGER_COMPONENT))),
-                metrics.clone(),
-            )
-            .map_err(|e| e.to_string())
+            let mut config = storageos::Config::new(&args.api_endpoint, user, pass)
+                .with_user_agent(crate::runtime::identity::user_agent(Some(API_MANAGER_COMPONENT)));
+            if let Some(path) = &args.api_ca_file {
+                let pem =
+                    std::fs::read(path).map_err(|e| format!("cannot read --api-ca-file {}: {e}", path.display()))?;
+                config = config.with_ca_pem(pem);
+            }
+            storageos::Client::with_shared_metrics(config, metrics.clone()).map_err(|e| e.to_string())
         });
         match attempt {
             Ok(client) => match client.login().await {
@@ -229,12 +236,27 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             addr: args.webhook_addr.clone(),
             source,
         })?;
+    let clients = match &args.webhook_client_ca_file {
+        None => None,
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|source| Error::ClientCa {
+                path: path.display().to_string(),
+                why: source.to_string(),
+            })?;
+            Some(https::ClientAuth::from_pem(&pem).map_err(|e| Error::ClientCa {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            })?)
+        }
+    };
     let server_slot = slot.clone();
-    let mut webhook_server = tokio::spawn(https::serve(
+    let mut webhook_server = tokio::spawn(https::serve_for(
         webhook_listener,
         server_slot,
+        clients,
         router,
         std::future::pending(),
+        https::Limits::default(),
     ));
     health.set_ready(true);
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");

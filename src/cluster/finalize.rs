@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -20,7 +20,7 @@ use super::error::{Error, Step};
 use super::ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
 use super::status::phase;
 use crate::crd::StorageOSCluster;
-use crate::runtime::{conditions, finalizer};
+use crate::runtime::{cache, conditions, finalizer};
 
 use crate::storageos::kube::{is_storageos_volume, storageos_claims};
 
@@ -95,21 +95,26 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
             .get(FORCE_DELETE_ANNOTATION)
             .is_some_and(|v| v == "true");
         if !forced {
-            let pvs = Api::<PersistentVolume>::all(ctx.client.clone())
-                .list(&ListParams::default())
-                .await
-                .step("list the PersistentVolumes")?
-                .items;
-            let users = if pvs.iter().any(is_storageos_volume) {
-                let pods = Api::<Pod>::all(ctx.client.clone())
-                    .list(&ListParams::default())
-                    .await
-                    .step("list the pods")?
-                    .items;
-                pods_using_volumes(&pvs, &pods)
-            } else {
+            // Both lists go a page at a time and keep only what matters (StorageOS volumes, the
+            // names of pods using them): this runs every 10 s while deletion is held, and a
+            // cluster can have tens of thousands of pods.
+            let pvs = cache::pick_in_pages(
+                &Api::<PersistentVolume>::all(ctx.client.clone()),
+                cache::LIST_PAGE,
+                |page| page.into_iter().filter(is_storageos_volume).collect(),
+            )
+            .await
+            .step("list the PersistentVolumes")?;
+            let mut users = if pvs.is_empty() {
                 Vec::new()
+            } else {
+                cache::pick_in_pages(&Api::<Pod>::all(ctx.client.clone()), cache::LIST_PAGE, |page| {
+                    pods_using_volumes(&pvs, &page)
+                })
+                .await
+                .step("list the pods")?
             };
+            users.sort();
             if !users.is_empty() {
                 let shown: Vec<_> = users.iter().take(10).cloned().collect();
                 let message = format!(

@@ -51,6 +51,30 @@ where
     }
 }
 
+/// What `pick` makes of every object of `api`'s kind, read [`LIST_PAGE`] objects at a time, so
+/// only what `pick` keeps is held, never the whole list at once. `Err` if any page fails: the
+/// caller must not act on a partial list.
+pub async fn pick_in_pages<K, T>(
+    api: &Api<K>,
+    page: u32,
+    mut pick: impl FnMut(Vec<K>) -> Vec<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut kept = Vec::new();
+    let mut params = ListParams::default().limit(page);
+    loop {
+        let page = api.list(&params).await?;
+        let token = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        kept.extend(pick(page.items));
+        match token {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(kept),
+        }
+    }
+}
+
 /// A cache of `api` (filtered by `config`) and the future that keeps it filled; watch errors
 /// are logged under `owner` and retried with backoff.
 pub fn reflect<K>(api: Api<K>, config: watcher::Config, owner: &'static str) -> (Store<K>, impl Future<Output = ()>)
@@ -301,6 +325,54 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn lists_go_a_page_at_a_time_and_keep_only_what_is_picked() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for body in [
+                r#"{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"next"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"keep-b"}}]}"#,
+                r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"keep-c"}}]}"#,
+            ] {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut head = vec![0u8; 4096];
+                let n = s.read(&mut head).await.unwrap();
+                seen.push(
+                    String::from_utf8_lossy(&head[..n])
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(answer.as_bytes()).await.unwrap();
+            }
+            seen
+        });
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::all(client);
+        let kept = pick_in_pages(&api, 2, |page| {
+            page.into_iter()
+                .map(|p| p.name_any())
+                .filter(|n| n.starts_with("keep-"))
+                .collect()
+        })
+        .await
+        .unwrap();
+        assert_eq!(kept, ["keep-b", "keep-c"]);
+        let seen = server.await.unwrap();
+        assert!(
+            seen[0].contains("limit=2") && !seen[0].contains("continue="),
+            "{seen:?}"
+        );
+        assert!(seen[1].contains("continue=next"), "{seen:?}");
+    }
 
     #[test]
     fn slim_drops_managed_fields_and_the_apply_copy_and_keeps_the_rest() {

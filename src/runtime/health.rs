@@ -31,14 +31,13 @@ impl Health {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    /// Binds `addr` and serves the three endpoints in the background.
+    /// Binds `addr` and serves the three endpoints in the background, with [`limits`].
     pub async fn spawn_server(&self, addr: &str) -> std::io::Result<()> {
         let listener = crate::runtime::addr::bind(addr).await?;
         let router = self.router();
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
-                tracing::error!(error = %e, "metrics server stopped");
-            }
+            crate::runtime::https::serve_plain_with(listener, router, std::future::pending(), limits()).await;
+            tracing::error!("metrics server stopped");
         });
         Ok(())
     }
@@ -50,6 +49,18 @@ impl Health {
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
             .with_state(self.clone())
+    }
+}
+
+/// The limits of the metrics and health server: the webhook server's (headers within 10 s,
+/// idle connections closed, a deadline over each request), with room for many more connections,
+/// so idle ones cannot keep a probe waiting: they are closed within 10 s, and until then a probe
+/// still gets a connection.
+pub fn limits() -> crate::runtime::https::Limits {
+    crate::runtime::https::Limits {
+        connections: 16_384,
+        body: 64 << 10,
+        ..Default::default()
     }
 }
 
@@ -99,5 +110,39 @@ mod tests {
         h.set_ready(true);
         assert_eq!(get_status(h.router(), "/readyz").await, StatusCode::OK);
         assert_eq!(get_status(h.router(), "/metrics").await, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn five_thousand_idle_connections_never_keep_a_probe_waiting() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let health = Health::new(Registry::default());
+        let short = crate::runtime::https::Limits {
+            headers: std::time::Duration::from_millis(500),
+            ..limits()
+        };
+        tokio::spawn(crate::runtime::https::serve_plain_with(
+            listener,
+            health.router(),
+            std::future::pending(),
+            short,
+        ));
+        let mut idle = Vec::new();
+        for _ in 0..5000 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let started = std::time::Instant::now();
+        let answer = reqwest::get(format!("http://{addr}/healthz")).await.unwrap();
+        assert_eq!(answer.status().as_u16(), 200);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        // The idle ones are closed after the header deadline.
+        use tokio::io::AsyncReadExt;
+        let mut b = [0u8; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), idle[0].read(&mut b)).await;
+        assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
     }
 }

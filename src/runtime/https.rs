@@ -134,11 +134,39 @@ fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, Error> {
 }
 
 /// TLS 1.2 and 1.3 only (rustls never speaks older versions), HTTP/1.1 and HTTP/2.
-fn server_config(certs: CertSlot) -> Result<ServerConfig, Error> {
-    let mut config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(certs));
+/// The CAs whose client certificates the server requires: only a client presenting one it
+/// signed completes the handshake (the apiserver does, when its admission configuration names
+/// a kubeconfig with a client certificate for the webhook).
+#[derive(Clone)]
+pub struct ClientAuth(Arc<rustls::RootCertStore>);
+
+impl ClientAuth {
+    /// The CA certificates in `pem` (one or more PEM blocks).
+    pub fn from_pem(pem: &[u8]) -> Result<Self, Error> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| Error::Pem(format!("client CA: {e}")))?;
+            roots.add(cert)?;
+        }
+        if roots.is_empty() {
+            return Err(Error::Pem("client CA: no CERTIFICATE block found".into()));
+        }
+        Ok(Self(Arc::new(roots)))
+    }
+}
+
+fn server_config(certs: CertSlot, clients: Option<&ClientAuth>) -> Result<ServerConfig, Error> {
+    let builder = ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder = match clients {
+        None => builder.with_no_client_auth(),
+        Some(ClientAuth(roots)) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+                .build()
+                .map_err(|e| Error::Pem(format!("client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(certs));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -329,20 +357,78 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()>,
     limits: Limits,
 ) -> Result<(), Error> {
-    let acceptor = TlsAcceptor::from(Arc::new(server_config(certs)?));
+    serve_for(listener, certs, None, router, shutdown, limits).await
+}
+
+/// [`serve_with`] that, with `clients`, serves only clients presenting a certificate one of
+/// its CAs signed.
+pub async fn serve_for(
+    listener: TcpListener,
+    certs: CertSlot,
+    clients: Option<ClientAuth>,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+) -> Result<(), Error> {
+    let acceptor = TlsAcceptor::from(Arc::new(server_config(certs, clients.as_ref())?));
+    let handshake = limits.handshake;
+    let secure = move |tcp: tokio::net::TcpStream, peer: std::net::SocketAddr| {
+        let acceptor = acceptor.clone();
+        async move {
+            match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => Some(tls),
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    None
+                }
+            }
+        }
+    };
+    accept_loop(listener, router, shutdown, limits, secure).await;
+    Ok(())
+}
+
+/// Serves `router` over plain HTTP on `listener` until `shutdown` completes, with `limits` (no
+/// handshake): the metrics and health server.
+pub async fn serve_plain_with(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+) {
+    let plain = |tcp: tokio::net::TcpStream, _peer: std::net::SocketAddr| async move { Some(tcp) };
+    accept_loop(listener, router, shutdown, limits, plain).await;
+}
+
+/// Accepts connections on `listener`, at most `limits.connections` at once, turns each into a
+/// stream with `open` (a TLS handshake, or nothing), and serves `router` on it within `limits`.
+async fn accept_loop<IO, Fut>(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+    open: impl Fn(tokio::net::TcpStream, std::net::SocketAddr) -> Fut + Clone + Send + 'static,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Fut: Future<Output = Option<IO>> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(limits.connections.max(1)));
     let budget = Arc::new(Semaphore::new(limits.in_flight_bytes.max(1)));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => return,
             permit = slots.clone().acquire_owned() => match permit {
                 Ok(p) => p,
-                Err(_) => return Ok(()), // never closed
+                Err(_) => return, // never closed
             },
         };
         let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
@@ -351,21 +437,11 @@ pub async fn serve_with(
                 }
             },
         };
-        let acceptor = acceptor.clone();
+        let open = open.clone();
         let service = TowerToHyperService::new(bounded(router.clone(), budget.clone(), limits));
         tokio::spawn(async move {
             let _permit = permit;
-            let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
+            let Some(stream) = open(tcp, peer).await else { return };
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -375,7 +451,7 @@ pub async fn serve_with(
                 .http2()
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(limits.streams);
-            let io = TokioIo::new(IdleTimeout::new(tls, limits.headers, limits.idle));
+            let io = TokioIo::new(IdleTimeout::new(stream, limits.headers, limits.idle));
             let serving = builder.serve_connection(io, service);
             tokio::pin!(serving);
             let ended = tokio::select! {
@@ -560,5 +636,51 @@ mod tests {
         // A request without a body still gets through.
         assert_eq!(get(addr, &ca).await, "ok");
         drop(holders);
+    }
+
+    #[tokio::test]
+    async fn with_client_auth_only_a_client_with_a_certificate_of_the_ca_is_served() {
+        use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+        // The CA the apiserver's webhook client certificate comes from, and that certificate.
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let mut client_params = CertificateParams::new(vec!["kube-apiserver".to_string()]).unwrap();
+        client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let client_key = KeyPair::generate().unwrap();
+        let client_cert = client_params.signed_by(&client_key, &issuer).unwrap();
+
+        let serving = pki::issue_serving_cert("t", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
+        let slot = CertSlot::new(&serving.cert_pem, &serving.key_pem).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let clients = ClientAuth::from_pem(ca.pem().as_bytes()).unwrap();
+        tokio::spawn(serve_for(
+            listener,
+            slot,
+            Some(clients),
+            router,
+            std::future::pending(),
+            Limits::default(),
+        ));
+        let client = |identity: Option<reqwest::Identity>| {
+            let mut b = reqwest::Client::builder()
+                .add_root_certificate(reqwest::Certificate::from_pem(serving.ca_pem.as_bytes()).unwrap());
+            if let Some(id) = identity {
+                b = b.identity(id);
+            }
+            b.build().unwrap()
+        };
+        // A pod without the certificate: refused in the handshake.
+        assert!(client(None).get(format!("https://{addr}/")).send().await.is_err());
+        // The apiserver with it: served.
+        let pem = format!("{}{}", client_cert.pem(), client_key.serialize_pem());
+        let id = reqwest::Identity::from_pem(pem.as_bytes()).unwrap();
+        let answer = client(Some(id)).get(format!("https://{addr}/")).send().await.unwrap();
+        assert_eq!(answer.text().await.unwrap(), "ok");
+        assert!(ClientAuth::from_pem(b"not a certificate").is_err());
     }
 }

@@ -44,6 +44,8 @@ pub struct Config {
     pub user_agent: String,
     /// Responses longer than this are refused (default [`MAX_RESPONSE_BYTES`]).
     pub max_response_bytes: usize,
+    /// PEM CA certificates an `https://` endpoint is verified against, besides the system's.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl Config {
@@ -59,7 +61,15 @@ impl Config {
             login_timeout: DEFAULT_LOGIN_TIMEOUT,
             user_agent: crate::runtime::identity::user_agent(None),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            ca_pem: None,
         }
+    }
+
+    /// Trusts the CA certificates in `pem` for an `https://` endpoint (the StorageOS API's
+    /// own CA), so the credentials need not travel in plain HTTP.
+    pub fn with_ca_pem(mut self, pem: Vec<u8>) -> Self {
+        self.ca_pem = Some(pem);
+        self
     }
 
     /// Sets the User-Agent (the api-manager names itself).
@@ -173,13 +183,17 @@ impl Client {
         let base = base_url(&config.endpoint)?;
         // No redirects: a 307/308 would re-send the login body, password included, to wherever
         // it points. No proxy from *_PROXY: the credentials go to the endpoint and nowhere else.
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(config.request_timeout)
             .user_agent(config.user_agent)
             .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .build()
-            .map_err(Error::Build)?;
+            .no_proxy();
+        if let Some(pem) = &config.ca_pem {
+            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(Error::Build)? {
+                http = http.add_root_certificate(cert);
+            }
+        }
+        let http = http.build().map_err(Error::Build)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -851,5 +865,28 @@ mod tests {
         assert!(head.await.unwrap().contains("/v2/auth/login"));
         let followed = tokio::time::timeout(std::time::Duration::from_millis(300), elsewhere.accept()).await;
         assert!(followed.is_err(), "the login was re-sent to the redirect target");
+    }
+
+    #[tokio::test]
+    async fn an_https_endpoint_is_verified_against_the_configured_ca() {
+        let cert =
+            crate::runtime::pki::issue_serving_cert("sos", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
+        let slot = crate::runtime::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(crate::runtime::https::serve(
+            listener,
+            slot,
+            axum::Router::new(),
+            std::future::pending(),
+        ));
+        let url = format!("https://{addr}");
+        // Not trusted: a transport error, no request sent.
+        let untrusted = Client::new(Config::new(&url, "u", "p")).unwrap();
+        assert!(matches!(untrusted.login().await, Err(Error::Transport { .. })));
+        // With the CA: the TLS connection is made and the server answers (404 here).
+        let trusted = Client::new(Config::new(&url, "u", "p").with_ca_pem(cert.ca_pem.into_bytes())).unwrap();
+        let err = trusted.login().await.unwrap_err();
+        assert!(!matches!(err, Error::Transport { .. }), "{err:?}");
     }
 }

@@ -343,19 +343,32 @@ async fn observe_nodes(namespace: &str, ctx: &Context) -> Result<Option<NodeView
 }
 
 /// Every running Deployment and StatefulSet that uses StorageOS volumes, in all namespaces.
+/// Every list goes a page at a time; of the PVs only StorageOS ones are kept, and of the
+/// Deployments and StatefulSets only those that qualify (this runs at every ScalingDown poll).
 async fn candidates(ctx: &Context) -> Result<Vec<ScaledApp>, Error> {
-    let lp = ListParams::default();
+    use crate::runtime::cache::{LIST_PAGE, pick_in_pages};
+    use crate::storageos::kube::is_storageos_volume;
+
     let c = &ctx.client;
-    let deployments = Api::all(c.clone()).list(&lp).await?.items;
-    let statefulsets = Api::all(c.clone()).list(&lp).await?.items;
-    let pvcs: Vec<PersistentVolumeClaim> = Api::all(c.clone()).list(&lp).await?.items;
-    let pvs: Vec<PersistentVolume> = Api::all(c.clone()).list(&lp).await?.items;
-    let classes: Vec<StorageClass> = Api::all(c.clone()).list(&lp).await?.items;
-    Ok(apps::qualifying(
-        &deployments,
-        &statefulsets,
-        &Volumes::new(&pvcs, &pvs, &classes),
-    ))
+    let pvcs: Vec<PersistentVolumeClaim> = pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |p| p).await?;
+    let pvs: Vec<PersistentVolume> = pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |p| {
+        p.into_iter().filter(is_storageos_volume).collect()
+    })
+    .await?;
+    let classes: Vec<StorageClass> = Api::all(c.clone()).list(&ListParams::default()).await?.items;
+    let volumes = Volumes::new(&pvcs, &pvs, &classes);
+    let mut found = pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |deployments| {
+        apps::qualifying(&deployments, &[], &volumes)
+    })
+    .await?;
+    found.extend(
+        pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |statefulsets| {
+            apps::qualifying(&[], &statefulsets, &volumes)
+        })
+        .await?,
+    );
+    found.sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
+    Ok(found)
 }
 
 async fn observe_apps(

@@ -296,11 +296,36 @@ fn decode<T: serde::de::DeserializeOwned, L>(
         });
     match decoded {
         Ok(object) => Ok((request, object)),
+        // A PVC whose label asks for encryption is never admitted without keys, not even one
+        // the webhook cannot read.
+        Err(message) if webhook == "pvc" && request.object.as_ref().is_some_and(labelled_encrypted) => {
+            tracing::warn!(name = %request.name, %message, "denied an encrypted PVC the webhook cannot decode");
+            state
+                .metrics
+                .failed_closed
+                .get_or_create(&WebhookLabels { webhook: "pvc".into() })
+                .inc();
+            let answer = AdmissionResponse::from(&request).deny(format!(
+                "{message}; a PVC that asks for encryption is not admitted without keys"
+            ));
+            Err(Box::new(Json(answer.into_review())))
+        }
         Err(message) => {
             failed_open(state, webhook, &request, &message);
             Err(Box::new(respond(&request, None)))
         }
     }
+}
+
+/// Whether `object`'s own label asks for encryption (read without decoding it as a PVC).
+fn labelled_encrypted(object: &DynamicObject) -> bool {
+    object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(encryption::ENCRYPTION))
+        .and_then(|v| crate::go::parse_bool(v))
+        == Some(true)
 }
 
 fn failed_open<L>(
@@ -500,6 +525,27 @@ mod tests {
         let (r, failed) = review(with_class(), "/pods", pod, false, DEADLINE).await;
         assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1), "{r}");
         assert!(r.get("patch").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_pvc_whose_label_asks_for_encryption_is_denied() {
+        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "labels": {encryption::ENCRYPTION: "true"}},
+            "spec": {"storageClassName": 5}});
+        let (r, failed) = review(with_class(), "/pvcs", pvc, false, DEADLINE).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(false), 0), "{r}");
+        assert!(
+            r["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not admitted without keys"),
+            "{r}"
+        );
+        // Without the label it is admitted unchanged, as before.
+        let plain = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"}, "spec": {"storageClassName": 5}});
+        let (r, failed) = review(with_class(), "/pvcs", plain, false, DEADLINE).await;
+        assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1), "{r}");
     }
 
     #[tokio::test]

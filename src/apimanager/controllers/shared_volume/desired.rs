@@ -102,6 +102,23 @@ pub fn classify(v: &Volume) -> Candidate {
     })
 }
 
+/// [`classify`] of a volume that StorageOS keeps in its namespace `storageos_namespace` (None
+/// when that namespace is not known): a shared volume whose CSI labels name another Kubernetes
+/// namespace is invalid. The labels are writable through the StorageOS API, and the Service and
+/// Endpoints would otherwise be made wherever they point.
+pub fn classify_in(v: &Volume, storageos_namespace: Option<&str>) -> Candidate {
+    match classify(v) {
+        Candidate::Shared(sv) if storageos_namespace != Some(sv.namespace.as_str()) => Candidate::Invalid {
+            reason: format!(
+                "its label {LABEL_CSI_PVC_NAMESPACE} names namespace {:?}, but StorageOS keeps it in {:?}",
+                sv.namespace,
+                storageos_namespace.unwrap_or("an unknown namespace")
+            ),
+        },
+        other => other,
+    }
+}
+
 /// Parses `nfs.serviceEndpoint`: an `ip:port` (`[ip]:port` for IPv6) that Kubernetes Endpoints
 /// can hold, so no host names, port 0, loopback, link-local or multicast addresses.
 pub fn parse_nfs_endpoint(endpoint: &str) -> Result<SocketAddr, String> {
@@ -698,5 +715,20 @@ mod tests {
         let fix = endpoints_fix(&unowned, &sv, &o).unwrap();
         assert!(!fix.target_changed);
         assert_eq!(fix.object.metadata.owner_references, Some(vec![o]));
+    }
+
+    #[test]
+    fn a_volume_whose_labels_name_another_namespace_is_invalid() {
+        let v = volume(shared_json());
+        let Candidate::Shared(sv) = classify(&v) else {
+            panic!("shared")
+        };
+        assert!(matches!(classify_in(&v, Some(&sv.namespace)), Candidate::Shared(_)));
+        for other in [Some("kube-system"), None] {
+            let Candidate::Invalid { reason } = classify_in(&v, other) else {
+                panic!("{other:?} accepted")
+            };
+            assert!(reason.contains("but StorageOS keeps it in"), "{reason}");
+        }
     }
 }
