@@ -46,10 +46,11 @@ pub fn own_plane() -> &'static OwnPlane {
 }
 
 /// `n` consecutive free ports on 127.0.0.1 (the apiserver uses its port and the next three, etcd
-/// its port and the next), none of them in `avoid`.
+/// its port and the next), none of them in `avoid`. They lie below the kernel's ephemeral range
+/// (32768 and up), where an outgoing connection could take one between this check and the bind.
 fn free_ports(n: u16, avoid: &[u16]) -> u16 {
     loop {
-        let base = 21000 + rand::random::<u16>() % 30000;
+        let base = 21000 + rand::random::<u16>() % 11000;
         let ports = base..base + n;
         if ports.clone().any(|p| avoid.contains(&p)) {
             continue;
@@ -71,10 +72,14 @@ impl OwnPlane {
     /// A plane for this process alone; `kind` names its state directory, `real_node` adds the
     /// real kubelet node (`REAL_NODES=1`, which also uses the apiserver's port + 10 to + 15).
     pub fn start_with(kind: &str, real_node: bool) -> Self {
-        let k8s_port = free_ports(if real_node { 16 } else { 4 }, &[]);
-        let etcd_port = free_ports(2, &(k8s_port..k8s_port + 16).collect::<Vec<_>>());
         let state = std::env::temp_dir().join(format!("storageos-{kind}-plane-{}", std::process::id()));
-        let plane = Self {
+        let ports = || {
+            let k8s_port = free_ports(if real_node { 16 } else { 4 }, &[]);
+            let etcd_port = free_ports(2, &(k8s_port..k8s_port + 16).collect::<Vec<_>>());
+            (k8s_port, etcd_port)
+        };
+        let (k8s_port, etcd_port) = ports();
+        let mut plane = Self {
             state,
             k8s_port,
             etcd_port,
@@ -100,17 +105,19 @@ impl OwnPlane {
             .stderr(Stdio::null())
             .spawn()
             .expect("start the plane's watchdog");
-        // A component that fails to start on a loaded machine (seen once: kube-controller-manager)
-        // fails `up`, which stops what it started; a second attempt starts afresh.
+        // A component that fails to start on a loaded machine (seen once: kube-controller-manager;
+        // once a port taken between the check and the bind) fails `up`, which stops what it
+        // started; a second attempt starts afresh, on other ports.
         let mut out = plane.k8s_sh("up").output().expect("run hack/k8s.sh up");
         for _ in 0..2 {
             if out.status.success() {
                 break;
             }
             eprintln!(
-                "hack/k8s.sh up failed; trying again:\n{}",
+                "hack/k8s.sh up failed; trying again on other ports:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
+            (plane.k8s_port, plane.etcd_port) = ports();
             out = plane.k8s_sh("up").output().expect("run hack/k8s.sh up");
         }
         assert!(
