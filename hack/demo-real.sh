@@ -18,6 +18,8 @@ ARCHIVE=$ROOT/target/image/storageos-operator-debug.oci.tar
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 kc() { "$KUBECTL" "$@"; }
+# shellcheck source=hack/lib.sh
+source hack/lib.sh
 
 # The name a runtime stores a Docker Hub image under.
 qualified() {
@@ -47,21 +49,7 @@ say "applying hack/real-node (Secret and StorageOSCluster)"
 kc apply -f hack/real-node/storageos-secret.yaml -f hack/real-node/storageoscluster.yaml >/dev/null
 
 say "waiting for the cluster to become Running"
-deadline=$((SECONDS + 240))
-last=""
-while :; do
-  line=$(kc get stos storageos -n storageos-operator --no-headers 2>/dev/null || true)
-  [[ $line != "$last" && -n $line ]] && echo "    $line"
-  last=$line
-  if [[ $(kc get stos storageos -n storageos-operator -o jsonpath='{.status.phase} {.status.ready}' 2>/dev/null) == "Running 3/3" ]]; then
-    break
-  fi
-  if ((SECONDS > deadline)); then
-    echo "the cluster did not become Running in 240 s; see: kubectl -n storageos-operator logs deploy/storageos-operator" >&2
-    exit 1
-  fi
-  sleep 1
-done
+wait_cluster_running 240 "kubectl -n storageos-operator logs deploy/storageos-operator" || exit 1
 kc get stos -A
 
 say "waiting for the api-manager the operator rendered"

@@ -111,21 +111,7 @@ say "applying deploy/examples (Secret and StorageOSCluster)"
 kc apply -f deploy/examples/storageos-secret.yaml -f deploy/examples/storageoscluster.yaml >/dev/null
 
 say "waiting for the cluster to become Running"
-deadline=$((SECONDS + 180))
-last=""
-while :; do
-  line=$(kc get stos storageos -n storageos-operator --no-headers 2>/dev/null || true)
-  [[ $line != "$last" && -n $line ]] && echo "    $line"
-  last=$line
-  if [[ $(kc get stos storageos -n storageos-operator -o jsonpath='{.status.phase} {.status.ready}' 2>/dev/null) == "Running 3/3" ]]; then
-    break
-  fi
-  if ((SECONDS > deadline)); then
-    echo "the cluster did not become Running in 180 s; see $DEMO/operator.log" >&2
-    exit 1
-  fi
-  sleep 1
-done
+wait_cluster_running 180 "$DEMO/operator.log" || exit 1
 
 kc get stos -A
 

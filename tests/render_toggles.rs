@@ -344,25 +344,26 @@ fn a_pinned_old_scheduler_reads_the_config_version_of_its_release() {
     );
 }
 
-#[test]
-fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label() {
+/// The defaults case rendered with `labels` on the StorageOSCluster.
+fn with_cr_labels(labels: &[(&str, &str)]) -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
     let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
-    inputs.cluster.metadata.labels = Some(
-        [
-            ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
-            ("rbac.authorization.k8s.io/aggregate-to-admin", "true"),
-            ("node-role.kubernetes.io/control-plane", ""),
-            ("team", "storage"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into(),
-    );
-    let objs: Vec<Value> = render::build(&inputs)
+    inputs.cluster.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    render::build(&inputs)
         .unwrap()
         .iter()
         .map(|o| o.to_value().unwrap())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label() {
+    let objs = with_cr_labels(&[
+        ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
+        ("rbac.authorization.k8s.io/aggregate-to-admin", "true"),
+        ("node-role.kubernetes.io/control-plane", ""),
+        ("team", "storage"),
+    ]);
     let roles: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "ClusterRole").collect();
     assert!(!roles.is_empty());
     for o in &objs {
@@ -386,22 +387,11 @@ fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label(
 
 #[test]
 fn cr_labels_never_reach_rbac_objects() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
-    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
-    inputs.cluster.metadata.labels = Some(
-        [
-            ("example.com/aggregate-to-support", "true"),
-            ("olm.opgroup.permissions/aggregate-to-admin", "true"),
-            ("app", "storageos"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .into(),
-    );
-    let objs: Vec<Value> = render::build(&inputs)
-        .unwrap()
-        .iter()
-        .map(|o| o.to_value().unwrap())
-        .collect();
+    let objs = with_cr_labels(&[
+        ("example.com/aggregate-to-support", "true"),
+        ("olm.opgroup.permissions/aggregate-to-admin", "true"),
+        ("app", "storageos"),
+    ]);
     let rbac: Vec<&Value> = objs
         .iter()
         .filter(|o| ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"].contains(&o["kind"].as_str().unwrap()))
