@@ -221,7 +221,7 @@ pub struct SimulateArgs {
     pub kubeconfig: Option<PathBuf>,
 
     /// The same, in the cluster the simulator runs in as a pod (its ServiceAccount needs to
-    /// list and watch pods).
+    /// list and watch pods); outside a pod, the cluster of `KUBECONFIG`.
     #[arg(long)]
     pub in_cluster: bool,
 }

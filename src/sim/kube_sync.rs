@@ -5,7 +5,6 @@
 //! the pod starts or stops running): only pod changes produce actions.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -13,7 +12,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use super::Error;
 use super::http::Shared;
 use super::state::NodeSeed;
 use crate::storageos::models::Health;
@@ -108,29 +106,6 @@ pub fn plan_sync(seen: &Seen, pods: &[PodView], registered: &BTreeSet<String>) -
         }
     }
     (actions, next)
-}
-
-/// A Kubernetes client for the kubeconfig at `path`.
-pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> {
-    let err = |message: String| Error::Kube {
-        path: path.display().to_string(),
-        message,
-    };
-    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| err(e.to_string()))?;
-    kube::Client::try_from(cfg).map_err(|e| err(e.to_string()))
-}
-
-/// A Kubernetes client from the pod's ServiceAccount (`--in-cluster`).
-pub fn in_cluster_client() -> Result<kube::Client, Error> {
-    let err = |message: String| Error::Kube {
-        path: "the pod's ServiceAccount (in-cluster)".to_string(),
-        message,
-    };
-    let cfg = kube::Config::incluster().map_err(|e| err(e.to_string()))?;
-    kube::Client::try_from(cfg).map_err(|e| err(e.to_string()))
 }
 
 fn apply(shared: &Shared, actions: Vec<SyncAction>) {

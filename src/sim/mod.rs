@@ -40,9 +40,9 @@ pub enum Error {
     /// A control call was refused (same status and text the `/_sim/` API would answer).
     #[error("the simulator refused the request ({status}): {message}")]
     Rejected { status: u16, message: String },
-    /// The `--kubeconfig` mode could not start.
-    #[error("cannot use kubeconfig {path}: {message}; check the path and that the cluster is reachable")]
-    Kube { path: String, message: String },
+    /// The `--kubeconfig` or `--in-cluster` mode could not connect to Kubernetes.
+    #[error(transparent)]
+    Kube(#[from] crate::runtime::connect::Error),
 }
 
 impl From<ApiError> for Error {
@@ -294,8 +294,9 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
         ..Config::default()
     };
     let kube_client = match &args.kubeconfig {
-        Some(path) => Some(kube_sync::client_from_kubeconfig(path).await?),
-        None if args.in_cluster => Some(kube_sync::in_cluster_client()?),
+        Some(path) => Some(crate::runtime::connect::connect(Some(path), None).await?.client),
+        // In a pod without KUBECONFIG, the environment is the pod's ServiceAccount.
+        None if args.in_cluster => Some(crate::runtime::connect::connect(None, None).await?.client),
         None => None,
     };
     let handle = Simulator::start(config).await?;
