@@ -484,14 +484,15 @@ mod tests {
         let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new()
-            .route("/", axum::routing::get(|| async { "ok" }))
-            .route("/panic", axum::routing::get(|| async {
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" })).route(
+            "/panic",
+            axum::routing::get(|| async {
                 if std::hint::black_box(true) {
                     panic!("a handler bug");
                 }
                 "unreachable"
-            }));
+            }),
+        );
         tokio::spawn(serve_with(listener, slot, router, std::future::pending(), limits));
         (addr, cert.ca_pem)
     }
@@ -525,7 +526,9 @@ mod tests {
         let manifest = include_str!("../../Cargo.toml");
         let (_, release) = manifest.split_once("[profile.release]").unwrap();
         let section = release.split("\n[").next().unwrap();
-        let abort = section.lines().any(|l| l.replace(' ', "").starts_with("panic=\"abort\""));
+        let abort = section
+            .lines()
+            .any(|l| l.replace(' ', "").starts_with("panic=\"abort\""));
         assert!(!abort, "the release profile aborts on panic:{section}");
     }
 
