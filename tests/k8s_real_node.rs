@@ -312,6 +312,30 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
         "the pod webhook served by a real pod set the scheduler"
     );
 
+    // ---- nobody but the apiserver is served: the webhooks require the apiserver's client
+    // certificate (spec.apiManager.webhookClientCAConfigMap), so a caller on the pod network
+    // without it (this host reaches the pod IPs as any pod does) is refused in the handshake
+    for p in &api_managers {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        tokio::net::TcpStream::connect(format!("{ip}:9443"))
+            .await
+            .unwrap_or_else(|e| panic!("{}'s webhook port is not reachable: {e}", p.name_any()));
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()
+            .unwrap();
+        let answer = http
+            .post(format!("https://{ip}:9443/mutate-pvcs"))
+            .json(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}))
+            .send()
+            .await;
+        assert!(
+            answer.is_err(),
+            "{} answered a caller without a certificate: {answer:?}",
+            p.name_any()
+        );
+    }
+
     // ---- the leader goes: the other replica takes over, the Deployment replaces the pod, the
     // cluster stays Running and no StorageOS pod restarts
     Api::<Pod>::namespaced(client.clone(), OPERATOR_NS)
