@@ -18,6 +18,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::fencing;
+use storageos_operator::reasons;
 use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::Health;
 use support::{
@@ -520,7 +521,7 @@ async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
             &w.ns.name,
             Some("StorageOSCluster"),
             "held",
-            fencing::HELD_REASON,
+            reasons::FENCING_HELD.name(),
         )
     };
     let held = wait_for("the FencingHeld warning", POLL * 3, || async {
