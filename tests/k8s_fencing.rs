@@ -408,7 +408,7 @@ async fn a_forged_pause_annotation_does_not_suspend_fencing() {
             .await;
 }
 
-/// README: "if that [maintenance] cannot be read, they wait too". The fencer runs as an
+/// docs/features.md: "if that [maintenance] cannot be read, they wait too". The fencer runs as an
 /// api-manager whose role lacks the StorageOSCluster rule, so it cannot tell whether an upgrade
 /// runs: the offline node's pod is left alone over several polls. Given the rule back, the
 /// retry loop fences it.

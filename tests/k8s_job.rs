@@ -246,7 +246,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     assert_eq!(completed[0].type_.as_deref(), Some("Normal"));
 
     // Idle: no more writes to the Job, no second event, the spec never written, and no pod log
-    // read any more (README: logs are no longer read once the Job is done).
+    // read any more (docs/features.md: logs are no longer read once the Job is done).
     let before = jobs.get("cleanup-job").await.unwrap();
     let idle_from = chrono::Utc::now();
     tokio::time::sleep(job::POLL * 2).await;
@@ -259,7 +259,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
         [] as [String; 0],
         "a completed Job's pod logs are still read"
     );
-    // Logs are read incrementally (README): once a read of a pod's log returned lines, every
+    // Logs are read incrementally (docs/features.md): once a read of a pod's log returned lines, every
     // later read asks only for what came since (reads before the pod printed anything cannot).
     let mut reads: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for e in support::identity::audit_events(support::identity::OPERATOR, test_start) {
