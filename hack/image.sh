@@ -31,7 +31,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
     --debug) PROFILE=debug; shift ;;
-    --binary) BIN_SRC=$2; shift 2 ;;
+    --binary) BIN_SRC=$2; BIN_GIVEN=1; shift 2 ;;
     *) echo "usage: hack/image.sh [--out FILE] [--tag TAG] [--debug] [--binary FILE]" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +46,8 @@ if [[ -n $BIN_SRC ]]; then
   [[ -x $BIN_SRC ]] || { say "no executable at $BIN_SRC"; exit 1; }
 elif [[ $PROFILE == release ]]; then
   say "building the release binary"
-  cargo build --release --locked --bin storageos-operator
+  # Without the StorageOS simulator (feature `simulator`): not in a published image.
+  cargo build --release --locked --no-default-features --bin storageos-operator
   BIN_SRC=$ROOT/target/release/storageos-operator
 else
   say "building the debug binary"
@@ -75,6 +76,11 @@ chmod 1777 "$ROOTFS/tmp"
 if [[ $(id -u) == 0 ]] && command -v chroot >/dev/null; then
   say "checking the image's root filesystem: the binary runs as 65532"
   chroot --userspec=65532:65532 "$ROOTFS" /usr/local/bin/storageos-operator --version >&2
+  if [[ $PROFILE == release && -z ${BIN_GIVEN:-} ]] &&
+    chroot --userspec=65532:65532 "$ROOTFS" /usr/local/bin/storageos-operator simulate --help >/dev/null 2>&1; then
+    say "the release binary has the simulate subcommand; it must be built without feature simulator"
+    exit 1
+  fi
 fi
 
 say "writing the OCI archive"

@@ -16,6 +16,7 @@ pub mod rbac;
 pub mod reasons;
 pub mod render;
 pub mod runtime;
+#[cfg(feature = "simulator")]
 pub mod sim;
 pub mod storageos;
 pub mod telemetry;

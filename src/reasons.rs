@@ -175,6 +175,8 @@ reasons! {
         "Ready=True: the Job is done on every node, or the upgrade finished.";
     HOST_PATH_NOT_ALLOWED = "HostPathNotAllowed", ConditionAndEvent, "Job",
         "Ready=False: spec.hostPath is not in the operator's --job-host-paths; nothing runs.";
+    HOST_PATH_UNSAFE = "HostPathUnsafe", ConditionAndEvent, "Job",
+        "Ready=False: a kubelet refused spec.hostPath because it resolves outside the allowed directory (a symlink).";
     DAEMON_SET_CONFLICT = "DaemonSetConflict", ConditionAndEvent, "Job",
         "Ready=False: a DaemonSet of the Job's name exists and is not the Job's.";
     JOB_COMPLETED = "JobCompleted", Event, "Job",
