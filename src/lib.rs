@@ -13,6 +13,7 @@ pub mod job;
 pub mod operator;
 pub mod plugin;
 pub mod rbac;
+pub mod reasons;
 pub mod render;
 pub mod runtime;
 #[cfg(feature = "simulator")]

@@ -76,7 +76,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             addr: args.metrics_addr.clone(),
             source,
         })?;
-    health.set_ready(true);
+    health.set_ready();
 
     let identity = args
         .identity

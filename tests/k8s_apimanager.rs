@@ -288,7 +288,7 @@ async fn only_the_lease_holder_runs_controllers_and_another_replica_takes_over()
     let _ = mwcs.delete(&ns.name, &DeleteParams::default()).await;
 }
 
-/// Without `-enable-leader-election` every replica runs the controllers (README) and no Lease
+/// Without `-enable-leader-election` every replica runs the controllers (docs/features.md) and no Lease
 /// is taken.
 #[tokio::test]
 async fn without_leader_election_every_replica_runs_the_controllers() {

@@ -635,7 +635,8 @@ async fn m2_missing_etcd_tls_source_never_prunes_the_copy_and_l2_long_names_dele
 /// gets Ready=False with reason SecretNamespaceNotAllowed, and nothing is applied or pruned.
 #[tokio::test]
 async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused() {
-    use storageos_operator::runtime::trusted::{NAMESPACE_NOT_ALLOWED, TrustedNamespaces};
+    use storageos_operator::reasons::NAMESPACE_NOT_ALLOWED;
+    use storageos_operator::runtime::trusted::TrustedNamespaces;
 
     let _lock = support::cluster_lock();
     let ns = TestNamespace::new("trusted").await;
@@ -729,7 +730,7 @@ async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused()
         &tenant.name,
         Some("StorageOSCluster"),
         "storageos",
-        NAMESPACE_NOT_ALLOWED,
+        NAMESPACE_NOT_ALLOWED.name(),
     )
     .await;
     assert_eq!(events.len(), 1, "{events:?}");

@@ -18,6 +18,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::fencing;
+use storageos_operator::reasons;
 use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::Health;
 use support::{
@@ -407,7 +408,7 @@ async fn a_forged_pause_annotation_does_not_suspend_fencing() {
             .await;
 }
 
-/// README: "if that [maintenance] cannot be read, they wait too". The fencer runs as an
+/// docs/features.md: "if that [maintenance] cannot be read, they wait too". The fencer runs as an
 /// api-manager whose role lacks the StorageOSCluster rule, so it cannot tell whether an upgrade
 /// runs: the offline node's pod is left alone over several polls. Given the rule back, the
 /// retry loop fences it.
@@ -520,7 +521,7 @@ async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
             &w.ns.name,
             Some("StorageOSCluster"),
             "held",
-            fencing::HELD_REASON,
+            reasons::FENCING_HELD.name(),
         )
     };
     let held = wait_for("the FencingHeld warning", POLL * 3, || async {

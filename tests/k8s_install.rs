@@ -55,7 +55,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
         dir.path().join("operator.log"),
     );
 
-    // Then the Secret and the StorageOSCluster, as the README says.
+    // Then the Secret and the StorageOSCluster, as docs/install.md says.
     let _cluster = ExampleCluster {
         namespace: install::NAMESPACE,
     };
@@ -68,7 +68,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     })
     .await;
 
-    // Every child is server-side applied with the field manager `storageos-operator` (README).
+    // Every child is server-side applied with the field manager `storageos-operator` (docs/features.md).
     let ds = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), "kube-system")
         .get("storageos-daemonset")
         .await
@@ -83,7 +83,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     );
 
     // It holds the Lease `storageos-operator-lease` in its own namespace as its pod name, serves
-    // its probes, and reports the cluster reconciles under controller-runtime's names (README).
+    // its probes, and reports the cluster reconciles under controller-runtime's names (docs/features.md).
     let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin.clone(), install::NAMESPACE)
         .get("storageos-operator-lease")
         .await
@@ -207,7 +207,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     )
     .await;
 
-    // Uninstall in the README's order: the cluster first (the operator removes its objects).
+    // Uninstall in the order of docs/install.md: the cluster first (the operator removes its objects).
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
     wait_for("the operator to finish deleting the cluster", SETTLE, || async {
         clusters.get_opt("storageos").await.ok()?.is_none().then_some(())

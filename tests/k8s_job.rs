@@ -23,8 +23,9 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use storageos_operator::crd::{Job, JobStatus};
 use storageos_operator::job;
+use storageos_operator::reasons::{HOST_PATH_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED};
 use storageos_operator::runtime::metrics::ReconcileMetrics;
-use storageos_operator::runtime::trusted::{NAMESPACE_NOT_ALLOWED, TrustedNamespaces};
+use storageos_operator::runtime::trusted::TrustedNamespaces;
 use support::{TestNamespace, events, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(60);
@@ -245,7 +246,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     assert_eq!(completed[0].type_.as_deref(), Some("Normal"));
 
     // Idle: no more writes to the Job, no second event, the spec never written, and no pod log
-    // read any more (README: logs are no longer read once the Job is done).
+    // read any more (docs/features.md: logs are no longer read once the Job is done).
     let before = jobs.get("cleanup-job").await.unwrap();
     let idle_from = chrono::Utc::now();
     tokio::time::sleep(job::POLL * 2).await;
@@ -258,7 +259,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
         [] as [String; 0],
         "a completed Job's pod logs are still read"
     );
-    // Logs are read incrementally (README): once a read of a pod's log returned lines, every
+    // Logs are read incrementally (docs/features.md): once a read of a pod's log returned lines, every
     // later read asks only for what came since (reads before the pod printed anything cannot).
     let mut reads: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for e in support::identity::audit_events(support::identity::OPERATOR, test_start) {
@@ -440,7 +441,7 @@ async fn a_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemonse
         let s = status(&jobs.get("wide").await.ok()?);
         s.conditions?
             .into_iter()
-            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == job::HOST_PATH_NOT_ALLOWED)
+            .find(|c| c.type_ == "Ready" && c.status == "False" && c.reason == HOST_PATH_NOT_ALLOWED)
     })
     .await;
     assert!(
@@ -454,7 +455,7 @@ async fn a_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemonse
     })
     .await;
     assert!(daemonsets.get_opt("wide-daemonset-job").await.unwrap().is_none());
-    let warnings = events(&ns.client, &ns.name, Some("Job"), "wide", job::HOST_PATH_NOT_ALLOWED).await;
+    let warnings = events(&ns.client, &ns.name, Some("Job"), "wide", HOST_PATH_NOT_ALLOWED.name()).await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
 }
 
@@ -493,6 +494,13 @@ async fn a_job_in_a_namespace_that_is_not_trusted_gets_no_daemonset() {
             .items
             .is_empty()
     );
-    let warnings = events(&ns.client, &ns.name, Some("Job"), "tenant-job", NAMESPACE_NOT_ALLOWED).await;
+    let warnings = events(
+        &ns.client,
+        &ns.name,
+        Some("Job"),
+        "tenant-job",
+        NAMESPACE_NOT_ALLOWED.name(),
+    )
+    .await;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
 }

@@ -421,7 +421,7 @@ async fn job_reason(jobs: &Api<storageos_operator::crd::Job>, name: &str, want: 
 async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client) {
     use storageos_operator::crd::Job;
     use storageos_operator::job::daemonset::daemonset_name;
-    use storageos_operator::job::{HOST_PATH_NOT_ALLOWED, HOST_PATH_UNSAFE};
+    use storageos_operator::reasons::{HOST_PATH_NOT_ALLOWED, HOST_PATH_UNSAFE};
     let sfx = support::suffix();
     let root = std::path::Path::new("/var/lib/storageos");
     std::fs::create_dir_all(root).unwrap();
@@ -437,7 +437,7 @@ async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client
     // The default allow-list: exactly /var/lib/storageos. Refused before anything is made (so
     // even in the operator's own namespace, whose Pod Security level forbids host paths).
     apply_yaml(&job(OPERATOR_NS, "escape", &link).to_string());
-    let message = job_reason(&jobs, "escape", HOST_PATH_NOT_ALLOWED).await;
+    let message = job_reason(&jobs, "escape", HOST_PATH_NOT_ALLOWED.name()).await;
     assert!(message.contains(&link), "{message}");
     assert!(daemonsets.get_opt(&daemonset_name("escape")).await.unwrap().is_none());
     let _ = jobs.delete("escape", &DeleteParams::default()).await;
@@ -468,7 +468,7 @@ async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client
     apply_yaml(&job(&ns.name, "plain", &dir).to_string());
     job_reason(&jobs, "plain", "Completed").await;
     apply_yaml(&job(&ns.name, "escape-opt-in", &link).to_string());
-    let message = job_reason(&jobs, "escape-opt-in", HOST_PATH_UNSAFE).await;
+    let message = job_reason(&jobs, "escape-opt-in", HOST_PATH_UNSAFE.name()).await;
     assert!(message.contains(NODE) && message.contains(&link), "{message}");
     wait_for("the unsafe Job's DaemonSet to go", Duration::from_secs(60), || async {
         daemonsets

@@ -202,3 +202,65 @@ fn unknown_fields_a_missing_etcd_and_several_clusters_are_refused() {
     assert!(!out.status.success());
     assert!(stderr.contains("2 StorageOSClusters (first, second)"), "{stderr}");
 }
+
+/// Every StorageOSCluster example renders (checked against the CRD's schema and CEL rules, as the
+/// apiserver checks it), and each shows what it is an example of.
+#[test]
+fn every_cluster_example_renders_and_shows_its_setup() {
+    let mut examples: Vec<_> = std::fs::read_dir("deploy/examples")
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| std::fs::read_to_string(p).unwrap().contains("kind: StorageOSCluster"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 5, "{examples:?}");
+    let kinds = |docs: &[serde_json::Value], kind: &str| docs.iter().filter(|d| d["kind"] == kind).count();
+    let find = |docs: &[serde_json::Value], kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    for example in &examples {
+        let out = render(&["-f", example, "--secret", SECRET]);
+        assert!(
+            out.status.success(),
+            "{example}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let docs = documents(&out.stdout);
+        let node_pods = &find(&docs, "DaemonSet", "storageos-daemonset")["spec"]["template"]["spec"];
+        let config = &find(&docs, "ConfigMap", "storageos-node-config")["data"];
+        match example.trim_start_matches("deploy/examples/") {
+            "storageoscluster-etcd-tls.yaml" => {
+                assert_eq!(config["ETCD_ENDPOINTS"], "https://etcd.storageos-etcd.svc:2379");
+                assert!(
+                    node_pods.to_string().contains("storageos-tls-etcd"),
+                    "{example}: no TLS mount"
+                );
+            }
+            "storageoscluster-openshift.yaml" => {
+                find(&docs, "ClusterRoleBinding", "storageos:openshift-scc");
+            }
+            "storageoscluster-csi-statefulset.yaml" => {
+                find(&docs, "StatefulSet", "storageos-statefulset");
+                assert_eq!(
+                    kinds(&docs, "Deployment"),
+                    2,
+                    "{example}: api-manager and scheduler only"
+                );
+            }
+            "storageoscluster-storage-nodes.yaml" => {
+                let affinity = node_pods["affinity"].to_string();
+                assert!(affinity.contains("storageos.com/storage-node"), "{example}: {affinity}");
+                let tolerations = node_pods["tolerations"].to_string();
+                assert!(
+                    tolerations.contains("storageos.com/storage-node"),
+                    "{example}: {tolerations}"
+                );
+            }
+            "storageoscluster.yaml" => {}
+            other => panic!("{other}: a new example; say here what it shows"),
+        }
+    }
+}

@@ -43,6 +43,30 @@ pub struct ApiManagerMetrics {
     fencer_outcomes: Family<OutcomeOnly, Counter>,
     cert_expiry: Gauge,
     mirror: [Histogram; 6],
+    nodes: Family<HealthLabel, Gauge>,
+    volumes: Family<HealthLabel, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HealthLabel {
+    health: String,
+}
+
+/// The health of a StorageOS node as its API says it (and `nodes.api.storageos.com` shows it).
+pub const NODE_HEALTHS: [&str; 3] = ["online", "offline", "unknown"];
+/// The health of a volume as `volumes.api.storageos.com` shows it (`mirror::build`).
+pub const VOLUME_HEALTHS: [&str; 4] = ["healthy", "syncing", "degraded", "unavailable"];
+
+/// Sets `family` to the number of each health in `healths`; every one of `known` is set, at
+/// zero when none has it, so an alert sees the series go back to zero.
+fn set_counts<'a>(family: &Family<HealthLabel, Gauge>, known: &[&str], healths: impl Iterator<Item = &'a str>) {
+    let mut counts: std::collections::BTreeMap<&str, i64> = known.iter().map(|h| (*h, 0)).collect();
+    for h in healths {
+        *counts.entry(h).or_default() += 1;
+    }
+    for (health, n) in counts {
+        family.get_or_create(&HealthLabel { health: health.into() }).set(n);
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -133,8 +157,22 @@ impl ApiManagerMetrics {
             fencer_outcomes: Family::default(),
             cert_expiry: Gauge::default(),
             mirror: std::array::from_fn(|_| Histogram::new(buckets())),
+            nodes: Family::default(),
+            volumes: Family::default(),
         };
+        set_counts(&m.nodes, &NODE_HEALTHS, std::iter::empty());
+        set_counts(&m.volumes, &VOLUME_HEALTHS, std::iter::empty());
         let stos = registry.sub_registry_with_prefix("storageos");
+        stos.register(
+            "nodes",
+            "StorageOS nodes by health, at the leader's last complete read (0 on other replicas)",
+            m.nodes.clone(),
+        );
+        stos.register(
+            "volumes",
+            "StorageOS volumes of Kubernetes PVCs by health, as volumes.api.storageos.com shows them, at the leader's last complete read (0 on other replicas)",
+            m.volumes.clone(),
+        );
         stos.register(
             "api_helper_duration_seconds",
             "Duration of StorageOS API helper calls, by function",
@@ -188,6 +226,16 @@ impl ApiManagerMetrics {
     /// Records when the serving certificate in use expires.
     pub fn set_cert_expiry(&self, not_after: chrono::DateTime<chrono::Utc>) {
         self.cert_expiry.set(not_after.timestamp());
+    }
+
+    /// Sets `storageos_nodes{health}` from one complete node read.
+    pub fn set_nodes<'a>(&self, healths: impl Iterator<Item = &'a str>) {
+        set_counts(&self.nodes, &NODE_HEALTHS, healths);
+    }
+
+    /// Sets `storageos_volumes{health}` from one complete volume read.
+    pub fn set_volumes<'a>(&self, healths: impl Iterator<Item = &'a str>) {
+        set_counts(&self.volumes, &VOLUME_HEALTHS, healths);
     }
 
     /// Records the duration of one mirror step.
@@ -244,6 +292,23 @@ mod tests {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
         out
+    }
+
+    #[test]
+    fn health_counts_start_at_zero_and_go_back_to_it() {
+        let mut registry = Registry::default();
+        let m = ApiManagerMetrics::register(&mut registry);
+        assert!(render(&registry).contains(r#"storageos_nodes{health="offline"} 0"#));
+        assert!(render(&registry).contains(r#"storageos_volumes{health="degraded"} 0"#));
+        m.set_nodes(["online", "offline", "offline"].into_iter());
+        m.set_volumes(["healthy", "degraded"].into_iter());
+        let text = render(&registry);
+        assert!(text.contains(r#"storageos_nodes{health="offline"} 2"#), "{text}");
+        assert!(text.contains(r#"storageos_nodes{health="online"} 1"#), "{text}");
+        assert!(text.contains(r#"storageos_volumes{health="degraded"} 1"#), "{text}");
+        m.set_nodes(["online"].into_iter());
+        let text = render(&registry);
+        assert!(text.contains(r#"storageos_nodes{health="offline"} 0"#), "{text}");
     }
 
     #[tokio::test]

@@ -214,6 +214,10 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
     };
     // The StorageOS login (for the controllers) goes on meanwhile, whatever the certificates do.
+    health.set_waiting_for(format!(
+        "the webhook serving certificate (Secret {}/{}) and the webhook server; the log says what holds them up",
+        manager.secret_namespace, manager.secret_name
+    ));
     let login = connect(&args, &api_metrics, &helper_metrics);
     tokio::pin!(login);
     let mut api = None;
@@ -259,7 +263,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         std::future::pending(),
         https::Limits::default(),
     ));
-    health.set_ready(true);
+    health.set_ready();
     tracing::info!(addr = %args.webhook_addr, namespace = %namespace, "serving webhooks");
 
     // 2. No leader election and no controllers until the StorageOS API answers.

@@ -12,12 +12,13 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::StorageOSCluster;
+use crate::reasons;
 use crate::render::labels::CLUSTER_LABEL;
 use crate::runtime::apply::FIELD_MANAGER;
 use crate::runtime::conditions;
 
 /// Condition naming the image fields whose Go defaults were replaced.
-pub const GO_DEFAULTS_CONDITION: &str = "GoDefaultImagesReplaced";
+pub const GO_DEFAULTS_CONDITION: &str = reasons::GO_DEFAULT_IMAGES_REPLACED.name();
 
 /// Cluster-scoped objects only the Go operator created: the NFS provisioner's role (the
 /// NFSServer CRD is not shipped any more) and its binding to the node ServiceAccount.
@@ -116,7 +117,7 @@ pub fn note_replaced_images(
                 conds,
                 GO_DEFAULTS_CONDITION,
                 true,
-                "GoDefaults",
+                reasons::GO_DEFAULTS,
                 &message,
                 generation,
                 now,

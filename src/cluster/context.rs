@@ -11,6 +11,7 @@ use kube::runtime::reflector::Store;
 
 use super::metrics::ClusterMetrics;
 use crate::crd::StorageOSCluster;
+use crate::reasons::Reason;
 use crate::render::DefaultImages;
 use crate::runtime::apply::Applier;
 use crate::runtime::controller::Kit;
@@ -128,7 +129,7 @@ impl Context {
     }
 
     /// Publishes an event on `cluster`; failures are logged, never fatal.
-    pub async fn event(&self, cluster: &StorageOSCluster, type_: EventType, reason: &str, note: String) {
+    pub async fn event(&self, cluster: &StorageOSCluster, type_: EventType, reason: Reason, note: String) {
         self.kit.event(cluster, type_, reason, note).await;
     }
 }

@@ -20,6 +20,7 @@ use super::error::{Error, Step};
 use super::ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
 use super::status::phase;
 use crate::crd::StorageOSCluster;
+use crate::reasons::{self, Reason};
 use crate::runtime::{cache, conditions, finalizer};
 
 use crate::storageos::kube::{is_storageos_volume, storageos_claims};
@@ -52,7 +53,7 @@ pub fn pods_using_volumes(pvs: &[PersistentVolume], pods: &[Pod]) -> Vec<String>
 async fn set_terminating(
     cluster: &StorageOSCluster,
     ctx: &Context,
-    ready_reason: &str,
+    ready_reason: Reason,
     message: &str,
 ) -> Result<(), Error> {
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
@@ -123,24 +124,24 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
                     shown.join(", ")
                 );
                 if cluster.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(phase::TERMINATING) {
-                    ctx.event(cluster, EventType::Warning, "Terminating", message.clone())
+                    ctx.event(cluster, EventType::Warning, reasons::TERMINATING, message.clone())
                         .await;
                 }
-                set_terminating(cluster, ctx, "DeletionBlocked", &message).await?;
+                set_terminating(cluster, ctx, reasons::DELETION_BLOCKED, &message).await?;
                 return Ok(Action::requeue(Duration::from_secs(10)));
             }
         }
         ctx.event(
             cluster,
             EventType::Normal,
-            "Terminating",
+            reasons::TERMINATING,
             "deleting every object of the StorageOS cluster".into(),
         )
         .await;
         set_terminating(
             cluster,
             ctx,
-            "Terminating",
+            reasons::TERMINATING,
             "deleting every object of the StorageOS cluster",
         )
         .await?;

@@ -1,5 +1,10 @@
-//! `storageos_cluster_ready{namespace,name}`: 1 while a StorageOSCluster's Ready condition is
-//! True, else 0, so that an alert can fire on a cluster that stays not Ready.
+//! `storageos_cluster_ready{cluster_namespace,name}`: 1 while a StorageOSCluster's Ready
+//! condition is True, else 0, so that an alert can fire on a cluster that stays not Ready.
+//!
+//! The cluster's namespace is `cluster_namespace`, not `namespace`: prometheus-operator gives
+//! every scraped series the `namespace` of its target (the operator's own namespace), which
+//! would rename ours to `exported_namespace` unless the ServiceMonitor set `honorLabels`, and
+//! that would let a target overwrite any target label.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -10,7 +15,7 @@ use crate::crd::StorageOSClusterStatus;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterLabels {
-    namespace: String,
+    cluster_namespace: String,
     name: String,
 }
 
@@ -41,7 +46,7 @@ impl ClusterMetrics {
             .any(|c| c.type_ == "Ready" && c.status == "True");
         self.ready
             .get_or_create(&ClusterLabels {
-                namespace: namespace.into(),
+                cluster_namespace: namespace.into(),
                 name: name.into(),
             })
             .set(i64::from(ready));
@@ -51,7 +56,7 @@ impl ClusterMetrics {
     /// so no alert fires for a cluster that is not there.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.ready.remove(&ClusterLabels {
-            namespace: namespace.into(),
+            cluster_namespace: namespace.into(),
             name: name.into(),
         });
     }
@@ -73,7 +78,7 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains(r#"name="a""#), "{text}");
         assert!(
-            text.contains(r#"storageos_cluster_ready{namespace="ns",name="b"} 0"#),
+            text.contains(r#"storageos_cluster_ready{cluster_namespace="ns",name="b"} 0"#),
             "{text}"
         );
     }

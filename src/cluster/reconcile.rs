@@ -18,9 +18,12 @@ use super::ownership::{FINALIZER, PAUSED_BY_ANNOTATION, children_selector, owned
 use super::status::{self, phase};
 use super::{adopt, config, finalize, select};
 use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
+use crate::reasons::{
+    self, NAMESPACE_NOT_ALLOWED, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED,
+};
 use crate::render::{self, Inputs, labels, scheduling};
 use crate::runtime::conditions::{self, now};
-use crate::runtime::trusted::{NAMESPACE_NOT_ALLOWED, TrustedNamespaces};
+use crate::runtime::trusted::TrustedNamespaces;
 use crate::runtime::{apply, finalizer};
 
 /// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
@@ -50,7 +53,7 @@ pub struct ApplyFailure {
     /// The apiserver's answer.
     pub reason: String,
     /// The condition reason for this failure alone (`ApplyFailed`, `ForeignObject`).
-    pub condition: &'static str,
+    pub condition: Reason,
 }
 
 /// The Ready=False message of a pass in which `failures` of `total` objects were refused.
@@ -82,14 +85,14 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
 }
 
 /// The condition reason for a failed reconcile step.
-fn failure_reason(e: &Error) -> &'static str {
+fn failure_reason(e: &Error) -> Reason {
     if e.api_code() == Some(403) {
-        return "Forbidden";
+        return reasons::FORBIDDEN;
     }
     match e {
-        Error::Apply(_) | Error::ApplyFailed { .. } => "ApplyFailed",
-        Error::Kube { .. } => "KubernetesError",
-        Error::StorageOS { .. } => "StorageOSError",
+        Error::Apply(_) | Error::ApplyFailed { .. } => reasons::APPLY_FAILED,
+        Error::Kube { .. } => reasons::KUBERNETES_ERROR,
+        Error::StorageOS { .. } => reasons::STORAGEOS_ERROR,
     }
 }
 
@@ -152,7 +155,7 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
         return pending(cluster, &api, ctx).await;
     }
     if let Some((reason, message)) = paused(cluster) {
-        tracing::info!(cluster = %cluster.name_any(), reason, "paused; not reconciling");
+        tracing::info!(cluster = %cluster.name_any(), %reason, "paused; not reconciling");
         let previous = cluster.status.clone().unwrap_or_default();
         let mut status = previous.clone();
         let conds = status.conditions.get_or_insert_with(Vec::new);
@@ -167,17 +170,17 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
 pub const PAUSED: &str = "Paused";
 
 /// Why `cluster` is paused (condition reason and message), or None when it is not.
-pub fn paused(cluster: &StorageOSCluster) -> Option<(&'static str, String)> {
+pub fn paused(cluster: &StorageOSCluster) -> Option<(Reason, String)> {
     if cluster.spec.pause == Some(true) {
         return Some((
-            "SpecPause",
+            reasons::SPEC_PAUSE,
             "spec.pause is true: changes are not applied and deleted objects are not recreated until it is false"
                 .into(),
         ));
     }
     let upgrade = cluster.annotations().get(PAUSED_BY_ANNOTATION)?;
     Some((
-        "UpgradeInProgress",
+        reasons::UPGRADE_IN_PROGRESS,
         format!(
             "StorageOSUpgrade {upgrade} is upgrading the cluster; reconciling resumes when it completes or is deleted"
         ),
@@ -213,7 +216,7 @@ async fn not_allowed(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ct
 /// Why `cluster` (in a trusted namespace) may not be rendered: a Secret reference or the operand
 /// namespace names a namespace outside its own and the trusted ones (condition reason and
 /// message), or None.
-pub fn namespace_refusal(cluster: &StorageOSCluster, trusted: &TrustedNamespaces) -> Option<(&'static str, String)> {
+pub fn namespace_refusal(cluster: &StorageOSCluster, trusted: &TrustedNamespaces) -> Option<(Reason, String)> {
     let own = cluster.namespace().unwrap_or_default();
     let spec = &cluster.spec;
     let mut refs = vec![("secretRefNamespace", spec.secret_ref_namespace.clone())];
@@ -244,11 +247,6 @@ pub fn namespace_refusal(cluster: &StorageOSCluster, trusted: &TrustedNamespaces
     None
 }
 
-/// Condition reason of a cluster whose Secret reference leaves the trusted namespaces.
-pub const SECRET_NAMESPACE_NOT_ALLOWED: &str = "SecretNamespaceNotAllowed";
-/// Condition reason of a cluster whose `spec.namespace` is not a trusted namespace.
-pub const OPERAND_NAMESPACE_NOT_ALLOWED: &str = "OperandNamespaceNotAllowed";
-
 /// Marks a cluster that is not the active one, once, and checks back for a takeover.
 async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
     // A duplicate waiting its turn runs nothing: no readiness series (the alert would fire).
@@ -257,7 +255,7 @@ async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &
         ctx.event(
             cluster,
             EventType::Warning,
-            "FailedCreation",
+            reasons::FAILED_CREATION,
             "can't create more than one storageos cluster".into(),
         )
         .await;
@@ -271,7 +269,7 @@ async fn pending(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &
         &mut conds,
         "Ready",
         false,
-        "DuplicateCluster",
+        reasons::DUPLICATE_CLUSTER,
         msg,
         cluster.meta().generation,
         &now,
@@ -307,7 +305,7 @@ async fn not_ready(
     cluster: &StorageOSCluster,
     api: &Api<StorageOSCluster>,
     ctx: &Context,
-    reason: &str,
+    reason: Reason,
     message: String,
 ) -> Result<(), Error> {
     let previous = cluster.status.clone().unwrap_or_default();
@@ -319,7 +317,8 @@ async fn not_ready(
     let news = conditions::set_not_ready(&mut conds, reason, &message, cluster.meta().generation);
     status.conditions = Some(conds);
     if news {
-        ctx.event(cluster, EventType::Warning, "FailedCreation", message).await;
+        ctx.event(cluster, EventType::Warning, reasons::FAILED_CREATION, message)
+            .await;
     }
     write_status(ctx, api, cluster, &previous, status).await
 }
@@ -365,7 +364,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
             "Secret {}/{} with the StorageOS API credentials does not exist; create it (keys username and password)",
             spec.secret_ref_namespace, spec.secret_ref_name
         );
-        not_ready(cluster, api, ctx, "SecretNotFound", msg).await?;
+        not_ready(cluster, api, ctx, reasons::SECRET_NOT_FOUND, msg).await?;
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
     // The node pods mount the copy of the etcd TLS Secret: without its source, applying would
@@ -376,7 +375,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         let msg = format!(
             "Secret {ns}/{name} with the etcd TLS client certificate does not exist; create it (or remove tlsEtcdSecretRefName); nothing is changed meanwhile"
         );
-        not_ready(cluster, api, ctx, "EtcdTLSSecretNotFound", msg).await?;
+        not_ready(cluster, api, ctx, reasons::ETCD_TLS_SECRET_NOT_FOUND, msg).await?;
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
     let objects = match render::build(&inputs) {
@@ -387,7 +386,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
                 cluster,
                 api,
                 ctx,
-                "InvalidSpec",
+                reasons::INVALID_SPEC,
                 format!("cannot render the cluster: {e}"),
             )
             .await?;
@@ -451,7 +450,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         // A more telling reason (ForeignObject) when every failure has it.
         let reason = match failures.first().map(|f| f.condition) {
             Some(first) if failures.iter().all(|f| f.condition == first) => first,
-            _ => "ApplyFailed",
+            _ => reasons::APPLY_FAILED,
         };
         not_ready(cluster, api, ctx, reason, message.clone()).await?;
         return Err(Error::ApplyFailed {
@@ -476,7 +475,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         ctx.event(
             cluster,
             EventType::Normal,
-            "Adopted",
+            reasons::ADOPTED,
             format!("removed {removed}, which only the Go operator used"),
         )
         .await;
@@ -597,7 +596,7 @@ async fn update_status(
         &now,
     );
     if let Some(message) = news {
-        ctx.event(cluster, EventType::Normal, adopt::GO_DEFAULTS_CONDITION, message)
+        ctx.event(cluster, EventType::Normal, reasons::GO_DEFAULT_IMAGES_REPLACED, message)
             .await;
     }
     // Only a cluster that was paused carries the condition; it now says it is not.
@@ -608,7 +607,7 @@ async fn update_status(
             conds,
             PAUSED,
             false,
-            "Resumed",
+            reasons::RESUMED,
             "the cluster is reconciled again",
             generation,
             &now,
@@ -623,7 +622,7 @@ async fn update_status(
             format!("{ready} StorageOS nodes are functional")
         };
         let type_ = if all { EventType::Normal } else { EventType::Warning };
-        ctx.event(cluster, type_, "ChangedStatus", note).await;
+        ctx.event(cluster, type_, reasons::CHANGED_STATUS, note).await;
     }
     write_status(ctx, api, cluster, &previous, status.clone()).await?;
     Ok(status)
@@ -744,12 +743,12 @@ mod tests {
             ApplyFailure {
                 object: "DaemonSet ns/storageos-daemonset".into(),
                 reason: "403 Forbidden: denied by policy".into(),
-                condition: "ApplyFailed",
+                condition: reasons::APPLY_FAILED,
             },
             ApplyFailure {
                 object: "Service ns/storageos".into(),
                 reason: "422 Invalid: duplicate port".into(),
-                condition: "ApplyFailed",
+                condition: reasons::APPLY_FAILED,
             },
         ];
         let m = apply_failed_message(&failures, 40);

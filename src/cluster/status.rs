@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::crd::{ContainerImages, MembersStatus, StorageOSClusterStatus};
+use crate::reasons;
 use crate::runtime::conditions;
 use crate::storageos::models::{Health, Node as ApiNode};
 
@@ -99,26 +100,26 @@ pub fn compute(obs: &Observation<'_>) -> StorageOSClusterStatus {
     let (ready_ok, reason, message) = if total == 0 {
         (
             false,
-            "NoNodesSelected",
+            reasons::NO_NODES_SELECTED,
             "no node matches spec.nodeSelectorTerms with tolerated taints; check the selector and tolerations"
                 .to_string(),
         )
     } else if ready.len() == total {
         (
             true,
-            "ClusterReady",
+            reasons::CLUSTER_READY,
             format!("{ready_str} StorageOS nodes are functional"),
         )
     } else if let Err(e) = &obs.api_nodes {
         (
             false,
-            "StorageOSAPIUnavailable",
+            reasons::STORAGEOS_API_UNAVAILABLE,
             format!("{ready_str} nodes ready; cannot read node health from the StorageOS API: {e}"),
         )
     } else {
         (
             false,
-            "NodesNotReady",
+            reasons::NODES_NOT_READY,
             format!(
                 "{ready_str} StorageOS nodes are functional; not ready: {}",
                 summarise(&unready)
@@ -131,7 +132,7 @@ pub fn compute(obs: &Observation<'_>) -> StorageOSClusterStatus {
         &mut conds,
         "Progressing",
         creating,
-        if creating { "Creating" } else { "Stable" },
+        if creating { reasons::CREATING } else { reasons::STABLE },
         if creating {
             message.clone()
         } else {
@@ -145,7 +146,11 @@ pub fn compute(obs: &Observation<'_>) -> StorageOSClusterStatus {
         &mut conds,
         "Degraded",
         degraded,
-        if degraded { "NodesLost" } else { "AsExpected" },
+        if degraded {
+            reasons::NODES_LOST
+        } else {
+            reasons::AS_EXPECTED
+        },
         if degraded { message } else { String::new() },
         g,
         now,

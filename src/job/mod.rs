@@ -28,6 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Job;
+use crate::reasons::Reason;
 use crate::runtime::apply::{self, Applier};
 use crate::runtime::controller::{Kit, controlling_owner, drain};
 use crate::runtime::metrics::ReconcileMetrics;
@@ -55,13 +56,6 @@ pub enum Error {
     )]
     InvalidLabelSelector(String),
 }
-
-/// Reason of the condition and Warning event of a Job whose `hostPath` is not allowed.
-pub const HOST_PATH_NOT_ALLOWED: &str = "HostPathNotAllowed";
-/// Reason of the condition and Warning event of a Job whose `hostPath`, under a subtree entry
-/// of the allow-list, a kubelet refused to mount because it resolves outside the allowed
-/// directory (a symlink). Its DaemonSet is removed and not made again until the Job changes.
-pub const HOST_PATH_UNSAFE: &str = "HostPathUnsafe";
 
 /// (namespace, name) of a Job.
 pub type JobKey = (String, String);
@@ -137,7 +131,7 @@ impl Context {
     }
 
     /// Publishes an event on `job`; failures are logged, never fatal.
-    pub async fn event(&self, job: &Job, type_: EventType, reason: &str, note: String) {
+    pub async fn event(&self, job: &Job, type_: EventType, reason: Reason, note: String) {
         self.kit.event(job, type_, reason, note).await;
     }
 

@@ -19,12 +19,11 @@ use super::logs::{self, LogCursor};
 use super::status::{self, PodView};
 use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
+use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
 use crate::runtime::conditions::{self, now};
 use crate::runtime::controller::is_controlled_by;
-use crate::runtime::trusted::NAMESPACE_NOT_ALLOWED;
 
-/// Reason and note of the event sent once when a Job completes (the Go operator's).
-pub const COMPLETED_REASON: &str = "JobCompleted";
+/// Note of the event sent once when a Job completes (the Go operator's; reason `JobCompleted`).
 pub const COMPLETED_NOTE: &str = "Job Completed. Safe to delete.";
 /// Logs read at the same time, so a Job on many nodes is checked quickly but gently.
 const PARALLEL_LOG_READS: usize = 8;
@@ -66,7 +65,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
             delete_daemonset(&daemonsets, live).await?;
         }
         let msg = ctx.host_paths.refusal(&job.spec.host_path);
-        not_ready(&job, &jobs, &ctx, super::HOST_PATH_NOT_ALLOWED, msg).await?;
+        not_ready(&job, &jobs, &ctx, reasons::HOST_PATH_NOT_ALLOWED, msg).await?;
         return Ok(Action::await_change());
     };
 
@@ -82,7 +81,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
     let desired = match daemonset::build_mounting(&job, &mount) {
         Ok(ds) => ds,
         Err(e @ Error::InvalidLabelSelector(_)) => {
-            not_ready(&job, &jobs, &ctx, "InvalidSpec", e.to_string()).await?;
+            not_ready(&job, &jobs, &ctx, reasons::INVALID_SPEC, e.to_string()).await?;
             return Ok(Action::await_change());
         }
         Err(e) => return Err(e),
@@ -93,7 +92,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
             let msg = format!(
                 "DaemonSet {ns}/{ds_name} exists and is not controlled by this Job; delete it or give the Job another name"
             );
-            not_ready(&job, &jobs, &ctx, "DaemonSetConflict", msg).await?;
+            not_ready(&job, &jobs, &ctx, reasons::DAEMON_SET_CONFLICT, msg).await?;
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
         if !daemonset::has_own_selector(live, &name) {
@@ -111,7 +110,14 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         .apply(&value, owner.as_ref().map(|o| (o, ns.as_str())))
         .await
     {
-        not_ready(&job, &jobs, &ctx, "ApplyFailed", format!("cannot apply {ds_name}: {e}")).await?;
+        not_ready(
+            &job,
+            &jobs,
+            &ctx,
+            reasons::APPLY_FAILED,
+            format!("cannot apply {ds_name}: {e}"),
+        )
+        .await?;
         return Err(e.into());
     }
 
@@ -148,7 +154,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
              never mounted; remove the link on that node, or change spec.hostPath",
             job.spec.host_path, mount.volume
         );
-        not_ready(&job, &jobs, &ctx, super::HOST_PATH_UNSAFE, msg).await?;
+        not_ready(&job, &jobs, &ctx, reasons::HOST_PATH_UNSAFE, msg).await?;
         return Ok(Action::await_change());
     }
     let (views, log_error) = read_logs(&ctx, &key, &ns, &job.spec.completion_word, &pods).await;
@@ -170,20 +176,28 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
             .find(|c| c.type_ == "Progressing")
             .map(|c| format!("{}; {err}", c.message))
             .unwrap_or(err);
-        conditions::set(conds, "Progressing", true, "Running", msg, job.meta().generation, &now);
+        conditions::set(
+            conds,
+            "Progressing",
+            true,
+            reasons::RUNNING,
+            msg,
+            job.meta().generation,
+            &now,
+        );
     }
     write_status(&jobs, &job, &previous, &next).await?;
     if next.completed == Some(true) {
         tracing::info!(job = %name, namespace = %ns, nodes = next.nodes_total.unwrap_or(0), "job completed");
         ctx.mark_completed(&key, uid);
-        ctx.event(&job, EventType::Normal, COMPLETED_REASON, COMPLETED_NOTE.into())
+        ctx.event(&job, EventType::Normal, reasons::JOB_COMPLETED, COMPLETED_NOTE.into())
             .await;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(POLL))
 }
 
-/// Whether the Job's current spec was already refused as [`super::HOST_PATH_UNSAFE`].
+/// Whether the Job's current spec was already refused as [`reasons::HOST_PATH_UNSAFE`].
 fn refused_before(job: &Job) -> bool {
     let conditions = job
         .status
@@ -193,7 +207,7 @@ fn refused_before(job: &Job) -> bool {
     conditions.iter().any(|c| {
         c.type_ == "Ready"
             && c.status == "False"
-            && c.reason == super::HOST_PATH_UNSAFE
+            && c.reason == reasons::HOST_PATH_UNSAFE
             && c.observed_generation == job.meta().generation
     })
 }
@@ -281,7 +295,7 @@ async fn write_status(api: &Api<Job>, job: &Job, previous: &JobStatus, status: &
 }
 
 /// Sets Ready=False with `reason`, sends a Warning event the first time, writes status.
-async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: &str, message: String) -> Result<(), Error> {
+async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: Reason, message: String) -> Result<(), Error> {
     let previous = job.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     if status.completed.is_none() {

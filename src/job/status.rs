@@ -7,6 +7,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::crd::JobStatus;
+use crate::reasons;
 use crate::runtime::conditions;
 
 /// One of the Job's pods as the completion check sees it.
@@ -54,19 +55,21 @@ pub fn compute(o: &Observation) -> JobStatus {
     let complete = is_complete(o.desired, o.pods);
     let progress = format!("{finished}/{total}");
     let mut conds = previous.conditions.clone().unwrap_or_default();
-    if complete {
+    let (reason, msg) = if complete {
         let msg = format!("every selected node ({total}) printed the completion word; safe to delete");
-        conditions::set(&mut conds, "Ready", true, "Completed", msg.clone(), o.generation, o.now);
-        conditions::set(&mut conds, "Progressing", false, "Completed", msg, o.generation, o.now);
+        (reasons::COMPLETED, msg)
+    } else if total == 0 {
+        (
+            reasons::RUNNING,
+            "waiting for the DaemonSet to select nodes".to_string(),
+        )
     } else {
-        let msg = if total == 0 {
-            "waiting for the DaemonSet to select nodes".to_string()
-        } else {
-            format!("{finished} of {total} nodes printed the completion word")
-        };
-        conditions::set(&mut conds, "Ready", false, "Running", msg.clone(), o.generation, o.now);
-        conditions::set(&mut conds, "Progressing", true, "Running", msg, o.generation, o.now);
-    }
+        let msg = format!("{finished} of {total} nodes printed the completion word");
+        (reasons::RUNNING, msg)
+    };
+    let (generation, now) = (o.generation, o.now);
+    conditions::set(&mut conds, "Ready", complete, reason, msg.clone(), generation, now);
+    conditions::set(&mut conds, "Progressing", !complete, reason, msg, generation, now);
     JobStatus {
         completed: Some(complete),
         nodes_completed: Some(finished),

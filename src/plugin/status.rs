@@ -11,6 +11,7 @@ use kube::{Client, ResourceExt};
 
 use crate::cluster::ownership::selector;
 use crate::crd::{StorageOSCluster, StorageOSNode, StorageOSUpgrade, StorageOSVolume};
+use crate::reasons;
 use crate::render::labels;
 
 #[derive(Debug, clap::Args)]
@@ -177,7 +178,7 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
     // Fencing in the last hour.
     let hour_ago = chrono::Utc::now() - chrono::Duration::hours(1);
     let fenced: Vec<String> = Api::<Event>::all(client.clone())
-        .list(&ListParams::default().fields("reason=Fenced"))
+        .list(&ListParams::default().fields(&format!("reason={}", reasons::FENCED)))
         .await
         .map(|l| l.items)
         .unwrap_or_default()

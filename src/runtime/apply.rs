@@ -24,6 +24,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::live::LiveIndex;
+use crate::reasons::{self, Reason};
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "storageos-operator";
@@ -65,10 +66,10 @@ impl Error {
     }
 
     /// The condition reason a reconciler reports for this error.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Error::Foreign(_) => "ForeignObject",
-            _ => "ApplyFailed",
+            Error::Foreign(_) => reasons::FOREIGN_OBJECT,
+            _ => reasons::APPLY_FAILED,
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::reasons::Reason;
+
 /// The current time, as conditions and status fields record it.
 pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
@@ -13,7 +15,7 @@ pub fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
     status: bool,
-    reason: &str,
+    reason: Reason,
     message: impl Into<String>,
     generation: Option<i64>,
     now: &Time,
@@ -43,7 +45,7 @@ pub fn set(
 
 /// Sets `Ready=False` with `reason` and `message`. Returns true when that is news (the
 /// condition did not already say exactly this), i.e. when a Warning event is due.
-pub fn set_not_ready(conditions: &mut Vec<Condition>, reason: &str, message: &str, generation: Option<i64>) -> bool {
+pub fn set_not_ready(conditions: &mut Vec<Condition>, reason: Reason, message: &str, generation: Option<i64>) -> bool {
     let news = !conditions
         .iter()
         .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason && c.message == message);
@@ -63,6 +65,7 @@ pub fn is_true(conditions: Option<&[Condition]>, type_: &str) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::reasons::{APPLY_FAILED, CLUSTER_READY, CREATING, SECRET_NOT_FOUND};
 
     fn t(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -71,11 +74,11 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_flips() {
         let mut cs = Vec::new();
-        set(&mut cs, "Ready", false, "Creating", "0/3", Some(1), &t(10));
-        set(&mut cs, "Ready", false, "Creating", "1/3", Some(1), &t(20));
+        set(&mut cs, "Ready", false, CREATING, "0/3", Some(1), &t(10));
+        set(&mut cs, "Ready", false, CREATING, "1/3", Some(1), &t(20));
         assert_eq!(cs[0].last_transition_time, t(10));
         assert_eq!(cs[0].message, "1/3");
-        set(&mut cs, "Ready", true, "ClusterReady", "3/3", Some(2), &t(30));
+        set(&mut cs, "Ready", true, CLUSTER_READY, "3/3", Some(2), &t(30));
         assert_eq!(cs[0].last_transition_time, t(30));
         assert!(is_true(Some(&cs), "Ready"));
         assert!(!is_true(Some(&cs), "Degraded"));
@@ -85,9 +88,9 @@ mod tests {
     #[test]
     fn not_ready_is_news_only_when_it_changes() {
         let mut cs = Vec::new();
-        assert!(set_not_ready(&mut cs, "SecretNotFound", "create it", Some(1)));
-        assert!(!set_not_ready(&mut cs, "SecretNotFound", "create it", Some(1)));
-        assert!(set_not_ready(&mut cs, "ApplyFailed", "cannot apply", Some(1)));
+        assert!(set_not_ready(&mut cs, SECRET_NOT_FOUND, "create it", Some(1)));
+        assert!(!set_not_ready(&mut cs, SECRET_NOT_FOUND, "create it", Some(1)));
+        assert!(set_not_ready(&mut cs, APPLY_FAILED, "cannot apply", Some(1)));
         assert_eq!(cs.len(), 1);
     }
 }

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use super::events::Recorder;
 use super::metrics::{ReconcileMetrics, ReconcileResult};
+use crate::reasons::Reason;
 
 /// The `P` that controls `child` (its owner reference with `controller: true`, when that names a
 /// `P`), in the child's namespace: how a watched child maps back to the object to reconcile.
@@ -120,7 +121,7 @@ impl Kit {
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.
-    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: Reason, note: String) {
         let ev = Event {
             type_,
             reason: reason.into(),

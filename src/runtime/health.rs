@@ -1,7 +1,6 @@
 //! The plain-HTTP server every process runs: `/metrics`, `/healthz` and `/readyz`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -10,25 +9,36 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-/// Readiness flag and metrics registry shared with the handlers.
+/// Readiness (None when ready, else why not) and metrics registry shared with the handlers.
 #[derive(Clone)]
 pub struct Health {
-    ready: Arc<AtomicBool>,
+    waiting_for: Arc<Mutex<Option<String>>>,
     registry: Arc<Registry>,
 }
 
 impl Health {
-    /// A server state that reports not-ready until [`Health::set_ready`] is called.
+    /// A server state that reports not-ready ("starting") until [`Health::set_ready`] is called.
     pub fn new(registry: Registry) -> Self {
         Self {
-            ready: Arc::new(AtomicBool::new(false)),
+            waiting_for: Arc::new(Mutex::new(Some("starting".into()))),
             registry: Arc::new(registry),
         }
     }
 
-    /// Marks the process ready (or not) for `/readyz`.
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
+    /// Marks the process ready for `/readyz`.
+    pub fn set_ready(&self) {
+        self.set(None);
+    }
+
+    /// Marks the process not ready for `/readyz`, which answers 503 saying it waits for `what`.
+    pub fn set_waiting_for(&self, what: impl Into<String>) {
+        self.set(Some(what.into()));
+    }
+
+    fn set(&self, waiting_for: Option<String>) {
+        if let Ok(mut w) = self.waiting_for.lock() {
+            *w = waiting_for;
+        }
     }
 
     /// Binds `addr` and serves the three endpoints in the background, with [`limits`].
@@ -64,11 +74,18 @@ pub fn limits() -> crate::runtime::https::Limits {
     }
 }
 
+/// 200 "ok", or 503 with what the process waits for.
 async fn readyz(State(h): State<Health>) -> impl IntoResponse {
-    if h.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    let waiting_for = match h.waiting_for.lock() {
+        Ok(w) => w.clone(),
+        Err(_) => Some("a poisoned readiness lock".into()),
+    };
+    match waiting_for {
+        None => (StatusCode::OK, "ok".to_string()),
+        Some(what) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: waiting for {what}\n"),
+        ),
     }
 }
 
@@ -103,11 +120,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn readiness_follows_the_flag() {
+    async fn readiness_follows_the_flag_and_says_why_not() {
         let h = Health::new(Registry::default());
         assert_eq!(get_status(h.router(), "/healthz").await, StatusCode::OK);
         assert_eq!(get_status(h.router(), "/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
-        h.set_ready(true);
+        h.set_waiting_for("the webhook certificate");
+        let req = axum::http::Request::get("/readyz")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let answer = h.router().oneshot(req).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = axum::body::to_bytes(answer.into_body(), 1 << 10).await.unwrap();
+        assert_eq!(&body[..], b"not ready: waiting for the webhook certificate\n");
+        h.set_ready();
         assert_eq!(get_status(h.router(), "/readyz").await, StatusCode::OK);
         assert_eq!(get_status(h.router(), "/metrics").await, StatusCode::OK);
     }

@@ -12,9 +12,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-/// The condition reason (and event reason) of an object in a namespace that is not trusted.
-pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
-
 /// The namespace operands may always be rendered into: the Go operator's default, writable only
 /// by cluster administrators.
 pub const KUBE_SYSTEM: &str = "kube-system";

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::reasons::{self, Reason};
+
 /// Why the path from the running image to the requested one is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PathError {
@@ -19,11 +21,11 @@ pub enum PathError {
 
 impl PathError {
     /// The condition and event reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::Unknown { .. } => "UnknownVersion",
-            Self::Downgrade { .. } => "Downgrade",
-            Self::Skip { .. } => "SkipsVersion",
+            Self::Unknown { .. } => reasons::UNKNOWN_VERSION,
+            Self::Downgrade { .. } => reasons::DOWNGRADE,
+            Self::Skip { .. } => reasons::SKIPS_VERSION,
         }
     }
 }
@@ -114,7 +116,7 @@ mod tests {
         ];
         for (to, reason) in refused {
             let e = check(from, to, false).unwrap_err();
-            assert_eq!(e.reason(), reason, "{to}");
+            assert_eq!(e.reason().name(), reason, "{to}");
             assert!(e.to_string().contains(to), "{e}");
             assert_eq!(check(from, to, true), Ok(()), "forced {to}");
         }

@@ -16,6 +16,7 @@ use super::nodes::NodeView;
 use super::path::{self, PathError};
 use super::pull::PullerView;
 use crate::crd::{ScaledApp, StorageOSUpgrade, UpgradePhase};
+use crate::reasons::{self, Reason};
 
 /// The cluster being upgraded, as observed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -73,13 +74,13 @@ pub enum Problem {
 
 impl Problem {
     /// The condition reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::NoCluster => "NoCluster",
-            Self::WrongNamespace(_) => "WrongNamespace",
-            Self::ClusterDeleting(_) => "ClusterDeleting",
-            Self::ClusterGone(_) => "ClusterGone",
-            Self::NoNodeDaemonSet(_) => "NoNodeDaemonSet",
+            Self::NoCluster => reasons::NO_CLUSTER,
+            Self::WrongNamespace(_) => reasons::WRONG_NAMESPACE,
+            Self::ClusterDeleting(_) => reasons::CLUSTER_DELETING,
+            Self::ClusterGone(_) => reasons::CLUSTER_GONE,
+            Self::NoNodeDaemonSet(_) => reasons::NO_NODE_DAEMON_SET,
         }
     }
 }
@@ -461,7 +462,7 @@ mod tests {
             o.force = false;
             for phase in [Pending, Refused] {
                 match step(phase, &[], &o) {
-                    Step::Refuse(e) => assert_eq!(e.reason(), reason, "{running}"),
+                    Step::Refuse(e) => assert_eq!(e.reason().name(), reason, "{running}"),
                     other => panic!("{running} at {phase:?}: {other:?}"),
                 }
             }

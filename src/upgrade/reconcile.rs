@@ -18,15 +18,15 @@ use super::apps::{self, LiveApp, Volumes};
 use super::nodes::{self, NODE_CONTAINER, NODE_DAEMONSET, NodeView};
 use super::plan::{self, Act, ClusterView, Observed, Step};
 use super::pull::{self, PullerView};
-use super::status::{self, WAITING_REASON};
+use super::status;
 use super::{Context, Error, FINALIZER, POLL, patch_params};
 use crate::cluster::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
+use crate::reasons::{self, NAMESPACE_NOT_ALLOWED};
 use crate::render;
 use crate::runtime::apply::ObjectKey;
 use crate::runtime::conditions::{self, now};
 use crate::runtime::finalizer;
-use crate::runtime::trusted::NAMESPACE_NOT_ALLOWED;
 
 /// How often an upgrade that waits for another one checks again (watch events come first).
 const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
@@ -79,7 +79,9 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             let (next, message, news) = status::blocked(&previous, first, generation, &now);
             write_status(&api, &up, &previous, next).await?;
             if news {
-                ctx.kit.event(&up, EventType::Warning, WAITING_REASON, message).await;
+                ctx.kit
+                    .event(&up, EventType::Warning, reasons::FAILED_CREATION, message)
+                    .await;
             }
             return Ok(Action::requeue(BLOCKED_RECHECK));
         }

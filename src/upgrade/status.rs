@@ -8,10 +8,23 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::crd::{ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
+use crate::reasons::{self, Reason};
 use crate::runtime::conditions;
 
-/// Reason of the Warning event of an upgrade that waits for another (the Go operator's).
-pub const WAITING_REASON: &str = "FailedCreation";
+/// The condition reason of `phase`: the phase's name.
+pub fn phase_reason(phase: UpgradePhase) -> Reason {
+    match phase {
+        UpgradePhase::Pending => reasons::PENDING,
+        UpgradePhase::PullingImage => reasons::PULLING_IMAGE,
+        UpgradePhase::Pausing => reasons::PAUSING,
+        UpgradePhase::ScalingDown => reasons::SCALING_DOWN,
+        UpgradePhase::UpgradingNodes => reasons::UPGRADING_NODES,
+        UpgradePhase::ScalingUp => reasons::SCALING_UP,
+        UpgradePhase::Completed => reasons::COMPLETED,
+        UpgradePhase::Failed => reasons::FAILED,
+        UpgradePhase::Refused => reasons::REFUSED,
+    }
+}
 
 /// The message while at `phase`, before any progress is known.
 fn entered_message(phase: UpgradePhase, image: &str) -> String {
@@ -36,22 +49,22 @@ fn set_conditions(
     status: &mut StorageOSUpgradeStatus,
     phase: UpgradePhase,
     message: &str,
-    problem: Option<(&str, &str)>,
+    problem: Option<(Reason, &str)>,
     generation: Option<i64>,
     now: &Time,
 ) {
-    let reason = format!("{phase:?}");
+    let reason = phase_reason(phase);
     let under_way = !matches!(
         phase,
         UpgradePhase::Pending | UpgradePhase::Completed | UpgradePhase::Failed | UpgradePhase::Refused
     );
     let mut conds = status.conditions.take().unwrap_or_default();
     let done = phase == UpgradePhase::Completed;
-    conditions::set(&mut conds, "Ready", done, &reason, message, generation, now);
-    conditions::set(&mut conds, "Progressing", under_way, &reason, message, generation, now);
+    conditions::set(&mut conds, "Ready", done, reason, message, generation, now);
+    conditions::set(&mut conds, "Progressing", under_way, reason, message, generation, now);
     match problem {
         Some((r, m)) => conditions::set(&mut conds, "Degraded", true, r, m, generation, now),
-        None => conditions::set(&mut conds, "Degraded", false, "AsExpected", "", generation, now),
+        None => conditions::set(&mut conds, "Degraded", false, reasons::AS_EXPECTED, "", generation, now),
     }
     status.conditions = Some(conds);
 }
@@ -115,7 +128,7 @@ pub fn blocked(
 /// The status with a problem the user must fix; the bool says whether it is news.
 pub fn degraded(
     previous: &StorageOSUpgradeStatus,
-    reason: &str,
+    reason: Reason,
     message: &str,
     generation: Option<i64>,
     now: &Time,
@@ -137,7 +150,7 @@ pub fn degraded(
 /// the bool says whether that is news.
 pub fn refused(
     previous: &StorageOSUpgradeStatus,
-    reason: &str,
+    reason: Reason,
     message: &str,
     generation: Option<i64>,
     now: &Time,
@@ -185,18 +198,21 @@ pub fn recorded(previous: &StorageOSUpgradeStatus, apps: &[ScaledApp]) -> Storag
 }
 
 /// Normal events sent on entering `to`, with the Go operator's reasons and messages.
-pub fn events_on_entering(to: UpgradePhase, cluster: &str, image: &str) -> Vec<(&'static str, String)> {
+pub fn events_on_entering(to: UpgradePhase, cluster: &str, image: &str) -> Vec<(Reason, String)> {
     match to {
-        UpgradePhase::PullingImage => vec![("PullImage", "Pulling the new container image".into())],
+        UpgradePhase::PullingImage => vec![(reasons::PULL_IMAGE, "Pulling the new container image".into())],
         UpgradePhase::ScalingDown => vec![
             (
-                "PauseClusterCtrl",
+                reasons::PAUSE_CLUSTER_CTRL,
                 "Pausing the cluster controller and enabling cluster maintenance mode".into(),
             ),
-            ("UpgradeInit", format!("StorageOS upgrade of cluster {cluster} started")),
+            (
+                reasons::UPGRADE_INIT,
+                format!("StorageOS upgrade of cluster {cluster} started"),
+            ),
         ],
         UpgradePhase::Completed => vec![(
-            "UpgradeComplete",
+            reasons::UPGRADE_COMPLETE,
             format!("StorageOS upgraded to {image}. Delete upgrade object to disable cluster maintenance mode"),
         )],
         _ => Vec::new(),
@@ -283,13 +299,13 @@ mod tests {
         assert!(!news);
         assert_eq!(again, s);
 
-        let (d, news) = degraded(&s, "NoCluster", "create one", Some(1), &t(3));
+        let (d, news) = degraded(&s, reasons::NO_CLUSTER, "create one", Some(1), &t(3));
         assert!(news);
         assert_eq!(
             cond(&d, "Degraded"),
             ("True".into(), "NoCluster".into(), "create one".into())
         );
-        let (d2, news) = degraded(&d, "NoCluster", "create one", Some(1), &t(4));
+        let (d2, news) = degraded(&d, reasons::NO_CLUSTER, "create one", Some(1), &t(4));
         assert!(!news);
         assert_eq!(d, d2);
         // Progress clears it.
@@ -312,22 +328,34 @@ mod tests {
 
     #[test]
     fn events_keep_the_go_operators_reasons_in_order() {
-        let all: Vec<&str> = [
-            UpgradePhase::PullingImage,
-            UpgradePhase::Pausing,
-            UpgradePhase::ScalingDown,
-            UpgradePhase::UpgradingNodes,
-            UpgradePhase::ScalingUp,
-            UpgradePhase::Completed,
-        ]
-        .into_iter()
-        .flat_map(|p| events_on_entering(p, "c", "i"))
-        .map(|(r, _)| r)
-        .collect();
+        let all: Vec<&str> = PHASES
+            .into_iter()
+            .flat_map(|p| events_on_entering(p, "c", "i"))
+            .map(|(r, _)| r.name())
+            .collect();
         assert_eq!(all, ["PullImage", "PauseClusterCtrl", "UpgradeInit", "UpgradeComplete"]);
         assert_eq!(
             events_on_entering(UpgradePhase::Completed, "c", "node:v2")[0].1,
             "StorageOS upgraded to node:v2. Delete upgrade object to disable cluster maintenance mode"
         );
+    }
+
+    /// Every phase, in order.
+    const PHASES: [UpgradePhase; 8] = [
+        UpgradePhase::Pending,
+        UpgradePhase::PullingImage,
+        UpgradePhase::Pausing,
+        UpgradePhase::ScalingDown,
+        UpgradePhase::UpgradingNodes,
+        UpgradePhase::ScalingUp,
+        UpgradePhase::Completed,
+        UpgradePhase::Failed,
+    ];
+
+    #[test]
+    fn a_phase_reason_is_the_phase_name() {
+        for phase in PHASES {
+            assert_eq!(phase_reason(phase).name(), format!("{phase:?}"));
+        }
     }
 }

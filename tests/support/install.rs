@@ -178,7 +178,7 @@ pub fn ready(c: &StorageOSCluster) -> Option<(String, String, String)> {
 pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
     use kube::api::ListParams;
     use storageos_operator::crd::Job;
-    use storageos_operator::runtime::trusted::NAMESPACE_NOT_ALLOWED;
+    use storageos_operator::reasons::NAMESPACE_NOT_ALLOWED;
 
     const SETTLE: std::time::Duration = std::time::Duration::from_secs(120);
     let tenant = format!("tenant-{}", super::suffix());

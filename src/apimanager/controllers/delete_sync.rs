@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use super::{Context, periodic};
 use crate::apimanager::flags::{ApiManagerArgs, Loop};
 use crate::apimanager::maintenance::Maintenance;
+use crate::reasons;
 use crate::runtime::cache;
 use crate::runtime::controller::{Kit, backoff_delay};
 use crate::storageos;
@@ -322,7 +323,7 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
             kit.event(
                 &q.obj,
                 EventType::Warning,
-                "DeleteSuspended",
+                reasons::DELETE_SUSPENDED,
                 format!("StorageOS {} {name}: {why}", M::KIND),
             )
             .await;
@@ -351,7 +352,7 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
             kit.event(
                 &q.obj,
                 EventType::Normal,
-                "Deleted",
+                reasons::DELETED,
                 format!(
                     "StorageOS {} {name} is deleted: its Kubernetes {} was deleted",
                     M::KIND,
@@ -367,7 +368,7 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
                 kit.event(
                     &q.obj,
                     EventType::Warning,
-                    "DeleteRetrying",
+                    reasons::DELETE_RETRYING,
                     format!(
                         "cannot delete StorageOS {} {name} yet ({e}); retrying with backoff",
                         M::KIND
@@ -444,7 +445,7 @@ async fn collect_garbage<M: Mirror>(ctx: &Context, kit: &Kit) {
                     kit.event(
                         &stand_in::<M::Object>(&entry.name),
                         EventType::Normal,
-                        "Deleted",
+                        reasons::DELETED,
                         format!(
                             "StorageOS {} {} is deleted: no Kubernetes {} has its name",
                             M::KIND,

@@ -45,6 +45,7 @@ use crate::apimanager::maintenance::Maintenance;
 use crate::apimanager::metrics::FencerOutcome;
 use crate::apimanager::storageos_state;
 use crate::crd::StorageOSCluster;
+use crate::reasons;
 use crate::runtime::controller::Kit;
 use crate::storageos::models::{Namespace, Volume};
 use crate::telemetry::spans;
@@ -121,7 +122,8 @@ async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
     {
         Ok(clusters) => {
             for c in &clusters.items {
-                kit.event(c, EventType::Warning, HELD_REASON, note.clone()).await;
+                kit.event(c, EventType::Warning, reasons::FENCING_HELD, note.clone())
+                    .await;
             }
         }
         Err(e) => {
@@ -129,9 +131,6 @@ async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
         }
     }
 }
-
-/// Reason of the Warning event when more than half the nodes are offline at once.
-pub const HELD_REASON: &str = "FencingHeld";
 
 /// What one episode has already done and said, so that each warning is published once.
 #[derive(Debug, Default)]
@@ -265,7 +264,8 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                     targets.len()
                 );
                 ctx.metrics.count_fencer(FencerOutcome::Suspended);
-                kit.event(node, EventType::Warning, "FencingSuspended", note).await;
+                kit.event(node, EventType::Warning, reasons::FENCING_SUSPENDED, note)
+                    .await;
             }
             return Ok(false);
         }
@@ -287,7 +287,8 @@ async fn fence_node(ctx: &Context, kit: &Kit, node: &Node, id: &str, memory: &mu
                     "StorageOS reports node {name} offline, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
                 );
                 ctx.metrics.count_fencer(FencerOutcome::Skipped);
-                kit.event(&pod, EventType::Warning, "FencingSkipped", note).await;
+                kit.event(&pod, EventType::Warning, reasons::FENCING_SKIPPED, note)
+                    .await;
             }
             continue;
         }
@@ -447,6 +448,6 @@ async fn fence_pod(
     }
     tracing::info!(controller = CONTROLLER, node, pod = %pod.name_any(), namespace = ?pod.namespace(), attachments = ?deleted, failed = ?failed, "pod fenced");
     ctx.metrics.count_fencer(FencerOutcome::Fenced);
-    kit.event(pod, EventType::Warning, "Fenced", note).await;
+    kit.event(pod, EventType::Warning, reasons::FENCED, note).await;
     Ok(())
 }

@@ -33,6 +33,7 @@ use super::labels::{self, Failures, LabelSync, VolumePlan, plan_volume};
 use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
 use crate::apimanager::storageos_state;
 use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
+use crate::reasons::{self, Reason};
 use crate::storageos;
 use crate::storageos::kube::provisioned_by_storageos;
 use crate::storageos::models::{Labels, Volume};
@@ -97,11 +98,11 @@ pub enum Skip {
 }
 
 impl Skip {
-    fn reason(&self) -> &'static str {
+    fn reason(&self) -> Reason {
         match self {
-            Skip::Mismatch { .. } => "StorageClassMismatch",
-            Skip::Newer { .. } => "StorageClassNewer",
-            Skip::Missing { .. } | Skip::NoDefault => "StorageClassNotFound",
+            Skip::Mismatch { .. } => reasons::STORAGE_CLASS_MISMATCH,
+            Skip::Newer { .. } => reasons::STORAGE_CLASS_NEWER,
+            Skip::Missing { .. } | Skip::NoDefault => reasons::STORAGE_CLASS_NOT_FOUND,
         }
     }
 }

@@ -18,6 +18,7 @@ use super::plan::{NotApplied, describe};
 use super::watch::changes;
 use crate::apimanager::controllers::{Context, periodic};
 use crate::apimanager::flags::Loop;
+use crate::reasons;
 use crate::runtime::cache::Shared;
 use crate::runtime::controller::Kit;
 use crate::storageos;
@@ -78,7 +79,7 @@ impl LabelSync {
     pub async fn report_not_applied<K: Resource<DynamicType = ()>>(&self, obj: &K, items: &[NotApplied]) {
         if !items.is_empty() {
             self.kit
-                .event(obj, EventType::Warning, "LabelNotSynced", describe(items))
+                .event(obj, EventType::Warning, reasons::LABEL_NOT_SYNCED, describe(items))
                 .await;
         }
     }
@@ -94,11 +95,15 @@ impl LabelSync {
     ) -> Result<Action, Failures> {
         if !applied.is_empty() {
             let note = format!("Set on the StorageOS {entity}: {}", applied.join(", "));
-            self.kit.event(obj, EventType::Normal, "LabelsSynced", note).await;
+            self.kit
+                .event(obj, EventType::Normal, reasons::LABELS_SYNCED, note)
+                .await;
         }
         if !failures.rejected.is_empty() {
             let note = format!("StorageOS rejected the labels: {}", failures.rejected.join("; "));
-            self.kit.event(obj, EventType::Warning, "LabelSyncRejected", note).await;
+            self.kit
+                .event(obj, EventType::Warning, reasons::LABEL_SYNC_REJECTED, note)
+                .await;
         }
         if failures.retry.is_empty() {
             Ok(Action::await_change())

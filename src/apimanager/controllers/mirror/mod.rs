@@ -170,6 +170,7 @@ impl Mirror<'_> {
         // A failed read says nothing: nothing is written or deleted.
         let Some(nodes) = snapshot.ok() else { return };
         let started = Instant::now();
+        self.ctx.metrics.set_nodes(nodes.iter().map(|n| n.health.as_str()));
         self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect());
         for n in nodes.iter().filter(|n| n.health == Health::Online) {
             self.last_online.insert(n.name.clone(), snapshot.taken);
@@ -219,6 +220,7 @@ impl Mirror<'_> {
         let started = Instant::now();
         let mut wanted: HashSet<VolumeKey> = HashSet::new();
         let mut stale = Vec::new();
+        let mut healths = Vec::new();
         let namespaces: HashMap<&str, &str> = list
             .namespaces
             .iter()
@@ -245,6 +247,7 @@ impl Mirror<'_> {
                 name: v.name.clone(),
             };
             let want = build::volume_status(v, &pvc, node_names);
+            healths.push(want.health.clone());
             let owner = Some(owner);
             let cached = self
                 .caches
@@ -265,6 +268,8 @@ impl Mirror<'_> {
         }
         self.save_all(stale, "Volume", MirrorStep::SaveVolume).await;
         if list.complete() {
+            // A partial read would under-count: the counts stand until a complete one.
+            self.ctx.metrics.set_volumes(healths.iter().map(String::as_str));
             for orphan in self.caches.volumes.state() {
                 let key = VolumeKey {
                     namespace: orphan.namespace().unwrap_or_default(),

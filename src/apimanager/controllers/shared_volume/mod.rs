@@ -31,6 +31,7 @@ use serde::de::DeserializeOwned;
 
 use super::{Context, reflect};
 use crate::apimanager::storageos_state::{self, VolumeSnapshot};
+use crate::reasons;
 use crate::runtime::controller::Kit;
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
 use desired::{Candidate, Fix, SharedVolume};
@@ -232,7 +233,7 @@ async fn ensure(
         kit.event(
             &svc.object,
             EventType::Normal,
-            "Created",
+            reasons::CREATED,
             format!("Created service for shared volume {name}"),
         )
         .await;
@@ -240,12 +241,13 @@ async fn ensure(
     if !svc.restored.is_empty() {
         let what = svc.restored.join(", ");
         let note = format!("Put back the {what} of shared volume service {name}; it is managed by the api-manager");
-        kit.event(&svc.object, EventType::Warning, "Restored", note).await;
+        kit.event(&svc.object, EventType::Warning, reasons::RESTORED, note)
+            .await;
     }
     let eps: Written<Endpoints> = write(ctx, cached(&caches.endpoints, sv), sv, owner).await?;
     if !svc.created && (svc.target_changed || eps.target_changed) {
         let note = format!("Shared volume service target changed {name}");
-        kit.event(&svc.object, EventType::Warning, "Updated", note).await;
+        kit.event(&svc.object, EventType::Warning, reasons::UPDATED, note).await;
     }
     let svc = verify(ctx, svc, sv, owner).await?;
     verify(ctx, eps, sv, owner).await?;

@@ -1,0 +1,288 @@
+//! Every reason the operator and the api-manager put on a status condition or an event, in one
+//! table ([`ALL`]).
+//!
+//! A [`Reason`] can only be made here, and the condition setters (`runtime::conditions`) and the
+//! event publisher (`runtime::controller::Kit::event`) take nothing else, so no reason exists
+//! outside the table. docs/troubleshooting.md has one section per reason, saying what it means
+//! and what to do; `tests/troubleshooting_doc.rs` fails when a reason has none (or a section
+//! names a reason that does not exist), and when code builds a condition or an event around the
+//! table.
+
+use std::fmt;
+
+/// Where a reason is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The reason of a status condition.
+    Condition,
+    /// The reason of an event.
+    Event,
+    /// Both (the condition and the event that reports it, or each on different objects).
+    ConditionAndEvent,
+}
+
+impl Kind {
+    /// "condition", "event" or "condition and event".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::Condition => "condition",
+            Kind::Event => "event",
+            Kind::ConditionAndEvent => "condition and event",
+        }
+    }
+}
+
+/// A condition or event reason: a CamelCase word, the objects it appears on and what it means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reason {
+    name: &'static str,
+    kind: Kind,
+    on: &'static str,
+    meaning: &'static str,
+}
+
+impl Reason {
+    /// The reason as Kubernetes shows it (`kubectl describe`, `.status.conditions[].reason`).
+    pub const fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// Whether it is a condition reason, an event reason or both.
+    pub const fn kind(self) -> Kind {
+        self.kind
+    }
+
+    /// The kinds of object it appears on.
+    pub const fn on(self) -> &'static str {
+        self.on
+    }
+
+    /// What it means, in one line.
+    pub const fn meaning(self) -> &'static str {
+        self.meaning
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl From<Reason> for String {
+    fn from(r: Reason) -> String {
+        r.name.to_string()
+    }
+}
+
+impl PartialEq<Reason> for String {
+    fn eq(&self, r: &Reason) -> bool {
+        self == r.name
+    }
+}
+
+impl PartialEq<Reason> for &str {
+    fn eq(&self, r: &Reason) -> bool {
+        *self == r.name
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, s: &&str) -> bool {
+        self.name == *s
+    }
+}
+
+/// Defines each reason as a constant and [`ALL`] as the list of them, so none is left out.
+macro_rules! reasons {
+    ($($id:ident = $name:literal, $kind:ident, $on:literal, $meaning:literal;)*) => {
+        $(
+            #[doc = $meaning]
+            pub const $id: Reason = Reason { name: $name, kind: Kind::$kind, on: $on, meaning: $meaning };
+        )*
+        /// Every reason, in the order of docs/troubleshooting.md.
+        pub const ALL: &[Reason] = &[$($id),*];
+    };
+}
+
+reasons! {
+    // The StorageOSCluster (operator).
+    CLUSTER_READY = "ClusterReady", Condition, "StorageOSCluster",
+        "Ready=True: every selected node runs a Ready StorageOS pod that the StorageOS API reports online.";
+    NO_NODES_SELECTED = "NoNodesSelected", Condition, "StorageOSCluster",
+        "Ready=False: no Node matches spec.nodeSelectorTerms with taints the cluster tolerates.";
+    NODES_NOT_READY = "NodesNotReady", Condition, "StorageOSCluster",
+        "Ready=False: some selected nodes have no Ready StorageOS pod or are not online in the StorageOS API.";
+    STORAGEOS_API_UNAVAILABLE = "StorageOSAPIUnavailable", Condition, "StorageOSCluster",
+        "Ready=False: the operator cannot read node health from the StorageOS API.";
+    CREATING = "Creating", Condition, "StorageOSCluster",
+        "Progressing=True: the cluster has not yet been Running; the message says how many nodes are ready.";
+    STABLE = "Stable", Condition, "StorageOSCluster",
+        "Progressing=False: every object is applied and the cluster has been Running.";
+    NODES_LOST = "NodesLost", Condition, "StorageOSCluster",
+        "Degraded=True: a cluster that was Running has lost ready nodes.";
+    AS_EXPECTED = "AsExpected", Condition, "StorageOSCluster, StorageOSUpgrade",
+        "Degraded=False: nothing is wrong.";
+    SECRET_NOT_FOUND = "SecretNotFound", Condition, "StorageOSCluster",
+        "Ready=False: the Secret with the StorageOS API credentials (spec.secretRefName) does not exist.";
+    ETCD_TLS_SECRET_NOT_FOUND = "EtcdTLSSecretNotFound", Condition, "StorageOSCluster",
+        "Ready=False: the Secret with the etcd TLS client certificate (spec.tlsEtcdSecretRefName) does not exist.";
+    INVALID_SPEC = "InvalidSpec", ConditionAndEvent, "StorageOSCluster, Job",
+        "Ready=False: the spec passed admission but cannot be built into objects; the message says which field.";
+    APPLY_FAILED = "ApplyFailed", ConditionAndEvent, "StorageOSCluster, Job",
+        "Ready=False: the apiserver refused objects the operator applies; the message names each with the answer.";
+    FOREIGN_OBJECT = "ForeignObject", Condition, "StorageOSCluster",
+        "Ready=False: an object the cluster wants already exists and was made by someone else; it is not taken over.";
+    FORBIDDEN = "Forbidden", Condition, "StorageOSCluster",
+        "Ready=False: the operator's RBAC refused a request; the message names the verb and resource.";
+    KUBERNETES_ERROR = "KubernetesError", Condition, "StorageOSCluster",
+        "Ready=False: a Kubernetes request of the reconcile failed; it is retried with backoff.";
+    STORAGEOS_ERROR = "StorageOSError", Condition, "StorageOSCluster",
+        "Ready=False: a StorageOS API request of the reconcile (pushing settings) failed; it is retried.";
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed", ConditionAndEvent, "StorageOSCluster, StorageOSUpgrade, Job",
+        "Ready=False: the object is in a namespace the operator does not trust (--watch-namespaces); nothing is done.";
+    SECRET_NAMESPACE_NOT_ALLOWED = "SecretNamespaceNotAllowed", Condition, "StorageOSCluster",
+        "Ready=False: a Secret reference names a namespace that is neither the cluster's nor a trusted one.";
+    OPERAND_NAMESPACE_NOT_ALLOWED = "OperandNamespaceNotAllowed", Condition, "StorageOSCluster",
+        "Ready=False: spec.namespace is neither the cluster's namespace, kube-system nor a trusted one.";
+    DUPLICATE_CLUSTER = "DuplicateCluster", Condition, "StorageOSCluster",
+        "Ready=False: another StorageOSCluster is active; this one waits (phase Pending) until it is deleted.";
+    FAILED_CREATION = "FailedCreation", Event, "StorageOSCluster, StorageOSUpgrade",
+        "Warning: the cluster is not ready (the note says why), a second cluster waits, or an upgrade waits for another.";
+    SPEC_PAUSE = "SpecPause", Condition, "StorageOSCluster",
+        "Paused=True: spec.pause is true; nothing is applied or repaired.";
+    UPGRADE_IN_PROGRESS = "UpgradeInProgress", Condition, "StorageOSCluster",
+        "Paused=True: a StorageOSUpgrade holds the cluster while it upgrades it.";
+    RESUMED = "Resumed", Condition, "StorageOSCluster",
+        "Paused=False: the cluster was paused and is reconciled again.";
+    DELETION_BLOCKED = "DeletionBlocked", Condition, "StorageOSCluster",
+        "Ready=False: the cluster is being deleted but pods still use StorageOS volumes; the message names them.";
+    TERMINATING = "Terminating", ConditionAndEvent, "StorageOSCluster",
+        "The cluster is being deleted: its objects are removed (Warning event: deletion is held by pods).";
+    GO_DEFAULTS = "GoDefaults", Condition, "StorageOSCluster",
+        "GoDefaultImagesReplaced=True: image fields holding the Go operator's defaults are treated as unset.";
+    GO_DEFAULT_IMAGES_REPLACED = "GoDefaultImagesReplaced", Event, "StorageOSCluster",
+        "Normal: the image fields that held the Go operator's defaults now follow this operator's defaults.";
+    ADOPTED = "Adopted", Event, "StorageOSCluster",
+        "Normal: an object only the Go operator used was removed while taking over its install.";
+    CHANGED_STATUS = "ChangedStatus", Event, "StorageOSCluster",
+        "The number of functional StorageOS nodes changed (Normal when all are, Warning otherwise).";
+
+    // Jobs (jobs.storageos.com, operator).
+    RUNNING = "Running", Condition, "Job",
+        "Ready=False, Progressing=True: the Job's pods run; the message counts the nodes done.";
+    COMPLETED = "Completed", Condition, "Job, StorageOSUpgrade",
+        "Ready=True: the Job is done on every node, or the upgrade finished.";
+    HOST_PATH_NOT_ALLOWED = "HostPathNotAllowed", ConditionAndEvent, "Job",
+        "Ready=False: spec.hostPath is not in the operator's --job-host-paths; nothing runs.";
+    HOST_PATH_UNSAFE = "HostPathUnsafe", ConditionAndEvent, "Job",
+        "Ready=False: a kubelet refused spec.hostPath because it resolves outside the allowed directory (a symlink).";
+    DAEMON_SET_CONFLICT = "DaemonSetConflict", ConditionAndEvent, "Job",
+        "Ready=False: a DaemonSet of the Job's name exists and is not the Job's.";
+    JOB_COMPLETED = "JobCompleted", Event, "Job",
+        "Normal: every node printed the completion word; the Job is safe to delete.";
+
+    // StorageOSUpgrade (operator): the phases, as condition reasons.
+    PENDING = "Pending", Condition, "StorageOSUpgrade",
+        "Phase Pending: the upgrade waits to start (another upgrade may be running).";
+    PULLING_IMAGE = "PullingImage", Condition, "StorageOSUpgrade",
+        "Phase PullingImage: the new image is pulled on every StorageOS node.";
+    PAUSING = "Pausing", Condition, "StorageOSUpgrade",
+        "Phase Pausing: the cluster reconciler is paused and maintenance entered.";
+    SCALING_DOWN = "ScalingDown", Condition, "StorageOSUpgrade",
+        "Phase ScalingDown: applications that use StorageOS volumes are scaled to zero.";
+    UPGRADING_NODES = "UpgradingNodes", Condition, "StorageOSUpgrade",
+        "Phase UpgradingNodes: every StorageOS node pod restarts on the new image.";
+    SCALING_UP = "ScalingUp", Condition, "StorageOSUpgrade",
+        "Phase ScalingUp: the applications get their replicas back.";
+    FAILED = "Failed", Condition, "StorageOSUpgrade",
+        "Phase Failed: the upgrade stopped; the Degraded condition says why.";
+    REFUSED = "Refused", Condition, "StorageOSUpgrade",
+        "Phase Refused: the upgrade path is not supported; nothing was touched (see Degraded).";
+    DOWNGRADE = "Downgrade", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True (phase Refused): newImage is older than the image the nodes run.";
+    SKIPS_VERSION = "SkipsVersion", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True (phase Refused): newImage skips a minor or major version.";
+    UNKNOWN_VERSION = "UnknownVersion", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True (phase Refused): the version of newImage or of the running image cannot be read from its tag.";
+    NO_CLUSTER = "NoCluster", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True: there is no StorageOSCluster to upgrade.";
+    WRONG_NAMESPACE = "WrongNamespace", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True: the active StorageOSCluster is in another namespace than the upgrade.";
+    CLUSTER_DELETING = "ClusterDeleting", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True: the StorageOSCluster is being deleted.";
+    CLUSTER_GONE = "ClusterGone", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True: the StorageOSCluster the upgrade started on no longer exists.";
+    NO_NODE_DAEMON_SET = "NoNodeDaemonSet", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True: the cluster's node DaemonSet does not exist (yet).";
+    PULL_IMAGE = "PullImage", Event, "StorageOSUpgrade",
+        "Normal: the new image is being pulled on every node.";
+    PAUSE_CLUSTER_CTRL = "PauseClusterCtrl", Event, "StorageOSUpgrade",
+        "Normal: the cluster reconciler is paused and maintenance is on.";
+    UPGRADE_INIT = "UpgradeInit", Event, "StorageOSUpgrade",
+        "Normal: the upgrade of the cluster started (applications are scaled down next).";
+    UPGRADE_COMPLETE = "UpgradeComplete", Event, "StorageOSUpgrade",
+        "Normal: StorageOS runs the new image; delete the upgrade to leave maintenance.";
+
+    // The api-manager.
+    FENCED = "Fenced", Event, "Pod",
+        "Warning: the pod's node is offline in StorageOS, so the pod was deleted to start elsewhere.";
+    FENCING_SKIPPED = "FencingSkipped", Event, "Pod",
+        "Warning: the pod's node is offline but the pod is not fenced: a volume of it may have no other copy.";
+    FENCING_HELD = "FencingHeld", Event, "StorageOSCluster",
+        "Warning: more than half the StorageOS nodes are offline at once; nothing is fenced.";
+    FENCING_SUSPENDED = "FencingSuspended", Event, "Node",
+        "Warning: the node is offline but an upgrade is in progress; nothing is fenced meanwhile.";
+    DELETED = "Deleted", Event, "Node, Namespace",
+        "Normal: the StorageOS node or namespace of this name was deleted with (or without) its Kubernetes object.";
+    DELETE_RETRYING = "DeleteRetrying", Event, "Node, Namespace",
+        "Warning: StorageOS refuses to delete the node or namespace yet (in use or locked); retried with backoff.";
+    DELETE_SUSPENDED = "DeleteSuspended", Event, "Node, Namespace",
+        "Warning: an upgrade is in progress; the StorageOS node or namespace is deleted after it.";
+    LABELS_SYNCED = "LabelsSynced", Event, "Node, PersistentVolumeClaim",
+        "Normal: labels were set on the StorageOS node or volume.";
+    LABEL_NOT_SYNCED = "LabelNotSynced", Event, "Node, PersistentVolumeClaim",
+        "Warning: a label value is invalid (or create-time only); the StorageOS setting is kept.";
+    LABEL_SYNC_REJECTED = "LabelSyncRejected", Event, "Node, PersistentVolumeClaim",
+        "Warning: StorageOS rejected the labels for good.";
+    STORAGE_CLASS_MISMATCH = "StorageClassMismatch", Event, "PersistentVolumeClaim",
+        "Warning: the PVC's StorageClass was re-created since the volume was made; labels are not synced.";
+    STORAGE_CLASS_NEWER = "StorageClassNewer", Event, "PersistentVolumeClaim",
+        "Warning: the PVC's StorageClass was created after the PVC; labels are not synced.";
+    STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound", Event, "PersistentVolumeClaim",
+        "Warning: the PVC's StorageClass (or a default one) does not exist; labels are not synced.";
+    CREATED = "Created", Event, "Service",
+        "Normal: the Service of a shared (RWX) volume was created.";
+    RESTORED = "Restored", Event, "Service",
+        "Warning: hand edits of a shared volume's Service were put back.";
+    UPDATED = "Updated", Event, "Service",
+        "Warning: the NFS endpoint of a shared volume moved; the Service follows it.";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn names_are_unique_camel_case_words() {
+        let mut seen = BTreeSet::new();
+        for r in ALL {
+            assert!(seen.insert(r.name()), "{} twice", r.name());
+            assert!(r.name().starts_with(|c: char| c.is_ascii_uppercase()), "{}", r.name());
+            assert!(r.name().chars().all(|c| c.is_ascii_alphanumeric()), "{}", r.name());
+            assert!(!r.meaning().is_empty() && !r.on().is_empty(), "{}", r.name());
+            assert!(!r.meaning().contains('\n'), "{}", r.name());
+        }
+    }
+
+    #[test]
+    fn compares_with_strings() {
+        let owned = format!("Fen{}", "ced");
+        assert!(owned == FENCED);
+        assert!("Fenced" == FENCED);
+        assert_eq!(FENCED, "Fenced");
+        assert_eq!(String::from(FENCED), "Fenced");
+        assert_eq!(FENCED.to_string(), "Fenced");
+    }
+}
