@@ -12,18 +12,19 @@ const GO_SCHEDULER_REPOSITORY: &str = "k8s.gcr.io/kube-scheduler:";
 type Field = fn(&mut ContainerImages) -> &mut Option<String>;
 
 /// (JSON field, how to reach it, the Go operator's default for it).
-const GO_DEFAULTS: [(&str, Field, &str); 9] = [
+///
+/// The four `quay.io/k8scsi` sidecars of the Go operator are not here: this operator's defaults
+/// are the same releases from `registry.k8s.io/sig-storage`, and counting the written-back values
+/// as unset would change the node DaemonSet's and the CSI helper's pod templates on adoption
+/// (restarting the CSI helper) for no gain. An adopted cluster keeps running them, as pinned
+/// values, until its `spec.images` entries are removed (docs/adoption.md).
+const GO_DEFAULTS: [(&str, Field, &str); 5] = [
     ("nodeContainer", |i| &mut i.node_container, "storageos/node:v2.4.2"),
     ("initContainer", |i| &mut i.init_container, "storageos/init:v2.1.0"),
     (
         "apiManagerContainer",
         |i| &mut i.api_manager_container,
         "storageos/api-manager:v1.1.2",
-    ),
-    (
-        "csiNodeDriverRegistrarContainer",
-        |i| &mut i.csi_node_driver_registrar_container,
-        "quay.io/k8scsi/csi-node-driver-registrar:v2.1.0",
     ),
     (
         "csiClusterDriverRegistrarContainer",
@@ -34,21 +35,6 @@ const GO_DEFAULTS: [(&str, Field, &str); 9] = [
         "csiExternalProvisionerContainer",
         |i| &mut i.csi_external_provisioner_container,
         "storageos/csi-provisioner:v2.1.1-patched",
-    ),
-    (
-        "csiExternalAttacherContainer",
-        |i| &mut i.csi_external_attacher_container,
-        "quay.io/k8scsi/csi-attacher:v3.1.0",
-    ),
-    (
-        "csiExternalResizerContainer",
-        |i| &mut i.csi_external_resizer_container,
-        "quay.io/k8scsi/csi-resizer:v1.1.0",
-    ),
-    (
-        "csiLivenessProbeContainer",
-        |i| &mut i.csi_liveness_probe_container,
-        "quay.io/k8scsi/livenessprobe:v2.2.0",
     ),
 ];
 
@@ -130,17 +116,22 @@ mod tests {
     #[test]
     fn every_written_back_default_counts_as_unset() {
         let found = go_defaults_in(&go_era());
-        assert_eq!(found.len(), 10, "{found:?}");
+        assert_eq!(found.len(), 6, "{found:?}");
         assert!(found.iter().any(|g| g.field == "apiManagerContainer"));
         assert!(
             found
                 .iter()
                 .any(|g| g.field == "kubeSchedulerContainer" && g.value == "k8s.gcr.io/kube-scheduler:v1.21.0")
         );
+        // The Go sidecars stay: kept, they change no pod template on adoption.
         let cleared = without_go_defaults(&go_era());
         assert_eq!(
             cleared,
             ContainerImages {
+                csi_node_driver_registrar_container: Some("quay.io/k8scsi/csi-node-driver-registrar:v2.1.0".into()),
+                csi_external_attacher_container: Some("quay.io/k8scsi/csi-attacher:v3.1.0".into()),
+                csi_external_resizer_container: Some("quay.io/k8scsi/csi-resizer:v1.1.0".into()),
+                csi_liveness_probe_container: Some("quay.io/k8scsi/livenessprobe:v2.2.0".into()),
                 nfs_container: Some("storageos/nfs:1.0.0".into()),
                 ..Default::default()
             }

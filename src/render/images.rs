@@ -14,7 +14,7 @@ use crate::crd::ContainerImages;
 /// The images of this release. Also the list to mirror for an air-gapped install. The CSI
 /// sidecars come from Kubernetes' own registry (`registry.k8s.io/sig-storage`, the same releases
 /// the Go operator named on the frozen `quay.io/k8scsi`, which no longer receives images); a
-/// Go-written `quay.io/k8scsi` value in a CR counts as unset (`go_defaults`).
+/// Go-written `quay.io/k8scsi` value in an adopted CR is kept as if pinned (`go_defaults`).
 pub const BUILTIN_IMAGES: [(&str, &str); 8] = [
     ("RELATED_IMAGE_STORAGEOS_NODE", "storageos/node:v2.4.2"),
     ("RELATED_IMAGE_STORAGEOS_INIT", "storageos/init:v2.1.0"),
