@@ -315,6 +315,55 @@ fn custom_namespace_moves_every_namespaced_object_and_reference() {
 }
 
 #[test]
+fn csi_timeout_and_workers_reach_every_helper_sidecar_and_unset_keep_the_go_arguments() {
+    let args = |objs: &[Value], container: &str| -> Vec<String> {
+        let pod = pod_spec(get(objs, "Deployment", "storageos-csi-helper"));
+        let c = pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == container)
+            .unwrap();
+        serde_json::from_value(c["args"].clone()).unwrap()
+    };
+    let tuning = |a: Vec<String>| -> Vec<String> {
+        a.into_iter()
+            .filter(|a| a.starts_with("--timeout") || a.starts_with("--worker"))
+            .collect()
+    };
+    let defaults = objects("defaults");
+    assert_eq!(
+        tuning(args(&defaults, "csi-external-provisioner")),
+        ["--timeout=30s", "--worker-threads=20"]
+    );
+    assert!(tuning(args(&defaults, "csi-external-attacher")).is_empty());
+    assert!(tuning(args(&defaults, "csi-external-resizer")).is_empty());
+
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    let csi = inputs.cluster.spec.csi.get_or_insert_with(Default::default);
+    csi.timeout = Some("2m".into());
+    csi.worker_threads = Some(40);
+    let tuned: Vec<Value> = render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    assert_eq!(
+        tuning(args(&tuned, "csi-external-provisioner")),
+        ["--timeout=2m", "--worker-threads=40"]
+    );
+    assert_eq!(
+        tuning(args(&tuned, "csi-external-attacher")),
+        ["--timeout=2m", "--worker-threads=40"]
+    );
+    assert_eq!(
+        tuning(args(&tuned, "csi-external-resizer")),
+        ["--timeout=2m", "--workers=40"]
+    );
+}
+
+#[test]
 fn go_api_manager_image_runs_its_own_binary() {
     let objs = objects("go-api-manager");
     let c = &pod_spec(get(&objs, "Deployment", "storageos-api-manager"))["containers"][0];

@@ -253,6 +253,25 @@ mod tests {
     }
 
     #[test]
+    fn csi_sidecar_tuning_is_a_duration_with_a_unit_and_a_bounded_worker_count() {
+        let mut spec = base();
+        spec["csi"] = json!({"timeout": "2m", "workerThreads": 40});
+        assert!(violations(spec.clone()).is_empty(), "{:?}", violations(spec.clone()));
+        spec["csi"] = json!({"timeout": "2 minutes", "workerThreads": 0});
+        let v = violations(spec);
+        assert!(
+            v.iter()
+                .any(|m| m.starts_with("spec.csi.timeout: Invalid value: \"2 minutes\"") && m.contains("30s")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter()
+                .any(|m| m.starts_with("spec.csi.workerThreads: Invalid value: 0")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn the_crd_cel_rules_apply() {
         let mut spec = base();
         spec["csi"] = json!({"deploymentStrategy": "daemonset"});

@@ -278,6 +278,20 @@ pub struct StorageOSClusterCsi {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "deployment", "x-kubernetes-validations" = validation::deployment_strategy()))]
     pub deployment_strategy: Option<String>,
+
+    /// How long the CSI provisioner, attacher and resizer wait for one call to the StorageOS
+    /// driver (their `--timeout`), for example `2m` where creating or attaching a volume is
+    /// slow. Unset: 30s for the provisioner, the sidecars' own defaults for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = validation::sidecar_timeout()))]
+    pub timeout: Option<String>,
+
+    /// How many volumes the CSI provisioner, attacher and resizer work on at once (their
+    /// `--worker-threads`, `--workers` for the resizer). Unset: 20 for the provisioner, the
+    /// sidecars' own defaults for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 1, "maximum" = 500))]
+    pub worker_threads: Option<i32>,
 }
 
 /// The Service in front of the StorageOS API.

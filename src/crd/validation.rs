@@ -22,6 +22,15 @@ pub fn deployment_strategy() -> Value {
     }])
 }
 
+/// A CSI sidecar's `--timeout`: a whole number of ms, s, m or h (the form every sidecar's flag
+/// parser accepts).
+pub fn sidecar_timeout() -> Value {
+    json!([{
+        "rule": "self.matches('^[1-9][0-9]*(ms|s|m|h)$')",
+        "message": "csi.timeout must be a whole number with a unit, for example 30s, 2m or 1h"
+    }])
+}
+
 /// The Kubernetes Service types.
 pub fn service_type() -> Value {
     json!([{

@@ -132,6 +132,10 @@ pub struct ResolvedCsi {
     /// True when the helpers run as a StatefulSet (any strategy other than `deployment`, as in
     /// the Go operator).
     pub statefulset: bool,
+    /// `spec.csi.timeout`, for every CSI helper sidecar.
+    pub timeout: Option<String>,
+    /// `spec.csi.workerThreads`, for every CSI helper sidecar.
+    pub worker_threads: Option<i32>,
 }
 
 /// `value` unless it is absent or empty, else `default`. An empty string in a CR means "unset"
@@ -195,6 +199,8 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
                 DEFAULT_KUBELET_REGISTRATION_PATH,
             ),
             statefulset: or(csi.deployment_strategy.as_ref(), DEFAULT_CSI_STRATEGY) != DEFAULT_CSI_STRATEGY,
+            timeout: csi.timeout.clone().filter(|t| !t.is_empty()),
+            worker_threads: csi.worker_threads,
         },
         etcd_endpoints: spec
             .kv_backend

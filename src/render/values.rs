@@ -85,6 +85,23 @@ fn api_manager_env(cluster: &str, node_env: &BTreeMap<String, String>, go_image:
         .collect()
 }
 
+/// A CSI helper sidecar's `--timeout` and worker flag (`workers_flag`) from `spec.csi`, else
+/// `defaults` (timeout, workers) where the Go operator set them, else nothing (the sidecar's
+/// own defaults), so an unset CR renders the Go operator's arguments.
+fn sidecar_tuning(
+    csi: &super::defaults::ResolvedCsi,
+    defaults: Option<(&str, i32)>,
+    workers_flag: &str,
+) -> Vec<String> {
+    let timeout = csi.timeout.clone().or(defaults.map(|(t, _)| t.to_string()));
+    let workers = csi.worker_threads.or(defaults.map(|(_, w)| w));
+    timeout
+        .map(|t| format!("--timeout={t}"))
+        .into_iter()
+        .chain(workers.map(|w| format!("{workers_flag}={w}")))
+        .collect()
+}
+
 /// Whether `path` is `dir` or below it (then the plugin dir is already visible through the
 /// kubelet-dir mount, and a second mount would overlap).
 fn is_under(path: &str, dir: &str) -> bool {
@@ -248,6 +265,9 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             "registrationPathArg": format!("--kubelet-registration-path={}", r.csi.kubelet_registration_path),
             "statefulset": r.csi.statefulset,
             "helperServiceAccount": if r.csi.statefulset { "storageos-statefulset-sa" } else { "storageos-csi-helper-sa" },
+            "provisionerTuning": sidecar_tuning(&r.csi, Some(("30s", 20)), "--worker-threads"),
+            "attacherTuning": sidecar_tuning(&r.csi, None, "--worker-threads"),
+            "resizerTuning": sidecar_tuning(&r.csi, None, "--workers"),
         },
         "node": {
             "config": node_config(r, &inputs.node_env),
