@@ -27,8 +27,9 @@ export KUBECONFIG
 # fails the run, with the validator's messages.
 hack/olm.sh validate olm
 
-# helm and crane (chart and image tests), built once from Go modules and cached like the plane.
-hack/tools.sh go >/dev/null
+# The distribution tools (chart and image tests): helm and crane built from Go modules,
+# cargo-cyclonedx, the aarch64 cross linker and qemu-aarch64; once, cached like the plane.
+hack/tools.sh all
 
 # The dependency tree against deny.toml: licences, banned crates and sources need no network and
 # always run (cargo-deny is installed below when missing). Advisories need the

@@ -12,6 +12,8 @@
 #   hack/tools.sh go        build helm and crane (first time only); prints their directory
 #   hack/tools.sh sbom      install cargo-cyclonedx (first time only); prints its bin directory
 #   hack/tools.sh cross     make sure the aarch64 cross toolchain is installed
+#   hack/tools.sh qemu      make sure qemu-aarch64 (Debian's qemu-user) is installed: runs the
+#                           arm64 binary from its image's root filesystem in the image test
 #   hack/tools.sh all       all three
 #
 # Environment: STORAGEOS_CACHE (default ~/.cache/storageos-operator).
@@ -82,10 +84,20 @@ cmd_cross() {
   fi
 }
 
+cmd_qemu() {
+  command -v qemu-aarch64 >/dev/null && return 0
+  [[ $(id -u) == 0 ]] || die "the arm64 image check needs qemu-user (Debian): apt-get install qemu-user"
+  log "installing Debian's qemu-user (runs the arm64 binary in the image test; first time only)"
+  apt-get install -y -qq qemu-user >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && apt-get install -y -qq qemu-user >/dev/null; } \
+    || die "apt-get install qemu-user failed"
+}
+
 case ${1:-} in
   go) cmd_go ;;
+  qemu) cmd_qemu ;;
   sbom) cmd_sbom ;;
   cross) cmd_cross ;;
-  all) cmd_go >/dev/null && cmd_sbom >/dev/null && cmd_cross ;;
-  *) die "usage: hack/tools.sh go | sbom | cross | all" ;;
+  all) cmd_go >/dev/null && cmd_sbom >/dev/null && cmd_cross && cmd_qemu ;;
+  *) die "usage: hack/tools.sh go | sbom | cross | qemu | all" ;;
 esac

@@ -4,61 +4,34 @@
 //! kubectl (its built-in kustomize), both cached by the project's scripts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::Value;
+use support::dist::run;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    support::repo_root()
 }
 
 fn chart() -> String {
     root().join("deploy/helm/storageos-operator").display().to_string()
 }
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// helm, built once by the project's script (which prints its directory).
 fn helm() -> Command {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir =
-        DIR.get_or_init(|| PathBuf::from(run(Command::new("bash").arg(root().join("hack/tools.sh")).arg("go")).trim()));
-    Command::new(dir.join("helm"))
+    support::dist::go_tool("helm")
 }
 
 /// The plane's kubectl (hack/k8s.sh builds it; built here if this machine has none yet).
 fn kubectl() -> Command {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    let path = PATH.get_or_init(|| {
-        let versions = std::fs::read_to_string(root().join("hack/versions.env")).unwrap();
-        let version = versions
-            .lines()
-            .find_map(|l| l.strip_prefix("K8S_VERSION="))
-            .unwrap()
-            .trim()
-            .to_string();
-        let cache = std::env::var_os("STORAGEOS_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/storageos-operator"));
-        let kubectl = cache.join(format!("bin/k8s-{version}/kubectl"));
-        if !kubectl.exists() {
-            run(Command::new("bash").arg(root().join("hack/k8s.sh")).arg("build"));
-        }
-        kubectl
-    });
-    Command::new(path)
+    let kubectl = support::kubectl();
+    if !kubectl.exists() {
+        run(Command::new("bash").arg(root().join("hack/k8s.sh")).arg("build"));
+    }
+    Command::new(kubectl)
 }
 
 fn documents(text: &str) -> Vec<Value> {
