@@ -176,13 +176,18 @@ rootfs_for() { # arch binary rootfs
 }
 
 # CycloneDX JSON of the binary's dependencies for one target. cargo-cyclonedx writes no serial
-# number and takes its timestamp from SOURCE_DATE_EPOCH (the commit's time): reproducible.
+# number and takes its timestamp from SOURCE_DATE_EPOCH (the commit's time): reproducible, also
+# from another checkout (below).
 sbom() { # tool-bin-dir triple out
   local epoch
   epoch=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)
   SOURCE_DATE_EPOCH=$epoch PATH=$1:$PATH cargo cyclonedx --format json --target "$2" --spec-version 1.5 \
     --override-filename "$(basename "$WORK")-sbom-$2" >&2
-  mv "$ROOT/$(basename "$WORK")-sbom-$2.json" "$3"
+  # Its references to this crate name the checkout (path+file:///path/to/clone): written
+  # relative, as its purls already are, so that the clone's path is not in the image.
+  python3 -c 'import sys; src, out, root = sys.argv[1:]; open(out, "w").write(open(src).read().replace(root + "#", "file://.#").replace(root + "\"", "file://.\""))' \
+    "$ROOT/$(basename "$WORK")-sbom-$2.json" "$3" "file://$ROOT"
+  rm -f "$ROOT/$(basename "$WORK")-sbom-$2.json"
 }
 
 args=()
