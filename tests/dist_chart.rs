@@ -347,3 +347,53 @@ fn pathdiff(to: &Path, from: &Path) -> String {
     );
     parts.join("/")
 }
+
+/// `manifests --image` is the one place the image is given: operator.yaml, the chart's defaults
+/// and the OLM bundle all name it, digest included, and the chart still renders operator.yaml.
+#[test]
+fn manifests_image_sets_operator_yaml_the_chart_and_the_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = format!("registry.example:5000/storage/storageos-operator:v9@{DIGEST}");
+    run(Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
+        .args(["manifests", "--image", &image, "--out-dir"])
+        .arg(dir.path())
+        .arg("--olm-dir")
+        .arg(dir.path().join("olm")));
+    let operator = by_id(documents(
+        &std::fs::read_to_string(dir.path().join("operator.yaml")).unwrap(),
+    ));
+    let container = &operator["Deployment/storageos-operator"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], image.as_str());
+    for name in ["OPERATOR_IMAGE", "RELATED_IMAGE_API_MANAGER"] {
+        let e = container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap();
+        assert_eq!(e["value"], image.as_str(), "{name}");
+    }
+    let chart = dir.path().join("helm/storageos-operator");
+    let rendered = by_id(documents(&run(helm()
+        .args(["template", "storageos-operator"])
+        .arg(&chart)
+        .args([
+            "--include-crds",
+            "--namespace",
+            "storageos-operator",
+            "--set",
+            "namespace.create=true",
+        ]))));
+    assert_eq!(diff(&operator, &rendered), Vec::<String>::new());
+    let csv = std::fs::read_to_string(
+        dir.path()
+            .join("olm/manifests/storageos-operator.clusterserviceversion.yaml"),
+    )
+    .unwrap();
+    let csv: Value = serde_yaml::from_str(&csv).unwrap();
+    assert_eq!(csv["metadata"]["annotations"]["containerImage"], image.as_str());
+    assert_eq!(csv["spec"]["relatedImages"][0]["image"], image.as_str());
+    // And kustomize's image transformer takes it from there (name without tag or digest).
+    let got = kustomize(dir.path());
+    assert_eq!(diff(&operator, &got), Vec::<String>::new());
+}
