@@ -141,8 +141,11 @@ rootfs_for() { # arch binary rootfs
   local arch=$1 bin=$2 rootfs=$3
   mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc/ssl/certs" "$rootfs/tmp" "$rootfs/home/nonroot"
   cp "$bin" "$rootfs/usr/local/bin/storageos-operator"
+  # Stripped, and without the linker's build ID: that is a hash of the unstripped binary, whose
+  # debug information names the checkout's path, so it would differ between two clones of one
+  # commit while every other byte is the same.
   if [[ $arch == amd64 ]]; then
-    strip "$rootfs/usr/local/bin/storageos-operator" 2>/dev/null || true
+    strip --remove-section=.note.gnu.build-id "$rootfs/usr/local/bin/storageos-operator"
     say "collecting shared libraries (amd64)"
     # Every library the binary needs, and the dynamic loader, at their own paths.
     ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
@@ -150,7 +153,7 @@ rootfs_for() { # arch binary rootfs
       cp -L "$lib" "$rootfs$lib"
     done
   else
-    aarch64-linux-gnu-strip "$rootfs/usr/local/bin/storageos-operator"
+    aarch64-linux-gnu-strip --remove-section=.note.gnu.build-id "$rootfs/usr/local/bin/storageos-operator"
     say "collecting shared libraries (arm64)"
     arm64_libs "$bin" "$rootfs"
   fi

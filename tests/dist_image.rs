@@ -268,6 +268,17 @@ fn the_image_is_reproducible_multi_arch_with_its_sbom_and_pushes_by_digest() {
             machine,
             "{platform}: wrong ELF machine"
         );
+        // No linker build ID (it hashes the unstripped binary, whose debug information names
+        // the checkout's path) and no path of this checkout.
+        assert!(
+            !bin.windows(18).any(|w| w == b".note.gnu.build-id"),
+            "{platform}: the binary has a build ID"
+        );
+        let checkout = root().to_str().unwrap().as_bytes().to_vec();
+        assert!(
+            !bin.windows(checkout.len()).any(|w| w == checkout),
+            "{platform}: the binary names the checkout"
+        );
         assert!(fs.join(loader).exists(), "{platform}: no {loader}");
         // It runs from the image's own root filesystem (loader and libraries): natively, or
         // under qemu-aarch64 (installed by hack/tools.sh qemu) for arm64.
