@@ -153,6 +153,8 @@ async fn kustomize_and_helm_install_the_operator_and_helm_upgrades_and_uninstall
         install::NAME,
         "--ignore-not-found",
     ]);
+    // A namespace left terminating by an earlier run would refuse the release.
+    let _ = kubectl(&["wait", "--for=delete", &format!("namespace/{NS}"), "--timeout=120s"]);
     let _cleanup = Cleanup;
     let _cluster = ExampleCluster { namespace: NS };
     let install_args = [
