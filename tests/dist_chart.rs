@@ -258,6 +258,16 @@ fn each_chart_value_changes_only_what_it_names() {
             assert_eq!(s["namespace"], "ops", "{id}");
         }
     }
+    // values.schema.json: a misspelt or mistyped value is refused, naming it.
+    for (set, named) in [
+        ("replicas=3", "replicas"),
+        ("replicaCount=two", "replicaCount"),
+        ("image.digest=latest", "digest"),
+    ] {
+        let out = helm().args(["template", "x", &chart(), "--set", set]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(named), "--set {set}: {err}");
+    }
     // A created cluster without a password is refused with a message naming the value.
     let out = helm()
         .args(["template", "x", &chart(), "--set", "cluster.create=true"])

@@ -379,6 +379,48 @@ spec:
 {{- end }}
 "#;
 
+/// `values.schema.json`: Helm checks the values against it on install, upgrade, template and
+/// lint, so a misspelt or mistyped value fails with its name instead of being ignored.
+pub fn values_schema() -> Value {
+    let string = json!({"type": "string"});
+    let boolean = json!({"type": "boolean"});
+    let object = json!({"type": "object"});
+    let closed = |properties: Value| json!({"type": "object", "additionalProperties": false, "properties": properties});
+    json!({
+        "$schema": "https://json-schema.org/draft-07/schema#",
+        "title": "Values of the storageos-operator chart",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "image": closed(json!({
+                "repository": {"type": "string", "minLength": 1},
+                "tag": string,
+                "digest": {"type": "string", "pattern": "^$|^sha256:[0-9a-f]{64}$"},
+                "pullPolicy": {"enum": ["", "Always", "IfNotPresent", "Never"]}
+            })),
+            "imagePullSecrets": {"type": "array", "items": closed(json!({"name": string}))},
+            "replicaCount": {"type": "integer", "minimum": 0},
+            "resources": object,
+            "watchNamespaces": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "nodeSelector": {"type": "object", "additionalProperties": string},
+            "tolerations": {"type": "array", "items": object},
+            "affinity": object,
+            "priorityClassName": string,
+            "metrics": closed(json!({
+                "service": closed(json!({"enabled": boolean})),
+                "serviceMonitor": closed(json!({"enabled": boolean, "interval": string}))
+            })),
+            "namespace": closed(json!({"create": boolean})),
+            "cluster": closed(json!({
+                "create": boolean,
+                "name": {"type": "string", "minLength": 1},
+                "spec": object,
+                "apiSecret": closed(json!({"create": boolean, "username": string, "password": string}))
+            }))
+        }
+    })
+}
+
 /// Every file of the chart, as (path relative to the chart directory, content).
 pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
     let install = build(image)?;
@@ -450,6 +492,8 @@ pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
         format!("{head}{SERVICE_MONITOR}"),
     ));
     files.push(("templates/storageoscluster.yaml".into(), format!("{head}{CLUSTER}")));
+    let schema = serde_json::to_string_pretty(&values_schema()).map_err(|e| Error::Template(e.to_string()))?;
+    files.push(("values.schema.json".into(), format!("{schema}\n")));
     Ok(files)
 }
 
