@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -429,8 +429,8 @@ const GO_CSV: &str = "storageosoperator.v2.4.1";
 /// while the Go CSV owns the same CRDs (`OwnerConflict`: no upgrade edge can cross packages);
 /// deleting the Go CSV keeps the CRDs and the StorageOSCluster; this bundle then installs, and
 /// the operator, trusting the cluster's namespace (the Subscription's `spec.config.env`), runs
-/// that same cluster (same UID). That it keeps the Go operator's node pods is
-/// `tests/k8s_adoption.rs`.
+/// that same cluster (same UID) and takes the Go operator's node DaemonSet over without
+/// restarting its pods (the full set of Go objects is `tests/k8s_adoption.rs`).
 #[tokio::test]
 async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     let _lock = support::cluster_lock();
@@ -492,6 +492,47 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     apply(&admin, &cr).await;
     let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), cluster_ns);
     let uid = clusters.get("storageos").await.unwrap().metadata.uid.unwrap();
+    // Its node pods, as the Go operator made them (tests/fixtures/adoption: the DaemonSet and its
+    // ServiceAccount in kube-system, written by the Go operator's field manager).
+    let fixture = std::fs::read_to_string(repo("tests/fixtures/adoption/go-default.yaml")).unwrap();
+    let go_objects: Vec<Value> = serde_yaml::Deserializer::from_str(&fixture)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|d: &Value| {
+            d["kind"] == "DaemonSet"
+                || (d["kind"] == "ServiceAccount" && d["metadata"]["name"] == "storageos-daemonset-sa")
+        })
+        .collect();
+    assert_eq!(go_objects.len(), 2);
+    kubectl_ok(&[
+        "delete",
+        "daemonset",
+        "storageos-daemonset",
+        "-n",
+        "kube-system",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    let go_file = dir.path().join("go-node.json");
+    std::fs::write(
+        &go_file,
+        json!({"apiVersion": "v1", "kind": "List", "items": go_objects}).to_string(),
+    )
+    .unwrap();
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=cluster-operator",
+        "-f",
+        go_file.to_str().unwrap(),
+    ]);
+    let daemonsets = Api::<DaemonSet>::namespaced(admin.clone(), "kube-system");
+    wait_for("the Go node pods to run on every node", SETTLE, || async {
+        let s = daemonsets.get("storageos-daemonset").await.ok()?.status?;
+        (s.desired_number_scheduled == 3 && s.number_ready == 3).then_some(())
+    })
+    .await;
+    let pods_before = node_pods(&admin).await;
+    assert_eq!(pods_before.len(), 3);
 
     // This bundle's CSV beside the Go one: OLM refuses it, whatever its permissions.
     let name = olm::csv_name();
@@ -575,6 +616,16 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     )
     .await;
     assert_eq!(running.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(node_pods(&admin).await, pods_before, "the switch restarted node pods");
+    let ds = daemonsets.get("storageos-daemonset").await.unwrap();
+    assert!(
+        ds.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f.manager.as_deref() == Some("storageos-operator")),
+        "this operator did not take the Go DaemonSet over"
+    );
 
     // Cleanup in the documented order.
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
@@ -584,6 +635,21 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     .await;
     drop(operator);
     kubectl_ok(&["delete", "crd", "nfsservers.storageos.com", "--ignore-not-found"]);
+}
+
+/// UIDs of the node pods in kube-system (not being deleted), sorted.
+async fn node_pods(admin: &Client) -> Vec<String> {
+    let mut uids: Vec<String> = Api::<Pod>::namespaced(admin.clone(), "kube-system")
+        .list(&ListParams::default().labels("app=storageos,kind=daemonset"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    uids.sort();
+    uids
 }
 
 /// Deletes a namespace when dropped.
