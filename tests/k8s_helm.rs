@@ -14,9 +14,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use storageos_operator::crd::StorageOSCluster;
@@ -96,20 +96,6 @@ async fn chart_objects(admin: &Client) -> BTreeMap<String, (String, Value)> {
     out
 }
 
-async fn node_pods(admin: &Client) -> Vec<String> {
-    let mut uids: Vec<String> = Api::<Pod>::namespaced(admin.clone(), "kube-system")
-        .list(&ListParams::default().labels("app=storageos,kind=daemonset"))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect();
-    uids.sort();
-    uids
-}
-
 /// Starts the operator as the Deployment Helm made runs it, as that Deployment's ServiceAccount.
 async fn start_operator(admin: &Client, dir: &std::path::Path, sim: &sim::SimHandle, log: &str) -> Operator {
     let deployment = Api::<Deployment>::namespaced(admin.clone(), NS)
@@ -177,7 +163,7 @@ async fn kustomize_and_helm_install_the_operator_and_helm_upgrades_and_uninstall
     let cluster = running(&clusters).await;
     let uid = cluster.metadata.uid.clone().unwrap();
     let pods = wait_for("three node pods", SETTLE, || async {
-        let p = node_pods(&admin).await;
+        let p = support::install::node_pods(&admin).await;
         (p.len() == 3).then_some(p)
     })
     .await;
@@ -235,7 +221,7 @@ async fn kustomize_and_helm_install_the_operator_and_helm_upgrades_and_uninstall
         "the cluster was not kept"
     );
     assert_eq!(
-        node_pods(&admin).await,
+        support::install::node_pods(&admin).await,
         pods,
         "node pods changed while the operator was away"
     );
@@ -246,7 +232,11 @@ async fn kustomize_and_helm_install_the_operator_and_helm_upgrades_and_uninstall
     let operator = start_operator(&admin, dir.path(), &sim, "operator-again.log").await;
     let c = running(&clusters).await;
     assert_eq!(c.metadata.uid.as_deref(), Some(uid.as_str()));
-    assert_eq!(node_pods(&admin).await, pods, "the reinstall restarted node pods");
+    assert_eq!(
+        support::install::node_pods(&admin).await,
+        pods,
+        "the reinstall restarted node pods"
+    );
     let ds = Api::<DaemonSet>::namespaced(admin.clone(), "kube-system")
         .get("storageos-daemonset")
         .await

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -531,7 +531,7 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
         (s.desired_number_scheduled == 3 && s.number_ready == 3).then_some(())
     })
     .await;
-    let pods_before = node_pods(&admin).await;
+    let pods_before = support::install::node_pods(&admin).await;
     assert_eq!(pods_before.len(), 3);
 
     // This bundle's CSV beside the Go one: OLM refuses it, whatever its permissions.
@@ -616,7 +616,11 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     )
     .await;
     assert_eq!(running.metadata.uid.as_deref(), Some(uid.as_str()));
-    assert_eq!(node_pods(&admin).await, pods_before, "the switch restarted node pods");
+    assert_eq!(
+        support::install::node_pods(&admin).await,
+        pods_before,
+        "the switch restarted node pods"
+    );
     let ds = daemonsets.get("storageos-daemonset").await.unwrap();
     assert!(
         ds.metadata
@@ -635,21 +639,6 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     .await;
     drop(operator);
     kubectl_ok(&["delete", "crd", "nfsservers.storageos.com", "--ignore-not-found"]);
-}
-
-/// UIDs of the node pods in kube-system (not being deleted), sorted.
-async fn node_pods(admin: &Client) -> Vec<String> {
-    let mut uids: Vec<String> = Api::<Pod>::namespaced(admin.clone(), "kube-system")
-        .list(&ListParams::default().labels("app=storageos,kind=daemonset"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.uid)
-        .collect();
-    uids.sort();
-    uids
 }
 
 /// Deletes a namespace when dropped.
