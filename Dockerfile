@@ -10,7 +10,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY templates ./templates
-RUN cargo build --release --locked --bin storageos-operator \
+RUN cargo build --release --locked --no-default-features --bin storageos-operator \
  && strip target/release/storageos-operator
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -80,6 +80,10 @@ if [[ -z $SBOM ]]; then
   [[ $PROFILE == release && ${#BIN_SRC[@]} == 0 ]] && SBOM=1
 fi
 IFS=, read -r -a arches <<<"$ARCHES"
+# The release image is built without the StorageOS simulator (feature `simulator`); the SBOM
+# lists the crates of the same feature set.
+FEATURES=()
+[[ $PROFILE == release ]] && FEATURES=(--no-default-features)
 
 say() { printf '[image] %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -95,7 +99,7 @@ triple() {
 
 # The binary of each architecture: given, or built (amd64 natively, arm64 cross-compiled).
 build_binary() { # arch -> path of the binary
-  local arch=$1 flags=(--locked --bin storageos-operator)
+  local arch=$1 flags=(--locked --bin storageos-operator "${FEATURES[@]}")
   [[ $PROFILE == release ]] && flags+=(--release)
   if [[ $arch == amd64 ]]; then
     say "building the $PROFILE binary (amd64)"
@@ -169,12 +173,19 @@ rootfs_for() { # arch binary rootfs
     mkdir -p "$rootfs/usr/share/doc/storageos-operator"
     sbom "$tool" "$(triple "$arch")" "$rootfs/usr/share/doc/storageos-operator/sbom.cdx.json"
   fi
+  local run=()
   if [[ $arch == amd64 && $(id -u) == 0 ]] && command -v chroot >/dev/null; then
     say "checking the image's root filesystem: the binary runs as 65532"
-    chroot --userspec=65532:65532 "$rootfs" /usr/local/bin/storageos-operator --version >&2
+    run=(chroot --userspec=65532:65532 "$rootfs" /usr/local/bin/storageos-operator)
   elif [[ $arch == arm64 ]] && command -v qemu-aarch64 >/dev/null; then
     say "checking the arm64 root filesystem: the binary runs under qemu-aarch64 with its own loader and libraries"
-    qemu-aarch64 -L "$rootfs" "$rootfs/usr/local/bin/storageos-operator" --version >&2
+    run=(qemu-aarch64 -L "$rootfs" "$rootfs/usr/local/bin/storageos-operator")
+  fi
+  if [[ ${#run[@]} -gt 0 ]]; then
+    "${run[@]}" --version >&2
+    if [[ $PROFILE == release && -z ${BIN_SRC[$arch]:-} ]] && "${run[@]}" simulate --help >/dev/null 2>&1; then
+      die "the release binary ($arch) has the simulate subcommand; it must be built without feature simulator"
+    fi
   fi
 }
 
@@ -184,7 +195,7 @@ rootfs_for() { # arch binary rootfs
 sbom() { # tool-bin-dir triple out
   local epoch
   epoch=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)
-  SOURCE_DATE_EPOCH=$epoch PATH=$1:$PATH cargo cyclonedx --format json --target "$2" --spec-version 1.5 \
+  SOURCE_DATE_EPOCH=$epoch PATH=$1:$PATH cargo cyclonedx "${FEATURES[@]}" --format json --target "$2" --spec-version 1.5 \
     --override-filename "$(basename "$WORK")-sbom-$2" >&2
   # Its references to this crate name the checkout (path+file:///path/to/clone): written
   # relative, as its purls already are, so that the clone's path is not in the image.

@@ -15,6 +15,10 @@
 # K8S_STATE (runtime state dir, default $STORAGEOS_CACHE/plane), K8S_PORT (apiserver, default 16443),
 # K8S_AUDIT_POLICY (an audit policy file used instead of the built-in one), REAL_NODES=1 (add a
 # real kubelet node, real-node-0, that runs pods: hack/realnode.sh, docs/real-node.md).
+#
+# The apiserver presents a client certificate to every admission webhook ($K8S_STATE/pki/
+# webhook-client.crt, issued by pki/webhook-client-ca.crt; docs/security.md), as a cluster whose
+# webhooks authenticate their caller is configured.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -206,9 +210,35 @@ EOF
       -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
     openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
       -out apiserver-kubelet-client.crt -days 3650 -extfile client.ext 2>/dev/null
+    # The client certificate the apiserver presents to admission webhooks (see admission.yaml
+    # below), from a CA of its own: a webhook that requires it (the api-manager with
+    # spec.apiManager.webhookClientCAConfigMap) serves the apiserver and nobody else.
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key -out webhook-client-ca.crt \
+      -days 3650 -subj "/CN=storageos-operator-test-webhook-client-ca" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout webhook-client.key -out webhook-client.csr \
+      -subj "/CN=kube-apiserver-webhook-client" 2>/dev/null
+    openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt -CAkey webhook-client-ca.key \
+      -CAcreateserial -out webhook-client.crt -days 3650 -extfile client.ext 2>/dev/null
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   ) || die "generating certificates with openssl failed"
+  cat >"$STATE/webhook-kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: $d/webhook-client.crt
+      client-key: $d/webhook-client.key
+EOF
+  local plugin
+  {
+    printf 'apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n'
+    for plugin in MutatingAdmissionWebhook ValidatingAdmissionWebhook; do
+      printf '  - name: %s\n    configuration:\n      apiVersion: apiserver.config.k8s.io/v1\n' "$plugin"
+      printf '      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: %s\n' "$STATE/webhook-kubeconfig"
+    done
+  } >"$STATE/admission.yaml"
   local b64='base64 -w0'
   cat >"$KUBECONFIG_OUT" <<EOF
 apiVersion: v1
@@ -366,6 +396,7 @@ EOF
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
     --authorization-mode Node,RBAC \
+    --admission-control-config-file "$STATE/admission.yaml" \
     --enable-admission-plugins NamespaceLifecycle,ServiceAccount,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,OwnerReferencesPermissionEnforcement \
     --allow-privileged=true \
     --enable-aggregator-routing=true \
@@ -389,6 +420,11 @@ EOF
     --authentication-kubeconfig "$KUBECONFIG_OUT" --authorization-kubeconfig "$KUBECONFIG_OUT" \
     --bind-address 127.0.0.1 --secure-port $((K8S_PORT + 2)) \
     --leader-elect=false --profiling=false --v=1
+  # The CA of the apiserver's webhook client certificate, published where a StorageOSCluster can
+  # name it (spec.apiManager.webhookClientCAConfigMap), as kube-root-ca.crt publishes the
+  # cluster's CA.
+  kc -n kube-system create configmap apiserver-webhook-client-ca --from-file=ca.crt="$p/webhook-client-ca.crt" \
+    --dry-run=client -o yaml | kc apply --server-side -f - >/dev/null || fail_up kube-apiserver
   # kwok watches its log CRDs from the start, so they must be served first.
   kc apply --server-side -f "$KWOK_BIN/log-crds.yaml" >/dev/null || fail_up kube-apiserver
   wait_for kwok-crds 30 kc wait --for condition=Established --timeout 1s \

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
 use crate::runtime::memory::trimming;
-use crate::{apimanager, crd, install, operator, render, sim};
+#[cfg(feature = "simulator")]
+use crate::sim;
+use crate::{apimanager, crd, install, operator, render};
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,7 @@ pub enum Error {
     #[error(transparent)]
     Manifests(#[from] install::Error),
     /// `simulate` failed.
+    #[cfg(feature = "simulator")]
     #[error(transparent)]
     Simulate(#[from] sim::Error),
 }
@@ -47,6 +50,7 @@ pub enum Error {
 /// thread a burst of it would delay its Lease renewals (and so fencing) and the other webhooks.
 pub fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = match command {
+        #[cfg(feature = "simulator")]
         Command::Simulate(_) => tokio::runtime::Builder::new_multi_thread(),
         Command::ApiManager(_) => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -65,6 +69,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => Ok(trimming(operator::run(args)).await?),
         Command::ApiManager(args) => Ok(trimming(apimanager::run(*args)).await?),
         Command::Render(args) => Ok(render::run(&args)?),
+        #[cfg(feature = "simulator")]
         Command::Simulate(args) => Ok(sim::run(args).await?),
         Command::Manifests(args) => manifests(&args),
     }

@@ -58,7 +58,9 @@ pub enum Command {
     /// under `olm/`.
     Manifests(ManifestsArgs),
 
-    /// Run the StorageOS control-plane API simulator, for demos and tests.
+    /// Run the StorageOS control-plane API simulator, for demos and tests (not in release
+    /// builds: feature `simulator`).
+    #[cfg(feature = "simulator")]
     Simulate(SimulateArgs),
 }
 

@@ -15,6 +15,7 @@ pub mod plugin;
 pub mod rbac;
 pub mod render;
 pub mod runtime;
+#[cfg(feature = "simulator")]
 pub mod sim;
 pub mod storageos;
 pub mod telemetry;

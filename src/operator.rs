@@ -58,7 +58,8 @@ pub fn register_metrics(registry: &mut Registry) -> OperatorMetrics {
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let connection = crate::runtime::connect::connect(args.kubeconfig.as_deref(), None).await?;
-    tracing::info!(server = %connection.server, from = %connection.from, "connected to Kubernetes");
+    connection.require(&crate::render::MIN_KUBERNETES)?;
+    tracing::info!(server = %connection.server, from = %connection.from, version = %connection.version, "connected to Kubernetes");
     let client = connection.client;
     let mut registry = Registry::default();
     let OperatorMetrics {

@@ -122,7 +122,9 @@ async fn kustomize_and_helm_install_the_operator_and_helm_upgrades_and_uninstall
     let admin = support::client().await;
 
     // Kustomize: the base applies, and what it made is what deploy/operator.yaml describes.
-    kubectl_ok(&["apply", "--server-side", "-k", &repo("deploy")]);
+    // (Forcing conflicts: earlier tests and runs on this plane applied the CRDs with other
+    // field managers, possibly at other versions of them.)
+    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-k", &repo("deploy")]);
     let diff = kubectl(&["diff", "--server-side", "-f", &repo("deploy/operator.yaml")]);
     assert!(
         diff.status.success(),
@@ -269,5 +271,30 @@ impl Drop for Cleanup {
                 .status();
         });
         let _ = kubectl(&["delete", "namespace", NS, "--ignore-not-found", "--wait=false"]);
+        // Helm (v4: server-side apply) applied the CRDs with its field manager and never lets
+        // go of them: kubectl's manager takes every field, then an apply as "helm" of nothing
+        // but their names releases Helm's, so that the other tests' `kubectl apply
+        // --server-side` of later versions of the CRDs meets no conflict with "helm".
+        let _ = kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &repo("crds")]);
+        let names: String = storageos_operator::crd::all()
+            .iter()
+            .map(|(_, c)| {
+                format!(
+                    "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {}}}\n",
+                    c.metadata.name.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        if let Ok(file) = tempfile::NamedTempFile::new()
+            && std::fs::write(file.path(), names).is_ok()
+        {
+            let _ = kubectl(&[
+                "apply",
+                "--server-side",
+                "--field-manager=helm",
+                "-f",
+                &file.path().display().to_string(),
+            ]);
+        }
     }
 }

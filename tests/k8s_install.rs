@@ -111,6 +111,23 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
         );
     }
 
+    // The privileged node container's ServiceAccount reads Secrets (the volume keys) but writes
+    // none, and cannot delete pods or VolumeAttachments: fencing is the api-manager's.
+    let node_sa = "--as=system:serviceaccount:kube-system:storageos-daemonset-sa";
+    for (verb, resource, want) in [
+        ("get", "secrets", "yes"),
+        ("create", "secrets", "no"),
+        ("update", "secrets", "no"),
+        ("delete", "secrets", "no"),
+        ("delete", "pods", "no"),
+        ("patch", "pods", "no"),
+        ("delete", "volumeattachments.storage.k8s.io", "no"),
+    ] {
+        let out = kubectl(&["auth", "can-i", verb, resource, "-A", node_sa]);
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(said, want, "can the node ServiceAccount {verb} {resource}?");
+    }
+
     // A namespace editor explicitly granted the storageos.com kinds in their own namespace
     // cannot turn them into cluster-wide rights: the operator trusts only its own namespace.
     support::install::tenant_cannot_escalate(&admin, true).await;

@@ -91,14 +91,21 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
         sim.add_node(n, Health::Online).unwrap();
     }
     let ns = TestNamespace::new("mirror").await;
-    let pvc: PersistentVolumeClaim = from_json(json!({
-        "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "t-mirror-none",
-                 "resources": {"requests": {"storage": "2Gi"}}}
-    }));
-    let pvc = ns
-        .api::<PersistentVolumeClaim>()
-        .create(&PostParams::default(), &pvc)
+    // The claim bound to the volume's PV, and one of another name that is not bound.
+    let pv = format!("pvc-{}", support::suffix());
+    let claim = |name: &str, pv: Option<&str>| -> PersistentVolumeClaim {
+        from_json(json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "t-mirror-none", "volumeName": pv,
+                     "resources": {"requests": {"storage": "2Gi"}}}
+        }))
+    };
+    let pvcs = ns.api::<PersistentVolumeClaim>();
+    let pvc = pvcs
+        .create(&PostParams::default(), &claim("data", Some(&pv)))
+        .await
+        .unwrap();
+    pvcs.create(&PostParams::default(), &claim("unbound", None))
         .await
         .unwrap();
     let ctx = support::api_manager_context(&sim, FLAGS).await;
@@ -136,10 +143,11 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     assert!(status.last_seen_online.is_some(), "the last online poll is recorded");
     assert_eq!(row(&kubectl_get(&["nodes.api.storageos.com"]), NODES[2])[1], "offline");
 
-    // A volume seeded for the PVC appears in its namespace, owned by it; one without a PVC does not.
-    let pv = format!("pvc-{}", support::suffix());
+    // A volume seeded for the PVC appears in its namespace, owned by it; one without a PVC does
+    // not, nor one naming a PVC that is not bound to it.
     seed(&sim, &ns, &pv, "data");
     seed(&sim, &ns, &format!("{pv}-orphan"), "no-such-claim");
+    seed(&sim, &ns, &format!("{pv}-unbound"), "unbound");
     let volumes: Api<StorageOSVolume> = ns.api();
     // Written in two steps (the object, then its status): wait for both.
     let v = wait_for("the volume mirror", SETTLE, || async {
@@ -181,6 +189,10 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     assert!(
         !table.contains(&format!("{pv}-orphan")),
         "no mirror without a PVC: {table}"
+    );
+    assert!(
+        !table.contains(&format!("{pv}-unbound")),
+        "no mirror for a PVC not bound to the volume: {table}"
     );
     node_mirror(&nodes, NODES[1], "offline").await;
 

@@ -312,6 +312,30 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
         "the pod webhook served by a real pod set the scheduler"
     );
 
+    // ---- nobody but the apiserver is served: the webhooks require the apiserver's client
+    // certificate (spec.apiManager.webhookClientCAConfigMap), so a caller on the pod network
+    // without it (this host reaches the pod IPs as any pod does) is refused in the handshake
+    for p in &api_managers {
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        tokio::net::TcpStream::connect(format!("{ip}:9443"))
+            .await
+            .unwrap_or_else(|e| panic!("{}'s webhook port is not reachable: {e}", p.name_any()));
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()
+            .unwrap();
+        let answer = http
+            .post(format!("https://{ip}:9443/mutate-pvcs"))
+            .json(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}))
+            .send()
+            .await;
+        assert!(
+            answer.is_err(),
+            "{} answered a caller without a certificate: {answer:?}",
+            p.name_any()
+        );
+    }
+
     // ---- the leader goes: the other replica takes over, the Deployment replaces the pod, the
     // cluster stays Running and no StorageOS pod restarts
     Api::<Pod>::namespaced(client.clone(), OPERATOR_NS)
@@ -350,4 +374,130 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
     );
     let after = storageos_node_pods(&client).await;
     assert_eq!(after, node_pods, "no StorageOS node pod was restarted");
+
+    jobs_never_mount_a_symlink_out_of_the_allowed_directory(&client).await;
+}
+
+/// Host paths planted under /var/lib/storageos on the real node (this host), removed at the end.
+struct Planted(Vec<std::path::PathBuf>);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
+        }
+    }
+}
+
+/// A Job in `namespace` running the operator's image (`--version` prints the completion word)
+/// with `host_path`.
+fn job(namespace: &str, name: &str, host_path: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "storageos.com/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"image": real_node::operator_image(), "args": ["--version"], "mountPath": "/data",
+                 "hostPath": host_path, "completionWord": "storageos-operator"}
+    })
+}
+
+/// Ready's reason, once the Job has one matching `want`.
+async fn job_reason(jobs: &Api<storageos_operator::crd::Job>, name: &str, want: &str) -> String {
+    wait_for(
+        &format!("Job {name} to be {want}"),
+        Duration::from_secs(120),
+        || async {
+            let j = jobs.get(name).await.ok()?;
+            let ready = j.status?.conditions?.into_iter().find(|c| c.type_ == "Ready")?;
+            (ready.reason == want).then_some(ready.message)
+        },
+    )
+    .await
+}
+
+/// On the real node, a symlink under /var/lib/storageos that points at `/`: with the default
+/// allow-list a Job naming it is refused before any DaemonSet exists; with a subtree entry
+/// (`/var/lib/storageos/*`, the opt-in) the kubelet refuses the subPath, the Job says why and its
+/// DaemonSet is removed, while a plain directory under the entry is mounted and the Job completes.
+async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client) {
+    use storageos_operator::crd::Job;
+    use storageos_operator::job::daemonset::daemonset_name;
+    use storageos_operator::job::{HOST_PATH_NOT_ALLOWED, HOST_PATH_UNSAFE};
+    let sfx = support::suffix();
+    let root = std::path::Path::new("/var/lib/storageos");
+    std::fs::create_dir_all(root).unwrap();
+    let (link, dir) = (root.join(format!("escape-{sfx}")), root.join(format!("plain-{sfx}")));
+    // The link, the directory, then /var/lib/storageos itself if the test made it (and it is empty).
+    let _planted = Planted(vec![link.clone(), dir.clone(), root.to_path_buf()]);
+    std::os::unix::fs::symlink("/", &link).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let (link, dir) = (link.display().to_string(), dir.display().to_string());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), OPERATOR_NS);
+
+    // The default allow-list: exactly /var/lib/storageos. Refused before anything is made (so
+    // even in the operator's own namespace, whose Pod Security level forbids host paths).
+    apply_yaml(&job(OPERATOR_NS, "escape", &link).to_string());
+    let message = job_reason(&jobs, "escape", HOST_PATH_NOT_ALLOWED).await;
+    assert!(message.contains(&link), "{message}");
+    assert!(daemonsets.get_opt(&daemonset_name("escape")).await.unwrap().is_none());
+    let _ = jobs.delete("escape", &DeleteParams::default()).await;
+
+    // The subtree opt-in, for Jobs in a namespace of their own that the operator trusts and
+    // whose Pod Security level allows host paths.
+    let ns = TestNamespace::new("real-node-jobs").await;
+    let set = kubectl(&[
+        "-n",
+        OPERATOR_NS,
+        "set",
+        "env",
+        "deployment/storageos-operator",
+        "JOB_HOST_PATHS=/var/lib/storageos/*",
+        &format!("WATCH_NAMESPACES={OPERATOR_NS},{}", ns.name),
+    ]);
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let rolled = kubectl(&[
+        "-n",
+        OPERATOR_NS,
+        "rollout",
+        "status",
+        "deployment/storageos-operator",
+        "--timeout=180s",
+    ]);
+    assert!(rolled.status.success(), "{}", String::from_utf8_lossy(&rolled.stderr));
+    let (jobs, daemonsets): (Api<Job>, Api<k8s_openapi::api::apps::v1::DaemonSet>) = (ns.api(), ns.api());
+    apply_yaml(&job(&ns.name, "plain", &dir).to_string());
+    job_reason(&jobs, "plain", "Completed").await;
+    apply_yaml(&job(&ns.name, "escape-opt-in", &link).to_string());
+    let message = job_reason(&jobs, "escape-opt-in", HOST_PATH_UNSAFE).await;
+    assert!(message.contains(NODE) && message.contains(&link), "{message}");
+    wait_for("the unsafe Job's DaemonSet to go", Duration::from_secs(60), || async {
+        daemonsets
+            .get_opt(&daemonset_name("escape-opt-in"))
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        daemonsets
+            .get_opt(&daemonset_name("escape-opt-in"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the DaemonSet of a refused Job came back"
+    );
+    for name in ["plain", "escape-opt-in"] {
+        let _ = jobs.delete(name, &DeleteParams::default()).await;
+    }
+    let unset = kubectl(&[
+        "-n",
+        OPERATOR_NS,
+        "set",
+        "env",
+        "deployment/storageos-operator",
+        "JOB_HOST_PATHS-",
+    ]);
+    assert!(unset.status.success(), "{}", String::from_utf8_lossy(&unset.stderr));
 }

@@ -141,13 +141,17 @@ fn names<K: kube::Resource>(items: &[K]) -> Vec<String> {
 async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     let (sim, ns, pv) = setup("shared-vol").await;
     seed(&sim, &ns, &pv, "data", Some("10.0.0.5:25000"));
-    // Volumes that must get nothing: no PVC, not NFS-attached, an endpoint Endpoints cannot hold.
+    // Volumes that must get nothing: no PVC, not NFS-attached, an endpoint Endpoints cannot
+    // hold, and a PVC that is not bound to the volume's PV (the PVC labels on a StorageOS volume
+    // can be written through the StorageOS API, so they alone never make a PVC the owner).
     seed(&sim, &ns, "pvc-orphan", "missing", Some("10.0.0.5:25001"));
     seed(&sim, &ns, "pvc-plain", "plain", None);
     seed(&sim, &ns, "pvc-loopback", "loopback", Some("127.0.0.1:2049"));
+    seed(&sim, &ns, "pvc-unbound", "unbound", Some("10.0.0.5:25003"));
     let pvc = create_pvc(&ns, "data", Some(&pv)).await;
-    create_pvc(&ns, "plain", None).await;
-    create_pvc(&ns, "loopback", None).await;
+    create_pvc(&ns, "plain", Some("pvc-plain")).await;
+    create_pvc(&ns, "loopback", Some("pvc-loopback")).await;
+    create_pvc(&ns, "unbound", None).await;
 
     let ctx = support::api_manager_context(&sim, FLAGS).await;
     let controller = tokio::spawn(shared_volume::run(ctx.clone()));
@@ -200,7 +204,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     assert_eq!(names(&all_services), vec![pv.clone()]);
     let all_endpoints = ns.api::<Endpoints>().list(&ListParams::default()).await.unwrap().items;
     assert_eq!(names(&all_endpoints), vec![pv.clone()]);
-    for other in ["pvc-orphan", "pvc-plain", "pvc-loopback"] {
+    for other in ["pvc-orphan", "pvc-plain", "pvc-loopback", "pvc-unbound"] {
         assert_eq!(mount_label(&sim, other), None, "{other}");
     }
 
@@ -337,7 +341,7 @@ async fn api_outage_late_pvc_publish_retries_and_deleted_service() {
         path: Some("/nfs/mount-endpoint".into()),
         ..Faults::default()
     });
-    create_pvc(&ns, "late", None).await;
+    create_pvc(&ns, "late", Some(&pv)).await;
     let svc = published(&sim, &ns, &pv).await;
     let puts: Vec<_> = sim
         .requests()

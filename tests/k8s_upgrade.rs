@@ -675,14 +675,85 @@ async fn operator_killed_in_every_phase_resumes_and_completes() {
     eprintln!("[{:>5.1}s] torn down", started.elapsed().as_secs_f64());
 }
 
+/// A downgrade (the nodes run v2.9.0) stops in phase Refused with reason Downgrade and one
+/// Warning event, nothing touched: no puller, no application scaled, the cluster not paused, the
+/// node image unchanged. Setting `spec.force` lets it run to the end.
+#[tokio::test]
+async fn a_downgrade_is_refused_with_nothing_touched_until_forced() {
+    let (scene, operator) = Scene::new("upgrade-refused").await;
+    let old = "storageos/node:v2.8.0";
+    scene.create_upgrade("down", old).await;
+    scene.wait_phase("down", UpgradePhase::Refused).await;
+    let status = scene.upgrades().get("down").await.unwrap().status.unwrap();
+    let degraded = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "Downgrade")
+    );
+    assert!(
+        degraded.message.contains(OLD_IMAGE) && degraded.message.contains(old),
+        "{}",
+        degraded.message
+    );
+    let events = scene
+        .wait("the Downgrade event", || async {
+            let events = upgrade_events(&scene, "down").await;
+            events.iter().any(|(r, _)| r == "Downgrade").then_some(events)
+        })
+        .await;
+    // The refusal was decided (phase and event seen) before any action could be: every later
+    // pass decides the same until the spec changes.
+    let puller = scene
+        .ns
+        .api::<DaemonSet>()
+        .get_opt(&pull::daemonset_name("down"))
+        .await
+        .unwrap();
+    assert!(puller.is_none(), "a refused upgrade applied the puller");
+    assert_eq!(scene.paused_by().await, None, "a refused upgrade paused the cluster");
+    scene.assert_apps_restored().await;
+    assert_eq!(scene.node_images().await.0.as_deref(), Some(OLD_IMAGE));
+    assert_eq!(scene.phase("down").await, Some(UpgradePhase::Refused));
+    assert_eq!(
+        upgrade_events(&scene, "down")
+            .await
+            .iter()
+            .filter(|(r, _)| r == "Downgrade")
+            .count(),
+        1,
+        "one Warning event: {events:?}"
+    );
+
+    // Forced: it runs.
+    scene
+        .upgrades()
+        .patch(
+            "down",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"force": true}})),
+        )
+        .await
+        .unwrap();
+    scene.wait_phase("down", UpgradePhase::Completed).await;
+    scene.assert_completed("down", old).await;
+    scene.delete_upgrade("down").await;
+    scene.teardown(operator).await;
+}
+
 #[tokio::test]
 async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpauses() {
     let (scene, operator) = Scene::new("upgrade-queue").await;
     drop(operator);
     let operator = scene.operator("1s");
-    scene.create_upgrade("first", "storageos/node:v2.11.0").await;
+    scene.create_upgrade("first", "storageos/node:v2.10.0").await;
     scene.wait_phase("first", UpgradePhase::PullingImage).await;
-    scene.create_upgrade("second", "storageos/node:v2.12.0").await;
+    // First deleted before its nodes restart: the second goes from v2.9.0 as well.
+    scene.create_upgrade("second", "storageos/node:v2.10.1").await;
 
     // The second one waits, saying for which, with one Warning event.
     let waiting = format!(
@@ -730,7 +801,7 @@ async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpau
 
     // Now it is the second one's turn.
     scene.wait_phase("second", UpgradePhase::Completed).await;
-    scene.assert_completed("second", "storageos/node:v2.12.0").await;
+    scene.assert_completed("second", "storageos/node:v2.10.1").await;
     scene.delete_upgrade("second").await;
     scene.teardown(operator).await;
 }

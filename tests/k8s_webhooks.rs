@@ -44,10 +44,21 @@ struct Served {
     mwcs: Api<MutatingWebhookConfiguration>,
     name: String,
     server: tokio::task::JoinHandle<()>,
+    addr: std::net::SocketAddr,
 }
 
 impl Served {
     async fn start(ns: &TestNamespace, lookups: KubeLookups, metrics: WebhookMetrics) -> Self {
+        Self::start_for(ns, lookups, metrics, None).await
+    }
+
+    /// [`Served::start`] serving only callers with a client certificate of `clients`.
+    async fn start_for(
+        ns: &TestNamespace,
+        lookups: KubeLookups,
+        metrics: WebhookMetrics,
+        clients: Option<https::ClientAuth>,
+    ) -> Self {
         let client = ns.client.clone();
         // The certificates are managed as the api-manager's ServiceAccount, with its rules for
         // a webhook configuration named after the namespace.
@@ -68,7 +79,14 @@ impl Served {
         let state = WebhookState::new(lookups, Some("storageos-scheduler".into()), metrics);
         let router = webhook::router(state, "/mutate-pods", "/mutate-pvcs");
         let slot = https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
-        let serving = https::serve(listener, slot.clone(), router, std::future::pending());
+        let serving = https::serve_for(
+            listener,
+            slot.clone(),
+            clients,
+            router,
+            std::future::pending(),
+            https::Limits::default(),
+        );
         let server = tokio::spawn(async move {
             if let Err(e) = serving.await {
                 panic!("webhook server failed: {e}");
@@ -114,6 +132,7 @@ impl Served {
             mwcs,
             name: ns.name.clone(),
             server,
+            addr: std::net::SocketAddr::new(host, port),
         }
     }
 
@@ -757,4 +776,122 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
     for name in [&secure, &plain] {
         let _ = classes.delete(name, &DeleteParams::default()).await;
     }
+}
+
+/// The CA of the client certificate the local plane's apiserver presents to admission webhooks
+/// (hack/k8s.sh), next to its kubeconfig.
+fn plane_webhook_client_ca() -> Vec<u8> {
+    let dir = support::kubeconfig_path().parent().unwrap();
+    std::fs::read(dir.join("pki/webhook-client-ca.crt")).expect("the plane's webhook client CA (hack/k8s.sh up)")
+}
+
+/// A forged AdmissionReview for an encrypted PVC of class `class` in `namespace`, naming the key
+/// Secret `secret`.
+fn forged_review(namespace: &str, class: &str, secret: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "kind": {"group": "", "version": "v1", "kind": "PersistentVolumeClaim"},
+            "resource": {"group": "", "version": "v1", "resource": "persistentvolumeclaims"},
+            "name": "forged", "namespace": namespace, "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:default:default"},
+            "object": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "forged", "namespace": namespace,
+                    "labels": {ENCRYPTION: "true"}, "annotations": {SECRET_NAME_ANNOTATION: secret}},
+                "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}
+        }
+    })
+}
+
+/// With the apiserver's client CA required, real admission still makes the keys, and a caller
+/// without the apiserver's certificate (any pod, whatever its ServiceAccount), or with a
+/// certificate of another CA, is refused in the TLS handshake: it cannot make the webhook
+/// create a Secret.
+#[tokio::test]
+async fn a_caller_without_the_apiservers_certificate_cannot_make_the_webhook_create_a_secret() {
+    let ns = TestNamespace::new("enc-clientauth").await;
+    let client = ns.client.clone();
+    let metrics = WebhookMetrics::register(&mut Registry::default());
+    let lookups = KubeLookups(support::identity::api_manager_client_for(&ns.name).await);
+    let clients = https::ClientAuth::from_pem(&plane_webhook_client_ca()).unwrap();
+    let served = Served::start_for(&ns, lookups, metrics, Some(clients)).await;
+    let class = format!("{}-sos", ns.name);
+    storageos_class(&client, &class, json!({})).await;
+    let (pvcs, secrets) = (ns.api::<PersistentVolumeClaim>(), ns.api::<Secret>());
+
+    // Through the apiserver: keys made as without client authentication.
+    let real = first_mutated(&pvcs, "enc", &class, json!({ENCRYPTION: "true"}), |p| {
+        annotation(p, SECRET_NAME_ANNOTATION).is_some()
+    })
+    .await;
+    let name = annotation(&real, SECRET_NAME_ANNOTATION).unwrap();
+    assert_eq!(bytes(&secrets.get(&name).await.unwrap(), "vuk").len(), 80);
+    let before = key_secrets(&secrets).await;
+
+    // Straight to the webhook, trusting its CA: no client certificate, then the plane's admin
+    // certificate (another CA). Both are refused; no Secret is made.
+    let ca = reqwest::Certificate::from_pem(served.cert.ca_pem.as_bytes()).unwrap();
+    let dir = support::kubeconfig_path().parent().unwrap();
+    let admin_pem = [
+        std::fs::read(dir.join("pki/admin.crt")).unwrap(),
+        std::fs::read(dir.join("pki/admin.key")).unwrap(),
+    ]
+    .concat();
+    let host = format!("storageos-webhook.{}.svc", ns.name);
+    let callers = [
+        ("forged-no-cert", None),
+        (
+            "forged-other-ca",
+            Some(reqwest::Identity::from_pem(&admin_pem).unwrap()),
+        ),
+    ];
+    for (secret, identity) in callers {
+        let mut builder = reqwest::Client::builder()
+            .add_root_certificate(ca.clone())
+            .resolve(&host, served.addr);
+        if let Some(identity) = identity {
+            builder = builder.identity(identity);
+        }
+        let answer = builder
+            .build()
+            .unwrap()
+            .post(format!("https://{host}:{}/mutate-pvcs", served.addr.port()))
+            .json(&forged_review(&ns.name, &class, secret))
+            .send()
+            .await;
+        assert!(answer.is_err(), "{secret}: the webhook answered: {answer:?}");
+        assert!(secrets.get_opt(secret).await.unwrap().is_none(), "{secret} was made");
+    }
+    assert_eq!(key_secrets(&secrets).await, before, "a forged request made a Secret");
+
+    // The control: the same request with the apiserver's own certificate is answered (and
+    // makes its key), so the refusals above are the client authentication, not the request.
+    let apiserver_pem = [
+        std::fs::read(dir.join("pki/webhook-client.crt")).unwrap(),
+        std::fs::read(dir.join("pki/webhook-client.key")).unwrap(),
+    ]
+    .concat();
+    let answer: serde_json::Value = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .resolve(&host, served.addr)
+        .identity(reqwest::Identity::from_pem(&apiserver_pem).unwrap())
+        .build()
+        .unwrap()
+        .post(format!("https://{host}:{}/mutate-pvcs", served.addr.port()))
+        .json(&forged_review(&ns.name, &class, "with-apiserver-cert"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert!(secrets.get_opt("with-apiserver-cert").await.unwrap().is_some());
+
+    let _ = Api::<StorageClass>::all(client)
+        .delete(&class, &DeleteParams::default())
+        .await;
+    served.stop().await;
 }

@@ -323,6 +323,20 @@ fn go_api_manager_image_runs_its_own_binary() {
 }
 
 #[test]
+fn a_webhook_client_ca_with_a_go_api_manager_image_is_refused_naming_both_fields() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/go-api-manager.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    inputs.cluster.spec.api_manager = Some(storageos_operator::crd::StorageOSClusterApiManager {
+        webhook_client_ca_config_map: Some("ca".into()),
+    });
+    let e = render::build(&inputs).unwrap_err().to_string();
+    assert!(
+        e.contains("webhookClientCAConfigMap") && e.contains("apiManagerContainer"),
+        "{e}"
+    );
+}
+
+#[test]
 fn go_written_back_images_render_like_no_images() {
     // The input files differ only in spec.images; the rendered objects must not.
     assert_eq!(objects("go-era-images"), objects("defaults"));

@@ -99,7 +99,8 @@ pub fn read_credentials(dir: &Path) -> Result<(String, String), String> {
 
 async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
     let c = crate::runtime::connect::connect(args.kubeconfig.as_deref(), Some(API_MANAGER_COMPONENT)).await?;
-    tracing::info!(server = %c.server, from = %c.from, "connected to Kubernetes");
+    c.require(&crate::render::MIN_KUBERNETES)?;
+    tracing::info!(server = %c.server, from = %c.from, version = %c.version, "connected to Kubernetes");
     Ok(c.client)
 }
 

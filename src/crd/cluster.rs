@@ -116,6 +116,10 @@ pub struct StorageOSClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<StorageOSClusterPlacement>,
 
+    /// Settings of the api-manager (the operator's own api-manager image only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_manager: Option<StorageOSClusterApiManager>,
+
     /// Do not install the pod-fencing RBAC (the api-manager then cannot fence pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_fencing: Option<bool>,
@@ -152,6 +156,22 @@ pub struct StorageOSClusterSpec {
     /// Do not run the StorageOS scheduler extender (pods then use the default scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_scheduler: Option<bool>,
+}
+
+/// Settings of the api-manager.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterApiManager {
+    /// A ConfigMap in the cluster's namespace (spec.namespace) whose key `ca.crt` holds the CA
+    /// of the client certificate the kube-apiserver presents to admission webhooks. Set, the
+    /// webhook server serves only callers with a certificate of that CA, so no pod can send it
+    /// requests (which create encryption key Secrets); the apiserver must be configured to
+    /// present the certificate (docs/security.md). Unset, any caller that reaches port 9443 is
+    /// served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "webhookClientCAConfigMap")]
+    #[schemars(length(min = 1, max = 253))]
+    pub webhook_client_ca_config_map: Option<String>,
 }
 
 /// Placement of single components.

@@ -28,6 +28,12 @@ pub struct StorageOSUpgradeSpec {
     /// once set: the image pulled on every node must be the one the nodes restart on.
     #[schemars(extend("x-kubernetes-validations" = validation::non_empty_immutable("newImage")))]
     pub new_image: String,
+
+    /// Upgrade even along a path StorageOS does not support in one step: a downgrade, a skipped
+    /// minor or major version, or an image whose tag gives no version. Without it such an
+    /// upgrade stops in phase Refused, nothing touched; setting it then lets it start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
 }
 
 /// Steps of an upgrade, in order. Each is recorded before it is taken, so a restarted operator
@@ -51,6 +57,10 @@ pub enum UpgradePhase {
     Completed,
     /// Stopped; the message says why and what to do.
     Failed,
+    /// Not started: the path from the running image is one StorageOS does not support (a
+    /// downgrade, a skipped version, an unreadable version). Nothing was touched; set
+    /// `spec.force` to go ahead, or delete the upgrade.
+    Refused,
 }
 
 /// Observed state of an upgrade.

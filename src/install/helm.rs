@@ -326,7 +326,7 @@ The StorageOSCluster {{ .Values.cluster.name }} comes up in a minute or two:
 
 CRDs are in the chart's crds/ directory: Helm installs them once and never upgrades or deletes
 them. After `helm upgrade` to a new chart version apply the new ones first (docs/install.md):
-  kubectl apply --server-side -f <chart>/crds/
+  kubectl apply --server-side --force-conflicts -f <chart>/crds/
 "#;
 
 const CLUSTER: &str = r#"{{- if .Values.cluster.create }}

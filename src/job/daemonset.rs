@@ -172,6 +172,23 @@ pub fn build_mounting(job: &Job, mount: &HostMount) -> Result<DaemonSet, Error> 
     })
 }
 
+/// The first of `pods` whose container a kubelet refused to start because the Job's `subPath`
+/// could not be mounted inside the allowed directory (it resolves outside it, through a
+/// symlink planted under a subtree entry): the pod's node and the kubelet's message.
+pub fn refused_subpath(pods: &[k8s_openapi::api::core::v1::Pod]) -> Option<(String, String)> {
+    pods.iter().find_map(|p| {
+        let node = p.spec.as_ref()?.node_name.clone().unwrap_or_default();
+        let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+        statuses.iter().find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let message = waiting.message.clone().unwrap_or_default();
+            (waiting.reason.as_deref() == Some("CreateContainerConfigError")
+                && message.to_ascii_lowercase().contains("subpath"))
+            .then(|| (node.clone(), message))
+        })
+    })
+}
+
 /// Whether a live DaemonSet selects exactly the Job's own label. One that does not (made by the
 /// Go operator, whose selector was the shared label) cannot be changed in place: selectors are
 /// immutable, so it has to be replaced.
@@ -186,6 +203,31 @@ pub fn has_own_selector(live: &DaemonSet, job: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_kubelet_refusing_the_subpath_is_found_with_its_node_and_message() {
+        let pod = |reason: &str, message: &str| -> k8s_openapi::api::core::v1::Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "job"}]},
+                "status": {"containerStatuses": [{"name": "job", "image": "i", "imageID": "", "ready": false,
+                    "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]}
+            }))
+            .unwrap()
+        };
+        let refused = pod(
+            "CreateContainerConfigError",
+            "failed to prepare subPath for volumeMount \"target\" of container \"job\"",
+        );
+        let (node, message) = refused_subpath(&[pod("ContainerCreating", ""), refused]).unwrap();
+        assert_eq!(node, "n1");
+        assert!(message.contains("subPath"));
+        assert_eq!(
+            refused_subpath(&[pod("CreateContainerConfigError", "secret \"x\" not found")]),
+            None
+        );
+        assert_eq!(refused_subpath(&[pod("ImagePullBackOff", "subPath")]), None);
+    }
 
     fn job(name: &str, extra: serde_json::Value) -> Job {
         let mut spec = json!({

@@ -58,6 +58,10 @@ pub enum Error {
 
 /// Reason of the condition and Warning event of a Job whose `hostPath` is not allowed.
 pub const HOST_PATH_NOT_ALLOWED: &str = "HostPathNotAllowed";
+/// Reason of the condition and Warning event of a Job whose `hostPath`, under a subtree entry
+/// of the allow-list, a kubelet refused to mount because it resolves outside the allowed
+/// directory (a symlink). Its DaemonSet is removed and not made again until the Job changes.
+pub const HOST_PATH_UNSAFE: &str = "HostPathUnsafe";
 
 /// (namespace, name) of a Job.
 pub type JobKey = (String, String);

@@ -70,6 +70,15 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         return Ok(Action::await_change());
     };
 
+    if mount.sub_path.is_some() && refused_before(&job) {
+        // A kubelet found this path resolving outside the allowed directory: never again
+        // until the Job changes.
+        if let Some(live) = live.as_ref().filter(|l| is_controlled_by(*l, job.meta().uid.as_ref())) {
+            delete_daemonset(&daemonsets, live).await?;
+        }
+        return Ok(Action::await_change());
+    }
+
     let desired = match daemonset::build_mounting(&job, &mount) {
         Ok(ds) => ds,
         Err(e @ Error::InvalidLabelSelector(_)) => {
@@ -127,6 +136,21 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         .into_iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
         .collect();
+    if mount.sub_path.is_some()
+        && let Some((node, why)) = daemonset::refused_subpath(&pods)
+    {
+        tracing::warn!(job = %name, %node, "a kubelet refused the Job's hostPath: it resolves outside the allowed directory; removing the DaemonSet");
+        if let Some(live) = &live {
+            delete_daemonset(&daemonsets, live).await?;
+        }
+        let msg = format!(
+            "node {node} refused to mount spec.hostPath {:?} ({why}): it resolves outside {} (a symlink?), so it is \
+             never mounted; remove the link on that node, or change spec.hostPath",
+            job.spec.host_path, mount.volume
+        );
+        not_ready(&job, &jobs, &ctx, super::HOST_PATH_UNSAFE, msg).await?;
+        return Ok(Action::await_change());
+    }
     let (views, log_error) = read_logs(&ctx, &key, &ns, &job.spec.completion_word, &pods).await;
 
     let previous = job.status.clone().unwrap_or_default();
@@ -157,6 +181,21 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(POLL))
+}
+
+/// Whether the Job's current spec was already refused as [`super::HOST_PATH_UNSAFE`].
+fn refused_before(job: &Job) -> bool {
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    conditions.iter().any(|c| {
+        c.type_ == "Ready"
+            && c.status == "False"
+            && c.reason == super::HOST_PATH_UNSAFE
+            && c.observed_generation == job.meta().generation
+    })
 }
 
 /// Deletes `live` (only that object: a UID precondition), in the background; gone is fine.

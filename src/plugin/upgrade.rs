@@ -23,7 +23,8 @@ use crate::upgrade::apps::{Volumes, describe, qualifying};
 #[command(
     about = "Upgrade StorageOS (a StorageOSUpgrade) or the operator itself, with path checks",
     long_about = "Upgrade StorageOS to --version (the tag of the node image the cluster runs) or \
-    --image: checks the path first (no downgrade; no skipped minor or major unless --force), \
+    --image: checks the path first (no downgrade, no skipped minor or major, no tag without a \
+    version unless --force, which the operator then honours too: spec.force), \
     prints the plan (which Deployments and StatefulSets using StorageOS volumes are scaled to 0 \
     while the nodes restart), then creates a StorageOSUpgrade and, with --wait, follows it to \
     Completed. With --operator, applies the operator's install objects of this plugin's release \
@@ -36,7 +37,8 @@ pub struct UpgradeArgs {
     /// StorageOS node image to upgrade to.
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
-    /// Allow skipping a minor or major version.
+    /// Allow a downgrade, a skipped minor or major version, or an image without a version tag
+    /// (sets the StorageOSUpgrade's spec.force).
     #[arg(long)]
     pub force: bool,
     /// Upgrade the operator (its CRDs, RBAC and Deployment) instead of StorageOS.
@@ -63,16 +65,11 @@ pub enum Error {
     Target,
     #[error("no StorageOSCluster found: install one first (kubectl storageos install)")]
     NoCluster,
-    #[error("refusing to downgrade StorageOS from {from} to {to}: downgrades are not supported")]
-    Downgrade { from: String, to: String },
     #[error("StorageOS already runs {0}: nothing to upgrade")]
     Same(String),
-    #[error(
-        "{from} to {to} skips a minor or major version, which StorageOS does not support in one step: upgrade through each minor version, or pass --force"
-    )]
-    Skip { from: String, to: String },
-    #[error("cannot compare the versions of {from} and {to}: pass --force to upgrade anyway")]
-    Unknown { from: String, to: String },
+    /// The operator refuses the same paths (`spec.force` is --force).
+    #[error("{0} (--force)")]
+    Path(#[from] crate::upgrade::path::PathError),
     #[error(
         "StorageOSUpgrade {0} has not completed: wait for it (kubectl get storageosupgrades -A), or delete it to cancel"
     )]
@@ -108,53 +105,15 @@ fn read(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Read { what, source }
 }
 
-/// The version in an image's tag (`storageos/node:v2.4.2` → 2.4.2).
-pub fn image_version(image: &str) -> Option<semver::Version> {
-    let tag = image.rsplit_once(':')?.1;
-    if tag.contains('/') {
-        return None;
-    }
-    crate::render::parse_k8s_version(tag).ok()
-}
+pub use crate::upgrade::path::{image_version, with_version};
 
-/// `image` with its tag replaced by `v<version>`.
-pub fn with_version(image: &str, version: &str) -> String {
-    let repo = match image.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => repo,
-        _ => image,
-    };
-    format!("{repo}:v{}", version.trim_start_matches('v'))
-}
-
-/// The path check: no downgrade, no skipped minor or major unless `force`.
+/// The path check of `kubectl storageos upgrade`: as the operator's (`upgrade::path`), and an
+/// upgrade to the running version is nothing to do.
 pub fn check_path(from: &str, to: &str, force: bool) -> Result<(), Error> {
-    let (f, t) = match (image_version(from), image_version(to)) {
-        (Some(f), Some(t)) => (f, t),
-        _ if force => return Ok(()),
-        _ => {
-            return Err(Error::Unknown {
-                from: from.into(),
-                to: to.into(),
-            });
-        }
-    };
-    if t == f {
+    if image_version(from).is_some_and(|f| image_version(to) == Some(f)) || from == to {
         return Err(Error::Same(from.into()));
     }
-    if t < f {
-        return Err(Error::Downgrade {
-            from: from.into(),
-            to: to.into(),
-        });
-    }
-    let skips = t.major != f.major || t.minor > f.minor + 1;
-    if skips && !force {
-        return Err(Error::Skip {
-            from: from.into(),
-            to: to.into(),
-        });
-    }
-    Ok(())
+    Ok(crate::upgrade::path::check(from, to, force)?)
 }
 
 /// `kubectl storageos upgrade`.
@@ -241,7 +200,7 @@ pub async fn run(client: &Client, namespace: &str, args: &UpgradeArgs) -> Result
     let upgrade: StorageOSUpgrade = serde_json::from_value(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"newImage": target}
+        "spec": {"newImage": target, "force": args.force.then_some(true)}
     }))
     .map_err(|e| Error::Create {
         name: name.clone(),
@@ -322,43 +281,21 @@ mod tests {
 
     #[test]
     fn upgrade_paths() {
+        use crate::upgrade::path::PathError;
         let from = "storageos/node:v2.4.2";
         assert!(check_path(from, "storageos/node:v2.4.4", false).is_ok());
         assert!(check_path(from, "storageos/node:v2.5.0", false).is_ok());
         assert!(matches!(
             check_path(from, "storageos/node:v2.3.0", false),
-            Err(Error::Downgrade { .. })
-        ));
-        assert!(matches!(
-            check_path(from, "storageos/node:v2.3.0", true),
-            Err(Error::Downgrade { .. })
+            Err(Error::Path(PathError::Downgrade { .. }))
         ));
         assert!(matches!(
             check_path(from, "storageos/node:v2.6.0", false),
-            Err(Error::Skip { .. })
+            Err(Error::Path(PathError::Skip { .. }))
         ));
         assert!(check_path(from, "storageos/node:v2.6.0", true).is_ok());
-        assert!(matches!(
-            check_path(from, "storageos/node:v3.0.0", false),
-            Err(Error::Skip { .. })
-        ));
         assert!(matches!(check_path(from, from, true), Err(Error::Same(_))));
-        assert!(matches!(
-            check_path(from, "storageos/node:latest", false),
-            Err(Error::Unknown { .. })
-        ));
-    }
-
-    #[test]
-    fn versions_become_tags_of_the_same_repository() {
-        assert_eq!(with_version("storageos/node:v2.4.2", "2.5.0"), "storageos/node:v2.5.0");
-        assert_eq!(
-            with_version("reg:5000/storageos/node:v2.4.2", "v2.5.0"),
-            "reg:5000/storageos/node:v2.5.0"
-        );
-        assert_eq!(
-            with_version("reg:5000/storageos/node", "2.5.0"),
-            "reg:5000/storageos/node:v2.5.0"
-        );
+        let e = check_path(from, "storageos/node:latest", false).unwrap_err();
+        assert!(e.to_string().contains("--force"), "{e}");
     }
 }

@@ -77,12 +77,11 @@ pub const VOL_CHECKER: &[Rule] = &[
     rule(&["storage.k8s.io"], &["storageclasses"], &["get"]),
 ];
 
-/// `storageos:key-management`: the StorageOS node reads and manages volume encryption keys.
-pub const KEY_MANAGEMENT: &[Rule] = &[rule(
-    &[""],
-    &["secrets"],
-    &["create", "delete", "get", "list", "patch", "update", "watch"],
-)];
+/// `storageos:key-management`: the StorageOS node reads the volume encryption keys of the
+/// volumes it serves, which live in the PVCs' namespaces (so cluster-wide). Read only: the
+/// api-manager makes the keys (since api-manager v1.1; the Go operator still granted every
+/// verb, from when the node made them). docs/security.md says why reading must stay.
+pub const KEY_MANAGEMENT: &[Rule] = &[rule(&[""], &["secrets"], &["get", "list", "watch"])];
 
 /// `storageos:init`: the init container looks up the node DaemonSet.
 pub const INIT: &[Rule] = &[rule(&["apps"], &["daemonsets"], &["get"])];
@@ -154,15 +153,20 @@ pub const CSI_RESIZER: &[Rule] = &[
 ];
 
 /// `storageos:pod-fencer` (unless `spec.disableFencing`): bound to the node's ServiceAccount as
-/// in the Go operator.
+/// in the Go operator, but read only. Fencing (deleting pods and VolumeAttachments of a failed
+/// node) is the api-manager's since api-manager v1.1, under its own role; the Go operator still
+/// gave the privileged node container pod, pod-update and VolumeAttachment delete rights on the
+/// whole cluster from StorageOS v1, when the node fenced.
 pub const POD_FENCER: &[Rule] = &[
-    rule(&[""], &["persistentvolumeclaims", "nodes"], &["get", "list", "watch"]),
-    rule(&[""], &["pods"], &["get", "list", "watch", "update", "patch", "delete"]),
-    rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),
+    rule(
+        &[""],
+        &["persistentvolumeclaims", "nodes", "pods"],
+        &["get", "list", "watch"],
+    ),
     rule(
         &["storage.k8s.io"],
-        &["volumeattachments"],
-        &["get", "list", "watch", "delete"],
+        &["storageclasses", "volumeattachments"],
+        &["get", "list", "watch"],
     ),
     SIDECAR_EVENTS,
 ];

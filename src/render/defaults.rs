@@ -92,6 +92,8 @@ pub struct Resolved {
     pub api_manager_node_selector_terms: Option<Vec<NodeSelectorTerm>>,
     /// The api-manager's own tolerations, merged over `tolerations`.
     pub api_manager_tolerations: Vec<Toleration>,
+    /// The ConfigMap (key `ca.crt`) of the CA the webhook server requires of its callers.
+    pub webhook_client_ca_config_map: Option<String>,
     /// Resources of the node container.
     pub resources: Option<ResourceRequirements>,
     /// No pod-fencer RBAC.
@@ -209,6 +211,11 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
         api_manager_tolerations: api_manager_placement
             .and_then(|p| p.tolerations.clone())
             .unwrap_or_default(),
+        webhook_client_ca_config_map: spec
+            .api_manager
+            .as_ref()
+            .and_then(|a| a.webhook_client_ca_config_map.clone())
+            .filter(|n| !n.is_empty()),
         resources: spec.resources.clone(),
         disable_fencing: spec.disable_fencing.unwrap_or(false),
         disable_telemetry: spec.disable_telemetry.unwrap_or(false),

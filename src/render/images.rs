@@ -11,13 +11,16 @@ use serde::Serialize;
 use super::go_defaults::{GoDefault, go_defaults_in, without_go_defaults};
 use crate::crd::ContainerImages;
 
-/// The images of this release. Also the list to mirror for an air-gapped install.
+/// The images of this release. Also the list to mirror for an air-gapped install. The CSI
+/// sidecars come from Kubernetes' own registry (`registry.k8s.io/sig-storage`, the same releases
+/// the Go operator named on the frozen `quay.io/k8scsi`, which no longer receives images); a
+/// Go-written `quay.io/k8scsi` value in a CR counts as unset (`go_defaults`).
 pub const BUILTIN_IMAGES: [(&str, &str); 8] = [
     ("RELATED_IMAGE_STORAGEOS_NODE", "storageos/node:v2.4.2"),
     ("RELATED_IMAGE_STORAGEOS_INIT", "storageos/init:v2.1.0"),
     (
         "RELATED_IMAGE_CSIV1_NODE_DRIVER_REGISTRAR",
-        "quay.io/k8scsi/csi-node-driver-registrar:v2.1.0",
+        "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.1.0",
     ),
     (
         "RELATED_IMAGE_CSIV1_EXTERNAL_PROVISIONER",
@@ -25,15 +28,15 @@ pub const BUILTIN_IMAGES: [(&str, &str); 8] = [
     ),
     (
         "RELATED_IMAGE_CSIV1_EXTERNAL_ATTACHER_V3",
-        "quay.io/k8scsi/csi-attacher:v3.1.0",
+        "registry.k8s.io/sig-storage/csi-attacher:v3.1.0",
     ),
     (
         "RELATED_IMAGE_CSIV1_EXTERNAL_RESIZER",
-        "quay.io/k8scsi/csi-resizer:v1.1.0",
+        "registry.k8s.io/sig-storage/csi-resizer:v1.1.0",
     ),
     (
         "RELATED_IMAGE_CSIV1_LIVENESS_PROBE",
-        "quay.io/k8scsi/livenessprobe:v2.2.0",
+        "registry.k8s.io/sig-storage/livenessprobe:v2.2.0",
     ),
     ("RELATED_IMAGE_KUBE_SCHEDULER", "registry.k8s.io/kube-scheduler:v1.33.5"),
 ];
@@ -265,7 +268,10 @@ mod tests {
     fn builtin_list_without_env() {
         let d = DefaultImages::default();
         assert_eq!(d.node, "storageos/node:v2.4.2");
-        assert_eq!(d.csi_external_attacher, "quay.io/k8scsi/csi-attacher:v3.1.0");
+        assert_eq!(
+            d.csi_external_attacher,
+            "registry.k8s.io/sig-storage/csi-attacher:v3.1.0"
+        );
         assert_eq!(d.kube_scheduler, "registry.k8s.io/kube-scheduler:v1.33.5");
         assert_eq!(d.api_manager, None);
     }

@@ -74,6 +74,12 @@ pub enum Error {
         "spec.images.kubeSchedulerContainer {image} is kube-scheduler 1.{minor}, which cannot read a scheduler configuration file (1.19 or newer needed); remove the field to use the default image"
     )]
     SchedulerTooOld { image: String, minor: u64 },
+    /// `spec.apiManager.webhookClientCAConfigMap` with a Go api-manager image, which has no
+    /// such option.
+    #[error(
+        "spec.apiManager.webhookClientCAConfigMap needs the operator's own api-manager, but spec.images.apiManagerContainer is the Go api-manager {image}; remove that image to use ours, or remove webhookClientCAConfigMap"
+    )]
+    WebhookClientCaNeedsOurApiManager { image: String },
     /// The credentials Secret lacks a key the spec needs.
     #[error("Secret {secret} has no key {key:?}, which is needed because {why}")]
     MissingSecretKey {

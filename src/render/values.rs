@@ -112,8 +112,14 @@ fn api_manager_command(r: &Resolved, image: &str) -> (Vec<String>, Vec<String>) 
     if r.disable_fencing && !is_go_api_manager(image) {
         args.push("--enable-node-fencing=false".into());
     }
+    if r.webhook_client_ca_config_map.is_some() {
+        args.push(format!("--webhook-client-ca-file={WEBHOOK_CLIENT_CA_DIR}/ca.crt"));
+    }
     (command, args)
 }
+
+/// Where the api-manager mounts `spec.apiManager.webhookClientCAConfigMap`.
+const WEBHOOK_CLIENT_CA_DIR: &str = "/etc/storageos/webhook-client-ca";
 
 /// Pod security of the unprivileged workloads. OpenShift assigns UIDs and fsGroups from the
 /// namespace range itself, so they are only pinned elsewhere.
@@ -163,6 +169,11 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         merge_tolerations(helper_tolerations(), &r.tolerations),
         &r.api_manager_tolerations,
     );
+    if r.webhook_client_ca_config_map.is_some() && is_go_api_manager(&images.api_manager_container) {
+        return Err(Error::WebhookClientCaNeedsOurApiManager {
+            image: images.api_manager_container.clone(),
+        });
+    }
     let (am_command, am_args) = api_manager_command(r, &images.api_manager_container);
     // A pinned old kube-scheduler reads only the config version of its release.
     let config_api_version = match images::scheduler_config_version(&images.kube_scheduler_container) {
@@ -268,6 +279,10 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             // certificate, which needs no StorageOS) on the metrics port; the Go image's probe
             // endpoints differ, so it keeps none.
             "probes": !is_go_api_manager(&images.api_manager_container),
+            "webhookClientCA": r.webhook_client_ca_config_map.as_ref().map(|name| json!({
+                "configMap": name,
+                "dir": WEBHOOK_CLIENT_CA_DIR,
+            })),
         },
         "scheduler": {
             "enabled": !r.disable_scheduler,

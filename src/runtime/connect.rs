@@ -32,6 +32,17 @@ pub enum Error {
         from: String,
         message: String,
     },
+    /// The cluster runs a Kubernetes older than the oldest supported.
+    #[error(
+        "the Kubernetes API server {server} ({from}) runs Kubernetes {version}, older than the oldest this release \
+         supports, {min}: upgrade the cluster, or run a release of the operator that supports {version}"
+    )]
+    Unsupported {
+        server: String,
+        from: String,
+        version: String,
+        min: semver::Version,
+    },
     /// The API server answered with an error (for example bad credentials).
     #[error("the Kubernetes API server {server} refused the first request ({from}): {message}")]
     Refused {
@@ -49,6 +60,36 @@ pub struct Connection {
     /// Where the configuration came from, for messages (`kubeconfig PATH, context NAME` or
     /// `the pod's ServiceAccount`).
     pub from: String,
+    /// The API server's `gitVersion` (`v1.36.3`, `v1.33.5-gke.1`).
+    pub version: String,
+}
+
+impl Connection {
+    /// Refuses a cluster older than `min` at start-up, with a message that says so, rather than
+    /// failing later on an API the cluster lacks. A version that does not parse is let through.
+    pub fn require(&self, min: &semver::Version) -> Result<(), Error> {
+        match older_than(&self.version, min) {
+            true => Err(Error::Unsupported {
+                server: self.server.clone(),
+                from: self.from.clone(),
+                version: self.version.clone(),
+                min: min.clone(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// Whether `git_version` (`v1.32.4-eks-1`) is a release older than `min` (its patch and any
+/// suffix aside from the minor are compared as released versions).
+fn older_than(git_version: &str, min: &semver::Version) -> bool {
+    let core = git_version.trim_start_matches('v');
+    let core = core.split(['-', '+']).next().unwrap_or_default();
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) < (min.major, min.minor),
+        _ => false,
+    }
 }
 
 /// A client for the kubeconfig at `kubeconfig`, else the environment (`KUBECONFIG`,
@@ -63,7 +104,12 @@ pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Resu
         message: chain(&e),
     })?;
     match client.apiserver_version().await {
-        Ok(_) => Ok(Connection { client, server, from }),
+        Ok(info) => Ok(Connection {
+            client,
+            server,
+            from,
+            version: info.git_version,
+        }),
         Err(kube::Error::Api(status)) => Err(Error::Refused {
             server,
             from,
@@ -159,6 +205,35 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_cluster_older_than_the_minimum_is_refused_naming_both_versions() {
+        let min = semver::Version::new(1, 33, 0);
+        for old in ["v1.32.9", "v1.20.0-gke.1", "v0.99.0"] {
+            assert!(older_than(old, &min), "{old}");
+        }
+        for fine in [
+            "v1.33.0",
+            "v1.33.5-eks-1",
+            "v1.36.3",
+            "v2.0.0",
+            "v1.34.0+k3s1",
+            "unknown",
+        ] {
+            assert!(!older_than(fine, &min), "{fine}");
+        }
+        let c = Connection {
+            client: kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap(),
+            server: "https://k8s:6443/".into(),
+            from: "kubeconfig /k, context c".into(),
+            version: "v1.30.2".into(),
+        };
+        let e = c.require(&min).unwrap_err().to_string();
+        assert!(
+            e.contains("v1.30.2") && e.contains("1.33.0") && e.contains("https://k8s:6443/"),
+            "{e}"
+        );
+    }
 
     fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
         let path = dir.join("kubeconfig");

@@ -484,7 +484,15 @@ mod tests {
         let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" })).route(
+            "/panic",
+            axum::routing::get(|| async {
+                if std::hint::black_box(true) {
+                    panic!("a handler bug");
+                }
+                "unreachable"
+            }),
+        );
         tokio::spawn(serve_with(listener, slot, router, std::future::pending(), limits));
         (addr, cert.ca_pem)
     }
@@ -496,6 +504,32 @@ mod tests {
             .unwrap();
         let res = client.get(format!("https://{addr}/")).send().await.unwrap();
         res.text().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_panicking_request_ends_its_connection_and_the_server_keeps_answering() {
+        let (addr, ca) = start(Limits::default()).await;
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            let res = client.get(format!("https://{addr}/panic")).send().await;
+            assert!(res.is_err(), "a panicking handler answered: {res:?}");
+            assert_eq!(get(addr, &ca).await, "ok");
+        }
+    }
+
+    /// The release profile must keep unwinding for the test above to hold in production.
+    #[test]
+    fn the_release_build_unwinds_on_panic() {
+        let manifest = include_str!("../../Cargo.toml");
+        let (_, release) = manifest.split_once("[profile.release]").unwrap();
+        let section = release.split("\n[").next().unwrap();
+        let abort = section
+            .lines()
+            .any(|l| l.replace(' ', "").starts_with("panic=\"abort\""));
+        assert!(!abort, "the release profile aborts on panic:{section}");
     }
 
     #[tokio::test]

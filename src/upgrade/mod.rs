@@ -13,6 +13,7 @@
 
 pub mod apps;
 pub mod nodes;
+pub mod path;
 pub mod plan;
 pub mod pull;
 pub mod reconcile;

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use super::apps::{LiveApp, describe};
 use super::nodes::NodeView;
+use super::path::{self, PathError};
 use super::pull::PullerView;
 use crate::crd::{ScaledApp, StorageOSUpgrade, UpgradePhase};
 
@@ -47,6 +48,8 @@ pub struct Observed {
     pub nodes: Option<NodeView>,
     /// The puller (PullingImage, Pausing).
     pub puller: PullerView,
+    /// `spec.force`: allow a path StorageOS does not support (Pending, Refused).
+    pub force: bool,
     /// Running StorageOS-backed applications (ScalingDown).
     pub candidates: Vec<ScaledApp>,
     /// The recorded applications as they are now; None when deleted (ScalingDown, ScalingUp).
@@ -154,6 +157,8 @@ pub enum Step {
     Wait(String),
     /// Something the user must fix.
     Problem(Problem),
+    /// Not started: the path from the running image is not supported (phase Refused).
+    Refuse(PathError),
     /// Record the move to this phase, before any of its actions.
     Advance(UpgradePhase),
     /// Record these applications with their replicas, before scaling them.
@@ -177,13 +182,21 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
         return Step::Problem(Problem::WrongNamespace(cluster.clone()));
     }
     match phase {
-        Pending => {
+        // Refused is decided again each time: `spec.force` may have been set since.
+        Pending | Refused => {
             if let Some(first) = &o.blocked_by {
                 return Step::Blocked(first.clone());
             }
-            match target(o) {
-                Ok(_) => Step::Advance(PullingImage),
-                Err(p) => Step::Problem(p),
+            // The path is checked against the image the nodes run (the node DaemonSet's),
+            // before anything is touched.
+            let (_, nodes) = match cluster_and_nodes(o) {
+                Ok(n) => n,
+                Err(p) => return Step::Problem(p),
+            };
+            let running = nodes.template_image.as_deref().unwrap_or_default();
+            match path::check(running, image, o.force) {
+                Ok(()) => Step::Advance(PullingImage),
+                Err(e) => Step::Refuse(e),
             }
         }
         PullingImage => {
@@ -333,7 +346,9 @@ pub fn first_in_line(upgrades: &[StorageOSUpgrade]) -> Option<&StorageOSUpgrade>
         .filter(|u| {
             let phase = phase_of(u);
             let deleting = u.metadata.deletion_timestamp.is_some();
-            phase != UpgradePhase::Completed && !(deleting && phase == UpgradePhase::Pending)
+            // A refused upgrade waits for nobody and holds nobody up until it is forced.
+            let done = matches!(phase, UpgradePhase::Completed | UpgradePhase::Refused);
+            !(done || deleting && phase == UpgradePhase::Pending)
         })
         .min_by_key(|u| {
             (
@@ -414,6 +429,11 @@ mod tests {
         };
         assert_eq!(step(Pending, &[], &o), Step::Blocked("ns/first".into()));
         o.blocked_by = None;
+        assert_eq!(
+            step(Pending, &[], &o),
+            Step::Problem(Problem::NoNodeDaemonSet("kube-system/storageos-daemonset".into()))
+        );
+        o.nodes = Some(nodes("storageos/node:v2.9.0", true, &[]));
         assert_eq!(step(Pending, &[], &o), Step::Advance(PullingImage));
         o.cluster.as_mut().unwrap().deleting = true;
         assert_eq!(
@@ -423,6 +443,36 @@ mod tests {
         o.cluster = None;
         assert_eq!(step(Pending, &[], &o), Step::Problem(Problem::NoCluster));
         assert!(Problem::NoCluster.to_string().contains("create one"));
+    }
+
+    #[test]
+    fn an_unsupported_path_is_refused_before_anything_and_goes_ahead_once_forced() {
+        let mut o = Observed {
+            cluster: Some(cluster()),
+            ..Default::default()
+        };
+        // IMAGE is v2.10.0.
+        for (running, reason) in [
+            ("storageos/node:v2.11.0", "Downgrade"),
+            ("storageos/node:v2.8.0", "SkipsVersion"),
+            ("storageos/node:custom", "UnknownVersion"),
+        ] {
+            o.nodes = Some(nodes(running, true, &[]));
+            o.force = false;
+            for phase in [Pending, Refused] {
+                match step(phase, &[], &o) {
+                    Step::Refuse(e) => assert_eq!(e.reason(), reason, "{running}"),
+                    other => panic!("{running} at {phase:?}: {other:?}"),
+                }
+            }
+            o.force = true;
+            assert_eq!(step(Refused, &[], &o), Step::Advance(PullingImage), "{running} forced");
+        }
+        // A refused upgrade neither waits for nor holds up another.
+        let refused = upgrade("ns", "refused", 1, Some("Refused"), false);
+        let waiting = upgrade("ns", "later", 2, None, false);
+        let both = [refused, waiting];
+        assert_eq!(first_in_line(&both).map(|u| u.name_any()).as_deref(), Some("later"));
     }
 
     #[test]

@@ -92,6 +92,17 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             }
             return Err(Error::Problem(problem.clone()));
         }
+        Step::Refuse(refusal) => {
+            // Nothing was touched; a change of the spec (spec.force) brings it back here.
+            let (reason, message) = (refusal.reason(), refusal.to_string());
+            let (next, news) = status::refused(&previous, reason, &message, generation, &now);
+            write_status(&api, &up, &previous, next).await?;
+            if news {
+                tracing::warn!(upgrade = %key(&up), "refused: {message}");
+                ctx.kit.event(&up, EventType::Warning, reason, message).await;
+            }
+            return Ok(Action::await_change());
+        }
         Step::Advance(to) => format!("entering phase {to:?}"),
         Step::Record(apps) => {
             let names: Vec<String> = apps.iter().map(apps::describe).collect();
@@ -102,7 +113,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     if before_step(&ctx, &api, &up, &what).await? {
         match step {
             Step::Advance(to) => {
-                let started = (phase == UpgradePhase::Pending)
+                let started = matches!(phase, UpgradePhase::Pending | UpgradePhase::Refused)
                     .then(|| {
                         observed.cluster.as_ref().map(|c| UpgradeCluster {
                             namespace: c.namespace.clone(),
@@ -121,7 +132,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
                 write_status(&api, &up, &previous, status::recorded(&previous, &apps)).await?;
             }
             Step::Act(act) => execute(&up, &observed, &act, &ctx).await?,
-            Step::Idle | Step::Wait(_) | Step::Blocked(_) | Step::Problem(_) => {}
+            Step::Idle | Step::Wait(_) | Step::Blocked(_) | Step::Problem(_) | Step::Refuse(_) => {}
         }
     }
     // One step per reconcile, then back into the queue at once: another upgrade's reconcile
@@ -240,6 +251,7 @@ async fn observe(
     use UpgradePhase::*;
     let client = &ctx.client;
     let mut o = Observed {
+        force: up.spec.force == Some(true),
         recorded_cluster: up
             .status
             .as_ref()
@@ -252,7 +264,7 @@ async fn observe(
         return Ok(o);
     }
     match phase {
-        Pending => {
+        Pending | Refused => {
             // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
             // whoever may create an upgrade elsewhere can neither take over nor block it.
             let ns = up.namespace().unwrap_or_default();
@@ -286,7 +298,7 @@ async fn observe(
     if matches!(phase, PullingImage | Pausing) {
         o.puller = observe_puller(up, ctx).await?;
     }
-    if matches!(phase, PullingImage | UpgradingNodes)
+    if matches!(phase, Pending | Refused | PullingImage | UpgradingNodes)
         && let Some(c) = &o.cluster
     {
         o.nodes = observe_nodes(&c.objects_namespace, ctx).await?;

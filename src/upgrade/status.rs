@@ -26,6 +26,7 @@ fn entered_message(phase: UpgradePhase, image: &str) -> String {
             format!("StorageOS upgraded to {image}; delete this upgrade to un-pause the cluster and leave maintenance")
         }
         UpgradePhase::Failed => "the upgrade failed; see the Degraded condition".into(),
+        UpgradePhase::Refused => "not started: the upgrade path is not supported; see the Degraded condition".into(),
     }
 }
 
@@ -42,7 +43,7 @@ fn set_conditions(
     let reason = format!("{phase:?}");
     let under_way = !matches!(
         phase,
-        UpgradePhase::Pending | UpgradePhase::Completed | UpgradePhase::Failed
+        UpgradePhase::Pending | UpgradePhase::Completed | UpgradePhase::Failed | UpgradePhase::Refused
     );
     let mut conds = status.conditions.take().unwrap_or_default();
     let done = phase == UpgradePhase::Completed;
@@ -129,6 +130,31 @@ pub fn degraded(
         .find(|c| c.type_ == "Progressing")
         .map_or_else(|| message.to_string(), |c| c.message.clone());
     set_conditions(&mut s, phase, &progress, Some((reason, message)), generation, now);
+    (s, news)
+}
+
+/// The status of an upgrade refused before it started (phase Refused, Degraded with `reason`);
+/// the bool says whether that is news.
+pub fn refused(
+    previous: &StorageOSUpgradeStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> (StorageOSUpgradeStatus, bool) {
+    let mut s = previous.clone();
+    s.phase = Some(UpgradePhase::Refused);
+    let (mut s, _) = base(&s, generation);
+    let news = !conditions_say(previous, "Degraded", message);
+    let progress = entered_message(UpgradePhase::Refused, "");
+    set_conditions(
+        &mut s,
+        UpgradePhase::Refused,
+        &progress,
+        Some((reason, message)),
+        generation,
+        now,
+    );
     (s, news)
 }
 

@@ -87,6 +87,14 @@ pub fn trim_pvc(pvc: &mut PersistentVolumeClaim) {
     }
 }
 
+/// The PV a PVC is bound to (`spec.volumeName`), if any.
+pub fn bound_pv(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
 /// Keeps a reflector of `events` going forever (without managedFields), logging and backing
 /// off on watch errors; the first argument names the controller in the logs.
 pub use crate::runtime::cache::reflect_events as reflect;

@@ -150,12 +150,7 @@ pub fn check_class(pvc: &PersistentVolumeClaim, classes: &[StorageClass]) -> Cla
 }
 
 /// The PV a PVC is bound to, if any.
-fn pv_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    pvc.spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
+use super::bound_pv as pv_name;
 
 /// What the watch reacts to on StorageOS PVCs: labels, binding and the class annotation (whose
 /// removal re-enables sync after a mismatch).

@@ -79,6 +79,13 @@ pub fn pvc_of(v: &Volume) -> Option<(String, String)> {
     Some((ns.clone(), name.clone()))
 }
 
+/// [`pvc_of`] of a volume StorageOS keeps in its namespace `storageos_namespace` (None when not
+/// known): None when the labels name another Kubernetes namespace. The labels are writable
+/// through the StorageOS API; a mirror is only ever made where StorageOS keeps the volume.
+pub fn pvc_of_in(v: &Volume, storageos_namespace: Option<&str>) -> Option<(String, String)> {
+    pvc_of(v).filter(|(ns, _)| storageos_namespace == Some(ns.as_str()))
+}
+
 fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -256,5 +263,13 @@ mod tests {
         let mut foreign = volume();
         foreign.labels.remove(LABEL_CSI_PVC_NAME);
         assert_eq!(pvc_of(&foreign), None);
+    }
+
+    #[test]
+    fn a_volume_whose_labels_name_another_namespace_gets_no_mirror() {
+        let v = volume();
+        assert_eq!(pvc_of_in(&v, Some("apps")), Some(("apps".into(), "data".into())));
+        assert_eq!(pvc_of_in(&v, Some("other")), None);
+        assert_eq!(pvc_of_in(&v, None), None);
     }
 }

@@ -219,14 +219,23 @@ impl Mirror<'_> {
         let started = Instant::now();
         let mut wanted: HashSet<VolumeKey> = HashSet::new();
         let mut stale = Vec::new();
+        let namespaces: HashMap<&str, &str> = list
+            .namespaces
+            .iter()
+            .map(|n| (n.id.as_str(), n.name.as_str()))
+            .collect();
         for v in list.volumes() {
-            let Some((namespace, pvc)) = build::pvc_of(v) else {
+            let storageos_namespace = namespaces.get(v.namespace_id.as_str()).copied();
+            let Some((namespace, pvc)) = build::pvc_of_in(v, storageos_namespace) else {
                 continue;
             };
+            // Owned by the PVC only when it is bound to this volume's PV (never an unbound PVC
+            // that happens to have the name in the volume's labels).
             let Some(owner) = self
                 .caches
                 .pvcs
                 .get(&ObjectRef::new(&pvc).within(&namespace))
+                .filter(|p| super::bound_pv(p) == Some(v.name.as_str()))
                 .and_then(|p| owner_of(p.as_ref()))
             else {
                 continue;

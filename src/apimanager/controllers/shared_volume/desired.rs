@@ -175,14 +175,14 @@ pub fn owner(pvc: &PersistentVolumeClaim, sv: &SharedVolume) -> Result<OwnerRefe
     if pvc.metadata.deletion_timestamp.is_some() {
         return Err("the PVC is being deleted".into());
     }
-    if let Some(bound) = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|b| !b.is_empty())
-        && bound != sv.service_name
-    {
-        return Err(format!("the PVC is bound to PV {bound:?}, not {:?}", sv.service_name));
+    // Only the PVC bound to the volume's PV: the PVC labels on a StorageOS volume are writable
+    // through the StorageOS API, and an unbound PVC of the named name may be anyone's.
+    match super::super::bound_pv(pvc) {
+        None => return Err(format!("the PVC is not bound (to PV {:?})", sv.service_name)),
+        Some(bound) if bound != sv.service_name => {
+            return Err(format!("the PVC is bound to PV {bound:?}, not {:?}", sv.service_name));
+        }
+        Some(_) => {}
     }
     let uid = pvc.uid().filter(|u| !u.is_empty()).ok_or("the PVC has no UID yet")?;
     Ok(OwnerReference {
@@ -429,7 +429,9 @@ mod tests {
     }
 
     fn owner_ref() -> OwnerReference {
-        let claim = pvc(json!({"metadata": {"name": "data", "namespace": "apps", "uid": "uid-1"}}));
+        let claim = pvc(
+            json!({"metadata": {"name": "data", "namespace": "apps", "uid": "uid-1"}, "spec": {"volumeName": "pvc-1234"}}),
+        );
         owner(&claim, &shared()).unwrap()
     }
 
@@ -579,14 +581,18 @@ mod tests {
             "spec": {"volumeName": "pvc-1234"}}));
         assert_eq!(owner(&ok, &sv).unwrap().uid, "u");
         let pending = pvc(json!({"metadata": {"name": "data", "namespace": "apps", "uid": "u"}, "spec": {}}));
-        assert!(owner(&pending, &sv).is_ok());
+        assert!(
+            owner(&pending, &sv).unwrap_err().contains("not bound"),
+            "an unbound PVC owns nothing"
+        );
         let elsewhere = pvc(json!({"metadata": {"name": "data", "namespace": "apps", "uid": "u"},
             "spec": {"volumeName": "pvc-other"}}));
         assert!(owner(&elsewhere, &sv).unwrap_err().contains("pvc-other"));
         let deleting = pvc(json!({"metadata": {"name": "data", "namespace": "apps", "uid": "u",
             "deletionTimestamp": "2024-01-01T00:00:00Z"}}));
         assert!(owner(&deleting, &sv).unwrap_err().contains("deleted"));
-        let no_uid = pvc(json!({"metadata": {"name": "data", "namespace": "apps"}}));
+        let no_uid =
+            pvc(json!({"metadata": {"name": "data", "namespace": "apps"}, "spec": {"volumeName": "pvc-1234"}}));
         assert!(owner(&no_uid, &sv).is_err());
     }
 
