@@ -5,6 +5,13 @@ container engine and no registry to pull a base image from. Used by hack/image.s
 operator's image) and hack/realnode.sh (the node's sandbox image).
 
     hack/oci.py ROOTFS OUT TAG --entrypoint PATH [--cmd ARG ...] [--user UID:GID] [--env K=V ...]
+                [--arch ARCH] [--platform ARCH=ROOTFS ...] [--annotation K=V ...]
+
+ROOTFS is the image of --arch (default amd64). Each --platform adds the image of another
+architecture: the archive then holds an OCI image index with one manifest per architecture
+(linux/ARCH), which `crane push` and registries keep as one multi-arch tag. --annotation adds
+OCI annotations (e.g. org.opencontainers.image.revision) to the index, or to the one manifest.
+Nothing time- or host-dependent is written: the same inputs give the same digests.
 
 TAG is written as the `org.opencontainers.image.ref.name` annotation; containerd's
 `ctr images import` takes it as the image name, so give it fully qualified
@@ -51,6 +58,9 @@ def main():
     p.add_argument("--user", default="")
     p.add_argument("--env", action="append", default=[])
     p.add_argument("--title", default="")
+    p.add_argument("--arch", default="amd64")
+    p.add_argument("--platform", action="append", default=[])
+    p.add_argument("--annotation", action="append", default=[])
     a = p.parse_args()
 
     blobs = {}
@@ -60,31 +70,58 @@ def main():
         blobs[digest] = data
         return {"mediaType": media_type, "digest": digest, "size": len(data)}
 
-    raw = layer_tar(a.rootfs)
-    diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
-    layer = blob(gzip.compress(raw, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
-    config = {
-        "architecture": "amd64", "os": "linux",
-        "config": {
-            "Entrypoint": [a.entrypoint],
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] + a.env,
-            "Labels": {"org.opencontainers.image.ref.name": a.tag},
-        },
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created_by": "hack/oci.py"}],
-    }
-    if a.cmd:
-        config["config"]["Cmd"] = a.cmd
-    if a.user:
-        config["config"]["User"] = a.user
-    if a.title:
-        config["config"]["Labels"]["org.opencontainers.image.title"] = a.title
-    cfg = blob(json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json")
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": cfg, "layers": [layer]}
-    man = blob(json.dumps(manifest, sort_keys=True).encode(), "application/vnd.oci.image.manifest.v1+json")
-    man["annotations"] = {"org.opencontainers.image.ref.name": a.tag}
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [man]}
+    annotations = dict(kv.split("=", 1) for kv in a.annotation)
+
+    def image(arch, rootfs):
+        raw = layer_tar(rootfs)
+        diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
+        layer = blob(gzip.compress(raw, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+        config = {
+            "architecture": arch, "os": "linux",
+            "config": {
+                "Entrypoint": [a.entrypoint],
+                "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] + a.env,
+                "Labels": {"org.opencontainers.image.ref.name": a.tag},
+            },
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            "history": [{"created_by": "hack/oci.py"}],
+        }
+        if arch == "arm64":
+            config["variant"] = "v8"
+        if a.cmd:
+            config["config"]["Cmd"] = a.cmd
+        if a.user:
+            config["config"]["User"] = a.user
+        if a.title:
+            config["config"]["Labels"]["org.opencontainers.image.title"] = a.title
+        cfg = blob(json.dumps(config, sort_keys=True).encode(), "application/vnd.oci.image.config.v1+json")
+        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": cfg, "layers": [layer]}
+        if annotations and not a.platform:
+            manifest["annotations"] = annotations
+        man = blob(json.dumps(manifest, sort_keys=True).encode(), "application/vnd.oci.image.manifest.v1+json")
+        print(f"{arch}: {man['digest']}, layer {len(raw) // 1024} KiB uncompressed, "
+              f"{layer['size'] // 1024} KiB compressed")
+        return man, config
+
+    images = [(a.arch, a.rootfs)] + [tuple(p.split("=", 1)) for p in a.platform]
+    if len(images) == 1:
+        top, _ = image(*images[0])
+    else:
+        manifests = []
+        for arch, rootfs in images:
+            man, config = image(arch, rootfs)
+            platform = {"architecture": arch, "os": "linux"}
+            if "variant" in config:
+                platform["variant"] = config["variant"]
+            manifests.append(dict(man, platform=platform))
+        nested = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                  "manifests": manifests}
+        if annotations:
+            nested["annotations"] = annotations
+        top = blob(json.dumps(nested, sort_keys=True).encode(), "application/vnd.oci.image.index.v1+json")
+    top["annotations"] = {"org.opencontainers.image.ref.name": a.tag}
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [top]}
 
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     tmp = a.out + ".tmp"
@@ -98,8 +135,7 @@ def main():
         for digest, data in sorted(blobs.items()):
             add("blobs/sha256/" + digest.split(":", 1)[1], data)
     os.replace(tmp, a.out)
-    print(f"{a.out}: {a.tag} ({man['digest']}), layer {len(raw) // 1024} KiB uncompressed, "
-          f"{layer['size'] // 1024} KiB compressed")
+    print(f"{a.out}: {a.tag} ({top['digest']})")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ export KUBECONFIG
 # fails the run, with the validator's messages.
 hack/olm.sh validate olm
 
+# The distribution tools (chart and image tests): helm and crane built from Go modules,
+# cargo-cyclonedx, the aarch64 cross linker and qemu-aarch64; once, cached like the plane.
+hack/tools.sh all
+
 # The dependency tree against deny.toml: licences, banned crates and sources need no network and
 # always run (cargo-deny is installed below when missing). Advisories need the
 # RustSec database from GitHub: checked when it can be fetched, reported as skipped otherwise.

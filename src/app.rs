@@ -116,6 +116,21 @@ fn crds(args: &CrdsArgs) -> Result<(), Error> {
 fn manifests(args: &ManifestsArgs) -> Result<(), Error> {
     let yaml = install::operator_yaml(&args.image)?;
     emit(args.out_dir.as_ref().map(|d| d.join(install::OPERATOR_YAML)), &yaml)?;
+    // Beside operator.yaml: the kustomize base and the Helm chart, from the same objects.
+    if let Some(dir) = &args.out_dir {
+        emit(
+            Some(dir.join("kustomization.yaml")),
+            &install::helm::kustomization_yaml(),
+        )?;
+        emit(
+            Some(dir.join(install::helm::KUSTOMIZE_CONFIG)),
+            &install::helm::kustomize_config(),
+        )?;
+        let chart = dir.join(install::helm::CHART_DIR);
+        for (file, text) in install::helm::chart_files(&args.image)? {
+            emit(Some(chart.join(file)), &text)?;
+        }
+    }
     if let Some(dir) = &args.olm_dir {
         for (file, text) in install::olm::bundle_files(&args.image)? {
             emit(Some(dir.join(file)), &text)?;

@@ -183,7 +183,9 @@ pub struct CrdsArgs {
 #[derive(Args, Debug)]
 pub struct ManifestsArgs {
     /// Write `operator.yaml` into this directory (created if missing; for example `deploy`)
-    /// instead of printing it. Nothing is written outside it.
+    /// instead of printing it, with the kustomize base (`kustomization.yaml`,
+    /// `kustomizeconfig.yaml`) and the Helm chart (`helm/storageos-operator/`) made from the same
+    /// objects. Nothing is written outside it.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 
@@ -193,7 +195,8 @@ pub struct ManifestsArgs {
     #[arg(long)]
     pub olm_dir: Option<PathBuf>,
 
-    /// Image of the operator the Deployment runs.
+    /// Image of the operator the Deployment runs (`REGISTRY/NAME:TAG`, `REGISTRY/NAME@DIGEST` or
+    /// both): the one place that sets it for operator.yaml, the chart's values and the bundle.
     #[arg(long, default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
     pub image: String,
 }

@@ -187,3 +187,42 @@ fn the_bundle_crds_are_the_crds_and_the_csv_carries_the_install_rbac() {
     let _: storageos_operator::crd::StorageOSUpgrade = serde_json::from_value(examples[1].clone()).unwrap();
     let _: storageos_operator::crd::Job = serde_json::from_value(examples[2].clone()).unwrap();
 }
+
+#[test]
+fn helm_chart_and_kustomize_base_are_what_the_manifests_command_writes() {
+    let regenerate = "regenerate them with `cargo run -- manifests --out-dir deploy --olm-dir olm`";
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(install::helm::CHART_DIR);
+    let generated = install::helm::chart_files(DEFAULT_OPERATOR_IMAGE).unwrap();
+    let mut expected: Vec<String> = generated.iter().map(|(f, _)| f.clone()).collect();
+    expected.sort();
+    assert_eq!(
+        files_under(&chart),
+        expected,
+        "deploy/helm/storageos-operator holds other files; {regenerate}"
+    );
+    for (file, text) in generated {
+        assert!(
+            repo(&format!("deploy/{}/{file}", install::helm::CHART_DIR)) == text,
+            "deploy/{}/{file} is out of date; {regenerate}",
+            install::helm::CHART_DIR
+        );
+    }
+    assert!(
+        repo("deploy/kustomization.yaml") == install::helm::kustomization_yaml(),
+        "deploy/kustomization.yaml is out of date; {regenerate}"
+    );
+    assert!(
+        repo(&format!("deploy/{}", install::helm::KUSTOMIZE_CONFIG)) == install::helm::kustomize_config(),
+        "deploy/{} is out of date; {regenerate}",
+        install::helm::KUSTOMIZE_CONFIG
+    );
+    // The chart's CRDs are the CRDs.
+    for (file, _) in storageos_operator::crd::all() {
+        assert_eq!(
+            documents(&repo(&format!("deploy/{}/crds/{file}", install::helm::CHART_DIR))),
+            documents(&repo(&format!("crds/{file}"))),
+        );
+    }
+}

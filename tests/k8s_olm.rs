@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -211,15 +211,11 @@ async fn leftover_rbac(admin: &Client, csv: &str, ns: &str) -> Vec<String> {
     left
 }
 
-#[tokio::test]
-async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the_csv_permissions() {
-    let _lock = support::cluster_lock();
-    support::logs();
-    let admin = support::client().await;
-    let tools = olm_tools();
-    let dir = tempfile::tempdir().unwrap();
-
-    // OLM's CRDs, copied CSVs off (they would only add noise to every namespace), then olm.
+/// OLM's CRDs, copied CSVs off (they would only add noise to every namespace), a new namespace
+/// `<prefix>-<suffix>`, then olm (stopped, and the namespace deleted, when it is dropped); and
+/// what installing the bundle creates before its CSV: its CRDs and an all-namespaces
+/// OperatorGroup in that namespace.
+async fn start_olm(admin: &Client, tools: &Path, dir: &Path, prefix: &str) -> (&'static str, Olm) {
     kubectl_ok(&[
         "apply",
         "--server-side",
@@ -235,26 +231,39 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
         "crd/olmconfigs.operators.coreos.com",
     ]);
     apply(
-        &admin,
+        admin,
         &json!({"apiVersion": "operators.coreos.com/v1", "kind": "OLMConfig",
         "metadata": {"name": "cluster"}, "spec": {"features": {"disableCopiedCSVs": true}}}),
     )
     .await;
-    let ns: &'static str = Box::leak(format!("storageos-olm-{}", support::suffix()).into_boxed_str());
+    let ns: &'static str = Box::leak(format!("{prefix}-{}", support::suffix()).into_boxed_str());
     kubectl_ok(&["create", "namespace", ns]);
-    let _olm = Olm::start(&tools, dir.path().join("olm.log"), ns);
-
-    // What installing the bundle creates: its CRDs, an all-namespaces OperatorGroup, the CSV,
-    // the bundle's other objects, and the ServiceAccount and RBAC of the CSV's permissions.
+    let olm = Olm::start(tools, dir.join("olm.log"), ns);
     for (file, _) in storageos_operator::crd::all() {
         kubectl_ok(&["apply", "--server-side", "-f", &repo(&format!("olm/manifests/{file}"))]);
     }
     apply(
-        &admin,
+        admin,
         &json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
         "metadata": {"name": "storageos", "namespace": ns}, "spec": {}}),
     )
     .await;
+    (ns, olm)
+}
+
+#[tokio::test]
+async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the_csv_permissions() {
+    let _lock = support::cluster_lock();
+    support::logs();
+    let admin = support::client().await;
+    let tools = olm_tools();
+    let dir = tempfile::tempdir().unwrap();
+
+    let (ns, _olm) = start_olm(&admin, &tools, dir.path(), "storageos-olm").await;
+
+    // What installing the bundle creates (its CRDs and an all-namespaces OperatorGroup are
+    // there): the CSV, the bundle's other objects, and the ServiceAccount and RBAC of the CSV's
+    // permissions.
     let mut csv_obj: DynamicObject =
         serde_json::from_value(yaml_file(&format!("olm/manifests/{}", olm::CSV_FILE))).unwrap();
     csv_obj.metadata.namespace = Some(ns.to_string());
@@ -372,4 +381,271 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
         (left.is_empty() && deployment.is_none()).then_some(())
     })
     .await;
+}
+
+/// The Go operator's CSV as package `storageos2` published it (storageosoperator.v2.4.1: its
+/// names, owned CRDs, install modes and deployment; rules and image reduced to what OLM checks).
+/// Its CRDs stand in the bundle's: the Go bundle's are `apiextensions.k8s.io/v1beta1`, which no
+/// supported Kubernetes serves, and `storageos.com/v1` keeps the same group, kinds and version.
+fn go_csv(ns: &str) -> Value {
+    let owned = |kind: &str, plural: &str| {
+        json!({"kind": kind, "name": format!("{plural}.storageos.com"), "version": "v1",
+               "displayName": kind, "description": kind})
+    };
+    let mode = |t: &str, supported: bool| json!({"type": t, "supported": supported});
+    let sa = "storageoscluster-operator-sa";
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+        "metadata": {"name": GO_CSV, "namespace": ns},
+        "spec": {
+            "displayName": "StorageOS", "version": "2.4.1",
+            "installModes": [mode("OwnNamespace", true), mode("SingleNamespace", true),
+                             mode("MultiNamespace", false), mode("AllNamespaces", true)],
+            "customresourcedefinitions": {"owned": [
+                owned("Job", "jobs"), owned("NFSServer", "nfsservers"),
+                owned("StorageOSCluster", "storageosclusters"), owned("StorageOSUpgrade", "storageosupgrades")
+            ]},
+            "install": {"strategy": "deployment", "spec": {
+                "clusterPermissions": [{"serviceAccountName": sa, "rules": [
+                    {"apiGroups": ["storageos.com"], "resources": ["storageosclusters"], "verbs": ["get", "list", "watch"]}
+                ]}],
+                "deployments": [{"name": "storageos-cluster-operator", "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"name": "storageos-cluster-operator"}},
+                    "template": {
+                        "metadata": {"labels": {"name": "storageos-cluster-operator"}},
+                        "spec": {"serviceAccountName": sa, "containers": [{"name": "storageos-operator",
+                            "image": "registry.connect.redhat.com/storageos/cluster-operator2:v2.4.1"}]}
+                    }
+                }}]
+            }}
+        }
+    })
+}
+
+const GO_CSV: &str = "storageosoperator.v2.4.1";
+
+/// docs/olm.md, "From the Go operator's `storageos2` package": OLM refuses this bundle's CSV
+/// while the Go CSV owns the same CRDs (`OwnerConflict`: no upgrade edge can cross packages);
+/// deleting the Go CSV keeps the CRDs and the StorageOSCluster; this bundle then installs, and
+/// the operator, trusting the cluster's namespace (the Subscription's `spec.config.env`), runs
+/// that same cluster (same UID) and takes the Go operator's node DaemonSet over without
+/// restarting its pods (the full set of Go objects is `tests/k8s_adoption.rs`).
+#[tokio::test]
+async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
+    let _lock = support::cluster_lock();
+    support::logs();
+    let admin = support::client().await;
+    let tools = olm_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let (ns, _olm) = start_olm(&admin, &tools, dir.path(), "storageos-olm-switch").await;
+
+    // The Go era: its CRDs (NFSServer is Go-only; the others are there), its CSV.
+    apply(
+        &admin,
+        &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "nfsservers.storageos.com"},
+        "spec": {"group": "storageos.com", "scope": "Namespaced",
+            "names": {"kind": "NFSServer", "listKind": "NFSServerList", "plural": "nfsservers", "singular": "nfsserver"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    )
+    .await;
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/nfsservers.storageos.com",
+    ]);
+    let csvs = csv_api(&admin, ns);
+    let go: DynamicObject = serde_json::from_value(go_csv(ns)).unwrap();
+    let go = csvs.create(&PostParams::default(), &go).await.unwrap();
+    for obj in rbac_for_csv(&go) {
+        apply(&admin, &obj).await;
+    }
+    let phase = |name: String| {
+        let csvs = csvs.clone();
+        async move {
+            let c = csvs.get(&name).await.ok()?;
+            Some((
+                c.data["status"]["phase"].as_str()?.to_string(),
+                c.data["status"]["reason"].as_str().unwrap_or_default().to_string(),
+            ))
+        }
+    };
+    wait_for("OLM to take the Go CSV to Succeeded", SETTLE, || async {
+        (phase(GO_CSV.into()).await?.0 == "Succeeded").then_some(())
+    })
+    .await;
+
+    // The Go operator's cluster, in a namespace of its own (`default` in the field).
+    let cluster_ns: &'static str = Box::leak(format!("go-cluster-{}", support::suffix()).into_boxed_str());
+    kubectl_ok(&["create", "namespace", cluster_ns]);
+    let _cleanup_ns = DeleteNamespace(cluster_ns);
+    let _cluster = ExampleCluster { namespace: cluster_ns };
+    let mut secret = yaml_file("deploy/examples/storageos-secret.yaml");
+    secret["metadata"]["namespace"] = json!(cluster_ns);
+    apply(&admin, &secret).await;
+    let mut cr = yaml_file("deploy/examples/storageoscluster.yaml");
+    cr["metadata"]["namespace"] = json!(cluster_ns);
+    cr["spec"]["secretRefNamespace"] = json!(cluster_ns);
+    apply(&admin, &cr).await;
+    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), cluster_ns);
+    let uid = clusters.get("storageos").await.unwrap().metadata.uid.unwrap();
+    // Its node pods, as the Go operator made them (tests/fixtures/adoption: the DaemonSet and its
+    // ServiceAccount in kube-system, written by the Go operator's field manager).
+    let fixture = std::fs::read_to_string(repo("tests/fixtures/adoption/go-default.yaml")).unwrap();
+    let go_objects: Vec<Value> = serde_yaml::Deserializer::from_str(&fixture)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|d: &Value| {
+            d["kind"] == "DaemonSet"
+                || (d["kind"] == "ServiceAccount" && d["metadata"]["name"] == "storageos-daemonset-sa")
+        })
+        .collect();
+    assert_eq!(go_objects.len(), 2);
+    kubectl_ok(&[
+        "delete",
+        "daemonset",
+        "storageos-daemonset",
+        "-n",
+        "kube-system",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    let go_file = dir.path().join("go-node.json");
+    std::fs::write(
+        &go_file,
+        json!({"apiVersion": "v1", "kind": "List", "items": go_objects}).to_string(),
+    )
+    .unwrap();
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=cluster-operator",
+        "-f",
+        go_file.to_str().unwrap(),
+    ]);
+    let daemonsets = Api::<DaemonSet>::namespaced(admin.clone(), "kube-system");
+    wait_for("the Go node pods to run on every node", SETTLE, || async {
+        let s = daemonsets.get("storageos-daemonset").await.ok()?.status?;
+        (s.desired_number_scheduled == 3 && s.number_ready == 3).then_some(())
+    })
+    .await;
+    let pods_before = support::install::node_pods(&admin).await;
+    assert_eq!(pods_before.len(), 3);
+
+    // This bundle's CSV beside the Go one: OLM refuses it, whatever its permissions.
+    let name = olm::csv_name();
+    let mut ours: DynamicObject =
+        serde_json::from_value(yaml_file(&format!("olm/manifests/{}", olm::CSV_FILE))).unwrap();
+    ours.metadata.namespace = Some(ns.to_string());
+    let created = csvs.create(&PostParams::default(), &ours).await.unwrap();
+    for obj in rbac_for_csv(&created) {
+        apply(&admin, &obj).await;
+    }
+    wait_for("OLM to fail this bundle's CSV with OwnerConflict", SETTLE, || async {
+        let (p, reason) = phase(name.clone()).await?;
+        (p == "Failed" && reason == "OwnerConflict").then_some(())
+    })
+    .await;
+    csvs.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the refused CSV to be gone", SETTLE, || async {
+        csvs.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    // The switch: the Go CSV goes; the CRDs and the cluster stay.
+    csvs.delete(GO_CSV, &DeleteParams::default()).await.unwrap();
+    wait_for("the Go CSV to be gone", SETTLE, || async {
+        csvs.get_opt(GO_CSV).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    for crd in ["storageosclusters", "storageosupgrades", "jobs", "nfsservers"] {
+        kubectl_ok(&["get", "crd", &format!("{crd}.storageos.com")]);
+    }
+    assert_eq!(
+        clusters.get("storageos").await.unwrap().metadata.uid.as_deref(),
+        Some(uid.as_str())
+    );
+
+    // This bundle again: it installs now, and its operator runs the same cluster.
+    let created = csvs.create(&PostParams::default(), &ours).await.unwrap();
+    for obj in rbac_for_csv(&created) {
+        apply(&admin, &obj).await;
+    }
+    let mut service = yaml_file("olm/manifests/storageos-operator-metrics_v1_service.yaml");
+    service["metadata"]["namespace"] = json!(ns);
+    apply(&admin, &service).await;
+    wait_for("OLM to take this bundle's CSV to Succeeded", SETTLE, || async {
+        (phase(name.clone()).await?.0 == "Succeeded").then_some(())
+    })
+    .await;
+    let mut deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
+        .get(install::NAME)
+        .await
+        .unwrap();
+    // WATCH_NAMESPACES as the Subscription's spec.config.env puts it into the Deployment.
+    let container = &mut deployment
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0];
+    container.env.get_or_insert_with(Vec::new).push(
+        serde_json::from_value(json!({"name": "WATCH_NAMESPACES", "value": format!("{ns},{cluster_ns}")})).unwrap(),
+    );
+    let who = Identity {
+        namespace: ns,
+        name: install::NAME,
+    };
+    let kubeconfig = support::identity::kubeconfig_file(dir.path(), who).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let _sync = sim.sync_with_kubernetes(admin.clone());
+    let operator = Operator::start(&deployment, ns, &kubeconfig, &sim, dir.path().join("operator.log"));
+    let running = wait_for(
+        "the Go-era cluster to be 3/3 Running under this bundle",
+        SETTLE,
+        || async {
+            let c = clusters.get("storageos").await.ok()?;
+            let (p, members, cond) = ready(&c)?;
+            (p == "Running" && members == "3/3" && cond.starts_with("True")).then_some(c)
+        },
+    )
+    .await;
+    assert_eq!(running.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(
+        support::install::node_pods(&admin).await,
+        pods_before,
+        "the switch restarted node pods"
+    );
+    let ds = daemonsets.get("storageos-daemonset").await.unwrap();
+    assert!(
+        ds.metadata
+            .managed_fields
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f.manager.as_deref() == Some("storageos-operator")),
+        "this operator did not take the Go DaemonSet over"
+    );
+
+    // Cleanup in the documented order.
+    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the operator to finish deleting the cluster", SETTLE, || async {
+        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    drop(operator);
+    kubectl_ok(&["delete", "crd", "nfsservers.storageos.com", "--ignore-not-found"]);
+}
+
+/// Deletes a namespace when dropped.
+struct DeleteNamespace(&'static str);
+
+impl Drop for DeleteNamespace {
+    fn drop(&mut self) {
+        let _ = support::install::kubectl(&["delete", "namespace", self.0, "--wait=false"]);
+    }
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::render::images::{API_MANAGER_ENV, BUILTIN_IMAGES};
 use crate::{crd, rbac};
 
+pub mod helm;
 pub mod olm;
 
 /// Namespace the operator is installed in.
@@ -66,6 +67,8 @@ pub enum Error {
     },
     #[error("cannot serialise the install manifests: {0}; this is a bug, please report it")]
     Yaml(#[from] serde_yaml::Error),
+    #[error("cannot write the Helm chart: {0}; this is a bug, please report it")]
+    Template(String),
 }
 
 fn typed<T: serde::de::DeserializeOwned>(what: &'static str, v: Value) -> Result<T, Error> {

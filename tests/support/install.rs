@@ -273,3 +273,18 @@ pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
     // operator a later test starts sees them (it would warn about a terminating namespace).
     kubectl_ok(&["delete", "namespace", &tenant, "--wait=true", "--timeout=120s"]);
 }
+
+/// UIDs of the node pods in kube-system (not being deleted), sorted.
+pub async fn node_pods(admin: &kube::Client) -> Vec<String> {
+    let mut uids: Vec<String> = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), "kube-system")
+        .list(&kube::api::ListParams::default().labels("app=storageos,kind=daemonset"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    uids.sort();
+    uids
+}

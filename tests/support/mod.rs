@@ -616,6 +616,7 @@ pub fn no_kubelet_taint() -> serde_json::Value {
     serde_json::json!({"key": NO_KUBELET_TAINT, "effect": "NoSchedule"})
 }
 pub mod apimanager;
+pub mod dist;
 pub mod faults;
 pub mod install;
 pub mod operator;

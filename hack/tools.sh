@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The distribution tools, built or installed once and cached outside the repository like the
+# control plane (hack/k8s.sh) and OLM's tools (hack/olm.sh):
+#
+#   helm, crane   built from Go modules in one `go build` of the module hack/dist-tools
+#                 (versions and go.sum there): helm for the chart tests, crane to push the image
+#                 and to serve a registry on loopback in the tests
+#   cargo-cyclonedx   the SBOM of the Rust dependencies, `cargo install --locked` pinned below
+#   aarch64 linker    Debian's gcc-aarch64-linux-gnu (with libc6-arm64-cross, whose shared
+#                     libraries go into the arm64 image), and the Rust target
+#
+#   hack/tools.sh go        build helm and crane (first time only); prints their directory
+#   hack/tools.sh sbom      install cargo-cyclonedx (first time only); prints its bin directory
+#   hack/tools.sh cross     make sure the aarch64 cross toolchain is installed
+#   hack/tools.sh qemu      make sure qemu-aarch64 (Debian's qemu-user) is installed: runs the
+#                           arm64 binary from its image's root filesystem in the image test
+#   hack/tools.sh all       all three
+#
+# Environment: STORAGEOS_CACHE (default ~/.cache/storageos-operator).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SRC=$ROOT/hack/dist-tools
+CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
+CARGO_CYCLONEDX_VERSION=0.5.9
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
+
+mod_version() { awk -v m="$1" '$1 == m {print $2; exit}' "$SRC/go.mod"; }
+
+# Named after the versions and a hash of go.mod/go.sum, so a version change builds anew.
+go_bin_dir() {
+  local sum
+  sum=$(cat "$SRC/go.mod" "$SRC/go.sum" | sha256sum | cut -c1-12)
+  echo "$CACHE/bin/dist-helm-$(mod_version helm.sh/helm/v4)-crane-$(mod_version github.com/google/go-containerregistry)-$sum"
+}
+
+cmd_go() {
+  local bin
+  bin=$(go_bin_dir)
+  if [[ ! -x $bin/helm || ! -x $bin/crane ]]; then
+    command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
+    local helm_v start=$SECONDS
+    helm_v=$(mod_version helm.sh/helm/v4)
+    log "building helm $helm_v and crane $(mod_version github.com/google/go-containerregistry) from Go modules (first time only)"
+    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+    (
+      cd "$SRC"
+      # As hack/k8s.sh: no stray GOFLAGS or toolchain switch; go.sum is committed, so read-only.
+      export GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local
+      go build -p 2 -trimpath -o "$bin.tmp/" \
+        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_v" \
+        helm.sh/helm/v4/cmd/helm github.com/google/go-containerregistry/cmd/crane
+    ) || die "building helm and crane failed (see the Go output above)"
+    rm -rf "$bin" && mv "$bin.tmp" "$bin"
+    log "built in $((SECONDS - start))s: $bin"
+  fi
+  echo "$bin"
+}
+
+cmd_sbom() {
+  local root=$CACHE/tools/cargo-cyclonedx-$CARGO_CYCLONEDX_VERSION
+  if [[ ! -x $root/bin/cargo-cyclonedx ]]; then
+    log "installing cargo-cyclonedx $CARGO_CYCLONEDX_VERSION into $root (first time only)"
+    cargo install --locked --quiet cargo-cyclonedx --version "$CARGO_CYCLONEDX_VERSION" --root "$root.tmp" \
+      || die "cargo install cargo-cyclonedx failed"
+    rm -rf "$root" && mv "$root.tmp" "$root"
+  fi
+  echo "$root/bin"
+}
+
+cmd_cross() {
+  if ! command -v aarch64-linux-gnu-gcc >/dev/null || [[ ! -d /usr/aarch64-linux-gnu/lib ]]; then
+    [[ $(id -u) == 0 ]] || die "the arm64 build needs gcc-aarch64-linux-gnu (Debian): apt-get install gcc-aarch64-linux-gnu"
+    log "installing Debian's gcc-aarch64-linux-gnu (the arm64 linker and C library; first time only)"
+    apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null && apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null; } \
+      || die "apt-get install gcc-aarch64-linux-gnu failed"
+  fi
+  if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    log "adding the Rust target aarch64-unknown-linux-gnu (first time only)"
+    rustup target add aarch64-unknown-linux-gnu >&2 || die "rustup target add aarch64-unknown-linux-gnu failed"
+  fi
+}
+
+cmd_qemu() {
+  command -v qemu-aarch64 >/dev/null && return 0
+  [[ $(id -u) == 0 ]] || die "the arm64 image check needs qemu-user (Debian): apt-get install qemu-user"
+  log "installing Debian's qemu-user (runs the arm64 binary in the image test; first time only)"
+  apt-get install -y -qq qemu-user >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && apt-get install -y -qq qemu-user >/dev/null; } \
+    || die "apt-get install qemu-user failed"
+}
+
+case ${1:-} in
+  go) cmd_go ;;
+  qemu) cmd_qemu ;;
+  sbom) cmd_sbom ;;
+  cross) cmd_cross ;;
+  all) cmd_go >/dev/null && cmd_sbom >/dev/null && cmd_cross && cmd_qemu ;;
+  *) die "usage: hack/tools.sh go | sbom | cross | qemu | all" ;;
+esac
