@@ -104,6 +104,9 @@ async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
     Ok(c.client)
 }
 
+/// The scheduler extender's Deployment, as the operator renders it.
+const SCHEDULER_DEPLOYMENT: &str = "storageos-scheduler";
+
 /// How the api-manager names itself in its User-Agent.
 const API_MANAGER_COMPONENT: &str = "api-manager";
 
@@ -231,7 +234,10 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     helper_metrics.set_cert_expiry(cert.not_after);
     let slot = CertSlot::new(&cert.cert_pem, &cert.key_pem)?;
     let pvcs = controllers::pvc_cache();
-    let (lookups, caches) = CachedLookups::start(client.clone(), &pvcs);
+    // The scheduler extender the operator renders next to the api-manager (`storageos-scheduler`,
+    // in this namespace), watched only while the pod mutator is on.
+    let scheduler = args.scheduler().map(|_| (namespace.as_str(), SCHEDULER_DEPLOYMENT));
+    let (lookups, caches) = CachedLookups::start(client.clone(), &pvcs, scheduler);
     tokio::spawn(caches);
     let state = WebhookState::new(lookups, args.scheduler().map(str::to_string), webhook_metrics);
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);

@@ -66,6 +66,9 @@ pub const API_MANAGER: &[Rule] = &[
         &["get", "list", "watch", "create", "patch", "delete"],
     ),
     rule(&["api.storageos.com"], &["nodes/status", "volumes/status"], &["patch"]),
+    // The pod mutator sends pods to the scheduler extender only while it has an available
+    // replica: its Deployment, watched by name.
+    rule(&["apps"], &["deployments"], &["get", "list", "watch"]).named(&["storageos-scheduler"]),
     // Leader election: creating a Lease cannot be limited by name; using it can.
     rule(&["coordination.k8s.io"], &["leases"], &["create"]),
     rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"]).named(&[API_MANAGER_LEASE]),

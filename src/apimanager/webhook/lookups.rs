@@ -39,6 +39,13 @@ pub trait Lookups: Sync {
     /// The Secret `namespace/name`, or None when it does not exist. A direct read: the webhook
     /// must not cache every Secret of the cluster.
     fn secret(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<Secret>, LookupError>> + Send;
+    /// Whether the scheduler extender is known to have no available replica (its Deployment
+    /// exists with none available): a pod sent to it would stay Pending, so it is left to the
+    /// default scheduler. Unknown (not cached yet, no such Deployment) counts as available, as
+    /// the Go api-manager always sent pods there.
+    fn scheduler_unavailable(&self) -> impl Future<Output = bool> + Send {
+        std::future::ready(false)
+    }
     /// Creates `secret` in `namespace`; false when one of that name already exists.
     fn create_secret(&self, namespace: &str, secret: &Secret)
     -> impl Future<Output = Result<bool, LookupError>> + Send;

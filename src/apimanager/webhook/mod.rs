@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::post;
 use axum::{Json, Router};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, PostParams};
@@ -94,22 +95,57 @@ pub struct CachedLookups {
     pub pvcs: Store<PersistentVolumeClaim>,
     pub storage_classes: Store<StorageClass>,
     pub direct: KubeLookups,
+    /// The scheduler extender's Deployment, watched by name (None: not watched).
+    pub scheduler: Option<Store<Deployment>>,
+}
+
+/// Whether the scheduler extender's Deployment, as cached, has no available replica; false
+/// when it is not cached (not listed yet, or no such Deployment).
+pub fn no_available_replica(cached: &[Arc<Deployment>]) -> bool {
+    cached
+        .first()
+        .is_some_and(|d| d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) == 0)
 }
 
 impl CachedLookups {
     /// Starts the caches (the PVCs in `pvcs`, shared with the controllers); the future keeps the
     /// StorageClasses filled and runs for the life of the process.
+    ///
+    /// `scheduler`, the namespace and name of the scheduler extender's Deployment, is watched
+    /// too, so that pods are not sent to a scheduler with no available replica.
     pub fn start(
         client: kube::Client,
         pvcs: &Shared<PersistentVolumeClaim>,
+        scheduler: Option<(&str, &str)>,
     ) -> (Self, impl Future<Output = ()> + use<>) {
-        let (storage_classes, drive) =
+        let (storage_classes, classes) =
             cache::reflect(Api::<StorageClass>::all(client.clone()), cache::every(), "webhook");
+        let (scheduler, deployment) = match scheduler {
+            Some((namespace, name)) => {
+                let config = cache::every().fields(&format!("metadata.name={name}"));
+                let (store, drive) = cache::reflect(
+                    Api::<Deployment>::namespaced(client.clone(), namespace),
+                    config,
+                    "webhook",
+                );
+                (Some(store), Some(drive))
+            }
+            None => (None, None),
+        };
+        let drive = async move {
+            match deployment {
+                Some(deployment) => {
+                    futures::join!(classes, deployment);
+                }
+                None => classes.await,
+            }
+        };
         (
             Self {
                 pvcs: pvcs.get(&client, "webhook"),
                 storage_classes,
                 direct: KubeLookups(client),
+                scheduler,
             },
             drive,
         )
@@ -147,6 +183,11 @@ impl Lookups for CachedLookups {
     }
     async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<bool, LookupError> {
         self.direct.create_secret(namespace, secret).await
+    }
+    async fn scheduler_unavailable(&self) -> bool {
+        self.scheduler
+            .as_ref()
+            .is_some_and(|s| no_available_replica(&s.state()))
     }
 }
 
@@ -461,6 +502,21 @@ mod tests {
 
     use super::testing::Fake;
     use super::*;
+
+    #[test]
+    fn the_scheduler_is_unavailable_only_when_its_deployment_is_seen_with_no_available_replica() {
+        let deployment = |available: Option<i32>| -> Arc<Deployment> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "storageos-scheduler"},
+                    "status": {"availableReplicas": available}}))
+                .unwrap(),
+            )
+        };
+        assert!(!no_available_replica(&[]), "not cached: sent as before");
+        assert!(no_available_replica(&[deployment(None)]));
+        assert!(no_available_replica(&[deployment(Some(0))]));
+        assert!(!no_available_replica(&[deployment(Some(1))]));
+    }
 
     fn class() -> StorageClass {
         serde_json::from_value(

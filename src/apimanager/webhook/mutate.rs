@@ -97,6 +97,11 @@ pub async fn pod_scheduler_patch(
             .await?
             .is_some_and(|sc| is_storageos(&sc))
         {
+            if lookups.scheduler_unavailable().await {
+                tracing::warn!(namespace, pod = ?pod.metadata.name, scheduler,
+                    "the scheduler extender has no available replica: leaving the pod to the default scheduler");
+                return Ok(None);
+            }
             return Ok(Some(
                 json!([{"op": "add", "path": "/spec/schedulerName", "value": scheduler}]),
             ));
@@ -248,6 +253,26 @@ mod tests {
         assert_eq!(
             patch,
             Some(json!([{"op": "add", "path": "/spec/schedulerName", "value": "storageos-scheduler"}]))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pod_is_left_to_the_default_scheduler_while_the_extender_has_no_available_replica() {
+        let mut f = fake();
+        f.scheduler_down = true;
+        let pod = pod(&["data"], json!({}));
+        assert_eq!(
+            pod_scheduler_patch(&pod, "app", Some("storageos-scheduler"), &f)
+                .await
+                .unwrap(),
+            None
+        );
+        f.scheduler_down = false;
+        assert!(
+            pod_scheduler_patch(&pod, "app", Some("storageos-scheduler"), &f)
+                .await
+                .unwrap()
+                .is_some()
         );
     }
 

@@ -25,6 +25,8 @@ pub struct Fake {
     pub slow: Option<std::time::Duration>,
     /// Secret reads and creates first wait this long (a hung apiserver once the class is read).
     pub slow_secrets: Option<std::time::Duration>,
+    /// The scheduler extender has no available replica.
+    pub scheduler_down: bool,
 }
 
 impl Fake {
@@ -81,6 +83,9 @@ impl Lookups for Fake {
         }
         self.check().await?;
         Ok(self.secret_now(ns, name))
+    }
+    async fn scheduler_unavailable(&self) -> bool {
+        self.scheduler_down
     }
     async fn create_secret(&self, ns: &str, secret: &Secret) -> Result<bool, LookupError> {
         if let Some(d) = self.slow_secrets {
