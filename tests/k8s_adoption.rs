@@ -14,6 +14,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use base64::Engine;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -379,6 +380,31 @@ fn with_service_port(go: &mut [Value], cr: &mut StorageOSCluster, port: i32) {
     service.external_port = Some(5705);
 }
 
+/// The pod-scheduler webhook of Go operators before v2.4.0.
+const LEGACY_WEBHOOK: &str = "storageos-scheduler-webhook";
+
+/// Creates what a Go operator before v2.4.0 left of its own scheduler webhook: the configuration
+/// (intercepting nothing here: no namespace matches, and it fails open) and its Service in `ns`.
+async fn legacy_scheduler_webhook(ns: &TestNamespace) -> (Api<MutatingWebhookConfiguration>, Api<Service>) {
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(ns.client.clone());
+    let _ = mwcs.delete(LEGACY_WEBHOOK, &DeleteParams::default()).await;
+    let mwc: MutatingWebhookConfiguration = from_json(json!({
+        "metadata": {"name": LEGACY_WEBHOOK},
+        "webhooks": [{
+            "name": "scheduler.storageos.com",
+            "clientConfig": {"service": {"namespace": ns.name, "name": LEGACY_WEBHOOK, "path": "/mutate-pods", "port": 5720}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"storageos-operator-test/never": "true"}},
+            "failurePolicy": "Ignore", "sideEffects": "None", "admissionReviewVersions": ["v1"]
+        }]
+    }));
+    mwcs.create(&PostParams::default(), &mwc).await.unwrap();
+    let svc: Service = from_json(json!({"metadata": {"name": LEGACY_WEBHOOK},
+        "spec": {"ports": [{"port": 5720, "targetPort": 5720}]}}));
+    ns.api::<Service>().create(&PostParams::default(), &svc).await.unwrap();
+    (mwcs, ns.api())
+}
+
 async fn adopt(case: Case) {
     let Case {
         fixture,
@@ -430,6 +456,7 @@ async fn adopt(case: Case) {
     let ds_generation = dss.get("storageos-daemonset").await.unwrap().metadata.generation;
     let before = live(&client, &go).await;
     assert!(before.values().all(Option::is_some), "{before:?}");
+    let legacy_webhook = legacy_scheduler_webhook(&ns).await;
 
     // Our operator takes over.
     let storageos = StorageOS::start(&client).await;
@@ -488,6 +515,17 @@ async fn adopt(case: Case) {
             .await
             .unwrap()
             .is_none()
+    );
+
+    // The pre-v2.4 scheduler webhook (configuration and Service) is gone, as the Go operator's
+    // migration would have removed it.
+    assert!(
+        legacy_webhook.0.get_opt(LEGACY_WEBHOOK).await.unwrap().is_none(),
+        "the legacy scheduler webhook configuration is still there"
+    );
+    assert!(
+        legacy_webhook.1.get_opt(LEGACY_WEBHOOK).await.unwrap().is_none(),
+        "the legacy scheduler webhook Service is still there"
     );
 
     // The Go scheduler's Policy key is gone from the scheduler ConfigMap.

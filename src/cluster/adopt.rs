@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -85,9 +86,55 @@ async fn remove_go_scheduler_policy(client: &Client, namespace: &str) -> Result<
     Ok(Some(format!("key {key} of ConfigMap {namespace}/{name}")))
 }
 
+/// The pod-scheduler webhook that Go operators before v2.4.0 served themselves (port 5720): a
+/// MutatingWebhookConfiguration and a Service of this name, the Service in the Go operator's
+/// namespace. The Go operator's start-up migration deleted both; an install that began on such
+/// an operator and was never migrated still has them, and the configuration can still intercept
+/// pod creates (with nothing answering).
+const GO_SCHEDULER_WEBHOOK: &str = "storageos-scheduler-webhook";
+
+/// The namespace of the Service the legacy scheduler webhook configuration `mwc` calls, when it
+/// has that shape: every webhook calls the Service `storageos-scheduler-webhook`, in one
+/// namespace. Anything else of that name is someone else's.
+fn legacy_scheduler_webhook_namespace(mwc: &MutatingWebhookConfiguration) -> Option<String> {
+    let webhooks = mwc.webhooks.as_deref().filter(|w| !w.is_empty())?;
+    let mut namespaces = webhooks.iter().map(|w| {
+        let service = w.client_config.service.as_ref()?;
+        (service.name == GO_SCHEDULER_WEBHOOK).then(|| service.namespace.clone())
+    });
+    let first = namespaces.next()??;
+    namespaces.all(|n| n.as_ref() == Some(&first)).then_some(first)
+}
+
+/// Removes the legacy scheduler webhook (configuration first, so no pod create is sent to a
+/// Service that is gone), as the Go operator's migration did, but only in that shape.
+async fn remove_legacy_scheduler_webhook(client: &Client) -> Result<Vec<String>, kube::Error> {
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let Some(mwc) = mwcs.get_opt(GO_SCHEDULER_WEBHOOK).await? else {
+        return Ok(Vec::new());
+    };
+    let Some(namespace) = legacy_scheduler_webhook_namespace(&mwc) else {
+        return Ok(Vec::new());
+    };
+    let mut removed = Vec::new();
+    match mwcs.delete(GO_SCHEDULER_WEBHOOK, &DeleteParams::background()).await {
+        Ok(_) => removed.push(format!("MutatingWebhookConfiguration {GO_SCHEDULER_WEBHOOK}")),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e),
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    match services.delete(GO_SCHEDULER_WEBHOOK, &DeleteParams::background()).await {
+        Ok(_) => removed.push(format!("Service {namespace}/{GO_SCHEDULER_WEBHOOK}")),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e),
+    }
+    Ok(removed)
+}
+
 /// Deletes the Go-only objects of `cluster` (binding first, so no binding points at a missing
-/// role) and the Go scheduler Policy in `namespace`, the cluster's target namespace. Returns
-/// what it removed. Call only after every desired object applied.
+/// role), the Go scheduler Policy in `namespace`, the cluster's target namespace, and the
+/// pre-v2.4 scheduler webhook. Returns what it removed. Call only after every desired object
+/// applied.
 pub async fn remove_go_leftovers(
     client: &Client,
     cluster: &StorageOSCluster,
@@ -97,6 +144,7 @@ pub async fn remove_go_leftovers(
     removed.extend(remove::<ClusterRoleBinding>(client, cluster).await?);
     removed.extend(remove::<ClusterRole>(client, cluster).await?);
     removed.extend(remove_go_scheduler_policy(client, namespace).await?);
+    removed.extend(remove_legacy_scheduler_webhook(client).await?);
     Ok(removed)
 }
 
@@ -136,6 +184,41 @@ pub fn note_replaced_images(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_a_legacy_scheduler_webhook_of_the_go_shape_is_taken_for_one() {
+        let mwc = |services: serde_json::Value| -> MutatingWebhookConfiguration {
+            let webhooks: Vec<serde_json::Value> = services
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|svc| {
+                    json!({"name": "x.storageos.com", "clientConfig": {"service": svc},
+                    "sideEffects": "None", "admissionReviewVersions": ["v1"]})
+                })
+                .collect();
+            serde_json::from_value(json!({"metadata": {"name": GO_SCHEDULER_WEBHOOK}, "webhooks": webhooks})).unwrap()
+        };
+        let go = json!({"name": "storageos-scheduler-webhook", "namespace": "storageos-operator"});
+        assert_eq!(
+            legacy_scheduler_webhook_namespace(&mwc(json!([go.clone(), go.clone()]))).as_deref(),
+            Some("storageos-operator")
+        );
+        let other = json!({"name": "my-webhook", "namespace": "storageos-operator"});
+        assert_eq!(
+            legacy_scheduler_webhook_namespace(&mwc(json!([go.clone(), other]))),
+            None
+        );
+        let elsewhere = json!({"name": "storageos-scheduler-webhook", "namespace": "other"});
+        assert_eq!(legacy_scheduler_webhook_namespace(&mwc(json!([go, elsewhere]))), None);
+        assert_eq!(legacy_scheduler_webhook_namespace(&mwc(json!([]))), None);
+        let by_url: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": GO_SCHEDULER_WEBHOOK},
+            "webhooks": [{"name": "x", "clientConfig": {"url": "https://example.com/"},
+                "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}))
+        .unwrap();
+        assert_eq!(legacy_scheduler_webhook_namespace(&by_url), None);
+    }
 
     fn cluster(labels: serde_json::Value) -> StorageOSCluster {
         serde_json::from_value(json!({
