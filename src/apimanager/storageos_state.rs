@@ -74,6 +74,18 @@ impl VolumeList {
         self.by_namespace.iter().flat_map(|v| v.iter())
     }
 
+    /// Every volume read, with the name of the StorageOS namespace that holds it (None when
+    /// that namespace is not in the list): the namespace a volume's labels must agree with.
+    pub fn volumes_with_namespace(&self) -> impl Iterator<Item = (&Volume, Option<&str>)> {
+        let names: HashMap<&str, &str> = self
+            .namespaces
+            .iter()
+            .map(|n| (n.id.as_str(), n.name.as_str()))
+            .collect();
+        self.volumes()
+            .map(move |v| (v, names.get(v.namespace_id.as_str()).copied()))
+    }
+
     /// Whether every namespace was read: only then may absence mean "gone".
     pub fn complete(&self) -> bool {
         self.failed.is_empty()

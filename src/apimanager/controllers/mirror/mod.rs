@@ -221,13 +221,7 @@ impl Mirror<'_> {
         let mut wanted: HashSet<VolumeKey> = HashSet::new();
         let mut stale = Vec::new();
         let mut healths = Vec::new();
-        let namespaces: HashMap<&str, &str> = list
-            .namespaces
-            .iter()
-            .map(|n| (n.id.as_str(), n.name.as_str()))
-            .collect();
-        for v in list.volumes() {
-            let storageos_namespace = namespaces.get(v.namespace_id.as_str()).copied();
+        for (v, storageos_namespace) in list.volumes_with_namespace() {
             let Some((namespace, pvc)) = build::pvc_of_in(v, storageos_namespace) else {
                 continue;
             };

@@ -158,13 +158,8 @@ async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, snapshot: &VolumeSnapsh
             }
             let mut shared = Vec::new();
             let mut invalid = HashSet::new();
-            let namespaces: std::collections::HashMap<&str, &str> = listing
-                .namespaces
-                .iter()
-                .map(|n| (n.id.as_str(), n.name.as_str()))
-                .collect();
-            for v in listing.volumes() {
-                match desired::classify_in(v, namespaces.get(v.namespace_id.as_str()).copied()) {
+            for (v, storageos_namespace) in listing.volumes_with_namespace() {
+                match desired::classify_in(v, storageos_namespace) {
                     Candidate::NotShared => {}
                     Candidate::Shared(sv) => shared.push(sv),
                     Candidate::Invalid { reason } => {
