@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
+use crate::apimanager::controllers::config::{
+    Config, DeleteSyncConfig, FencerConfig, LabelSyncConfig, Loop, SharedVolumeConfig,
+};
+use crate::apimanager::storageos_poll::{MIN_VOLUME_POLL, PollConfig};
 use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
 
 /// Arguments of `storageos-operator api-manager`.
@@ -201,32 +205,47 @@ pub enum ZapEncoder {
     Console,
 }
 
-/// A resync or garbage-collection loop: how long before its first run and how often after.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Loop {
-    /// Delay before the first run (a 0s flag means 10s, as in the Go api-manager).
-    pub delay: Duration,
-    /// Period between runs; `None` when the interval flag is 0s (the loop is off).
-    pub every: Option<Duration>,
-}
-
-impl Loop {
-    fn new(delay: Duration, interval: Duration) -> Self {
-        Self {
-            delay: if delay.is_zero() {
-                Duration::from_secs(10)
-            } else {
-                delay
-            },
-            every: (!interval.is_zero()).then_some(interval),
-        }
-    }
-}
-
 /// The floor of the fencer's poll interval.
 pub const MIN_NODE_POLL: Duration = Duration::from_secs(5);
 
 impl ApiManagerArgs {
+    /// What each controller is told; the only place controllers' flags are read.
+    pub fn controllers(&self) -> Config {
+        Config {
+            poll: PollConfig {
+                nodes: self.node_poll(),
+                volumes: self.volume_poll_interval.max(MIN_VOLUME_POLL),
+            },
+            fencer: self.enable_node_fencing.then_some(FencerConfig {
+                retry: self.node_fencer_retry_interval,
+                timeout: self.node_fencer_timeout,
+                workers: self.node_fencer_workers,
+                expiry: self.node_expiry_interval,
+            }),
+            node_label: self.enable_node_label_sync.then_some(LabelSyncConfig {
+                workers: self.node_label_sync_workers,
+                resync: self.node_label_resync(),
+            }),
+            pvc_label: self.enable_pvc_label_sync.then_some(LabelSyncConfig {
+                workers: self.pvc_label_sync_workers,
+                resync: self.pvc_label_resync(),
+            }),
+            node_delete: DeleteSyncConfig {
+                workers: self.node_delete_workers.max(1),
+                gc: self.node_delete_gc(),
+            },
+            namespace_delete: DeleteSyncConfig {
+                workers: self.namespace_delete_workers.max(1),
+                gc: self.namespace_delete_gc(),
+            },
+            shared_volume: SharedVolumeConfig {
+                read_back_every: self.k8s_create_poll_interval.max(Duration::from_millis(10)),
+                read_back_for: self.k8s_create_wait_duration,
+            },
+            maintenance_of: self.storageos_cluster.clone(),
+        }
+    }
+
     /// Node-delete garbage collection.
     pub fn node_delete_gc(&self) -> Loop {
         Loop::new(self.node_delete_gc_delay, self.node_delete_gc_interval)

@@ -8,7 +8,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod run;
 pub mod storageclass;
-pub mod storageos_state;
+pub mod storageos_poll;
 pub mod webhook;
 
 pub use run::run;

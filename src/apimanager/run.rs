@@ -283,18 +283,16 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
 
     // 3. Controllers, on the leader only.
-    let ctx = Arc::new(Context {
-        kube: client.clone(),
-        api: api.clone(),
-        args: Arc::new(args.clone()),
-        namespace: namespace.clone(),
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        api.clone(),
+        args.controllers(),
+        namespace.clone(),
         reconcile_metrics,
-        metrics: helper_metrics.clone(),
-        storageos_state: Default::default(),
+        helper_metrics.clone(),
         pvcs,
-        nodes: Default::default(),
-    });
-    let controllers = lead(ctx);
+    ));
+    let controllers = lead(ctx, args.enable_leader_election);
     tokio::pin!(controllers);
     let mut controllers_done = false;
 
@@ -373,12 +371,17 @@ fn webhook_config_changes(client: kube::Client, name: &str) -> impl futures::Str
         })
 }
 
+/// The StorageOS poll and the controllers that subscribe to it, until dropped.
+async fn with_poll(ctx: Arc<Context>) {
+    tokio::join!(ctx.poll_storageos(), controllers::run(ctx.clone()));
+}
+
 /// Waits for leadership (when `-enable-leader-election`), then runs the controllers until they
 /// end; `Err` when leadership is lost.
-async fn lead(ctx: Arc<Context>) -> Result<(), Error> {
-    if !ctx.args.enable_leader_election {
+async fn lead(ctx: Arc<Context>, elect: bool) -> Result<(), Error> {
+    if !elect {
         tracing::info!("leader election disabled: running the controllers");
-        controllers::run(ctx).await;
+        with_poll(ctx).await;
         return Ok(());
     }
     let identity = std::env::var("POD_NAME")
@@ -394,7 +397,7 @@ async fn lead(ctx: Arc<Context>) -> Result<(), Error> {
     )
     .await?;
     tokio::select! {
-        () = controllers::run(ctx) => Ok(()),
+        () = with_poll(ctx) => Ok(()),
         e = leadership.lost() => Err(e.into()),
     }
 }

@@ -302,17 +302,20 @@ pub async fn api_manager_context_as(
     )
     .expect("StorageOS client");
     api.login().await.expect("login to the simulator");
-    std::sync::Arc::new(Context {
+    let ctx = std::sync::Arc::new(Context::new(
         kube,
         api,
-        args: std::sync::Arc::new(args),
-        namespace: "default".into(),
-        reconcile_metrics: ReconcileMetrics::register(&mut registry),
-        metrics: ApiManagerMetrics::register(&mut registry),
-        storageos_state: Default::default(),
-        pvcs: storageos_operator::apimanager::controllers::pvc_cache(),
-        nodes: Default::default(),
-    })
+        args.controllers(),
+        "default".into(),
+        ReconcileMetrics::register(&mut registry),
+        ApiManagerMetrics::register(&mut registry),
+        storageos_operator::apimanager::controllers::pvc_cache(),
+    ));
+    // The process runs the StorageOS poll next to its controllers; so do the tests, for as
+    // long as the test's runtime lives.
+    let poll = ctx.clone();
+    tokio::spawn(async move { poll.poll_storageos().await });
+    ctx
 }
 
 /// Held by a test that needs the cluster-wide "one active StorageOSCluster" to be its own

@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::{Context, periodic};
-use crate::apimanager::flags::{ApiManagerArgs, Loop};
+use crate::apimanager::controllers::config::DeleteSyncConfig;
 use crate::apimanager::maintenance::Maintenance;
 use crate::reasons;
 use crate::runtime::cache;
@@ -75,7 +75,7 @@ impl From<storageos::Namespace> for Entry {
 }
 
 /// One Kubernetes kind whose deletions are mirrored to StorageOS.
-pub trait Mirror: Send + Sync + 'static {
+pub trait DeleteSync: Send + Sync + 'static {
     /// The cluster-scoped Kubernetes kind (Node, Namespace).
     type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static;
     /// The controller name (metrics, logs).
@@ -87,10 +87,8 @@ pub trait Mirror: Send + Sync + 'static {
 
     /// Whether an object of this kind has a StorageOS counterpart.
     fn mirrored(obj: &PartialObjectMeta<Self::Object>) -> bool;
-    /// The garbage collection schedule.
-    fn gc(args: &ApiManagerArgs) -> Loop;
-    /// How many deletes may run at once.
-    fn workers(args: &ApiManagerArgs) -> usize;
+    /// Its settings (garbage collection schedule, deletes at once).
+    fn config(ctx: &Context) -> DeleteSyncConfig;
     /// Every StorageOS object of this kind.
     fn list(ctx: &Context) -> impl Future<Output = Result<Vec<Entry>, storageos::Error>> + Send;
     /// Deletes one (with the version read).
@@ -98,12 +96,12 @@ pub trait Mirror: Send + Sync + 'static {
 }
 
 /// Runs the watch, the queued deletes and the garbage collection until dropped.
-pub async fn run<M: Mirror>(ctx: Arc<Context>) {
+pub async fn run<M: DeleteSync>(ctx: Arc<Context>) {
     let kit = Arc::new(ctx.kit(M::CONTROLLER));
     let (c, k) = (&ctx, &kit);
     tokio::join!(
         watch_and_delete::<M>(ctx.clone(), kit.clone()),
-        periodic(M::gc(&ctx.args), move || collect_garbage::<M>(c, k)),
+        periodic(M::config(&ctx).gc, move || collect_garbage::<M>(c, k)),
     );
 }
 
@@ -281,7 +279,7 @@ pub fn orphans(storageos: Vec<Entry>, kubernetes: &HashSet<String>) -> Vec<Entry
 // The effects
 
 /// The current maintenance state, as an `Err` message when deletes must wait.
-async fn check_maintenance<M: Mirror>(ctx: &Context) -> Result<(), String> {
+async fn check_maintenance<M: DeleteSync>(ctx: &Context) -> Result<(), String> {
     if !M::SUSPENDED_IN_MAINTENANCE {
         return Ok(());
     }
@@ -300,14 +298,14 @@ async fn check_maintenance<M: Mirror>(ctx: &Context) -> Result<(), String> {
 
 /// Deletes the StorageOS object called `name`; Ok(true) if it was deleted now, Ok(false) if
 /// there was none.
-async fn delete_by_name<M: Mirror>(ctx: &Context, name: &str) -> Result<bool, storageos::Error> {
+async fn delete_by_name<M: DeleteSync>(ctx: &Context, name: &str) -> Result<bool, storageos::Error> {
     let Some(entry) = M::list(ctx).await?.into_iter().find(|e| e.name == name) else {
         return Ok(false);
     };
     delete_entry::<M>(ctx, &entry).await
 }
 
-async fn delete_entry<M: Mirror>(ctx: &Context, entry: &Entry) -> Result<bool, storageos::Error> {
+async fn delete_entry<M: DeleteSync>(ctx: &Context, entry: &Entry) -> Result<bool, storageos::Error> {
     match M::delete(ctx, entry).await {
         Ok(()) => Ok(true),
         Err(e) if e.is_not_found() => Ok(false),
@@ -316,7 +314,12 @@ async fn delete_entry<M: Mirror>(ctx: &Context, entry: &Entry) -> Result<bool, s
 }
 
 /// One attempt at a queued delete, with its events (each warning once per queued delete).
-async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Queued<M::Object>) -> (String, Outcome) {
+async fn attempt<M: DeleteSync>(
+    ctx: Arc<Context>,
+    kit: Arc<Kit>,
+    name: String,
+    q: Queued<M::Object>,
+) -> (String, Outcome) {
     if let Err(why) = check_maintenance::<M>(&ctx).await {
         tracing::info!(controller = M::CONTROLLER, name, "{why}");
         if !q.said_suspended {
@@ -385,10 +388,10 @@ async fn attempt<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>, name: String, q: Q
 type Running = FuturesUnordered<Pin<Box<dyn Future<Output = (String, Outcome)> + Send>>>;
 
 /// The watch and the queued deletes, until dropped.
-async fn watch_and_delete<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>) {
+async fn watch_and_delete<M: DeleteSync>(ctx: Arc<Context>, kit: Arc<Kit>) {
     let api = Api::<PartialObjectMeta<M::Object>>::all(ctx.kube.clone());
     let mut events = watcher(api, cache::every()).default_backoff().boxed();
-    let workers = M::workers(&ctx.args).max(1);
+    let workers = usize::from(M::config(&ctx).workers.max(1));
     let mut tracker = Tracker::<M::Object>::default();
     let mut running: Running = FuturesUnordered::new();
     loop {
@@ -413,7 +416,7 @@ async fn watch_and_delete<M: Mirror>(ctx: Arc<Context>, kit: Arc<Kit>) {
 
 /// One garbage collection pass: StorageOS objects without a Kubernetes object are deleted once
 /// (errors are logged; the next pass tries again).
-async fn collect_garbage<M: Mirror>(ctx: &Context, kit: &Kit) {
+async fn collect_garbage<M: DeleteSync>(ctx: &Context, kit: &Kit) {
     // StorageOS first: an object created between the two reads is then in both lists.
     let storageos = match M::list(ctx).await {
         Ok(l) => l,

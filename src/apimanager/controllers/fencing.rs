@@ -6,7 +6,7 @@
 //! node may hold the only copy of its data) and gets a warning event saying why.
 //!
 //! - StorageOS nodes come from the shared poll (`-node-poll-interval`, at least 5 s,
-//!   [`storageos_state`]); each new node list is looked at at once. A node that goes offline
+//!   [`storageos_poll`]); each new node list is looked at at once. A node that goes offline
 //!   starts one *episode* ([`episodes`]); `unknown` is never fenced, and a node without a
 //!   Kubernetes Node of its name is left alone.
 //! - An episode retries every `-node-fencer-retry-interval` while pods remain to be fenced and
@@ -41,9 +41,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Context;
+use super::config::FencerConfig;
 use crate::apimanager::maintenance::Maintenance;
 use crate::apimanager::metrics::FencerOutcome;
-use crate::apimanager::storageos_state;
+use crate::apimanager::storageos_poll;
 use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::runtime::controller::Kit;
@@ -66,20 +67,20 @@ pub enum Error {
 /// Runs the controller until the future is dropped (its episodes are aborted with it); returns
 /// at once when fencing is turned off (`--enable-node-fencing=false`).
 pub async fn run(ctx: Arc<Context>) {
-    if !ctx.args.enable_node_fencing {
+    let Some(config) = ctx.config.fencer else {
         tracing::info!(controller = CONTROLLER, "fencing is turned off (spec.disableFencing)");
         return;
-    }
+    };
     let kit = Arc::new(ctx.kit(CONTROLLER));
-    let workers = Arc::new(Semaphore::new(ctx.args.node_fencer_workers.into()));
-    let mut episodes = Episodes::new(ctx.args.node_expiry_interval);
+    let workers = Arc::new(Semaphore::new(config.workers.into()));
+    let mut episodes = Episodes::new(config.expiry);
     let mut running: JoinSet<(String, u64)> = JoinSet::new();
     let mut held = false;
-    let mut nodes = ctx.storageos_state.nodes();
+    let mut nodes = ctx.storageos.nodes();
     let work = async {
         loop {
             tokio::select! {
-                snapshot = storageos_state::next(&mut nodes) => {
+                snapshot = storageos_poll::next(&mut nodes) => {
                     let Some(snapshot) = snapshot else { break };
                     // A failed read says nothing about any node: nothing starts or stops.
                     let Some(nodes) = snapshot.ok() else { continue };
@@ -95,7 +96,7 @@ pub async fn run(ctx: Arc<Context>) {
                     held = false;
                     for start in episodes.observe(nodes, Instant::now()) {
                         tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
-                        running.spawn(episode(ctx.clone(), kit.clone(), workers.clone(), start));
+                        running.spawn(episode(ctx.clone(), kit.clone(), workers.clone(), config, start));
                     }
                 }
                 Some(ended) = running.join_next(), if !running.is_empty() => match ended {
@@ -105,7 +106,7 @@ pub async fn run(ctx: Arc<Context>) {
             }
         }
     };
-    tokio::join!(ctx.storageos_state.drive(&ctx), work);
+    work.await;
 }
 
 /// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are
@@ -144,15 +145,21 @@ struct Memory {
 
 /// One episode: fence, then retry while something is left, the node stays offline and the
 /// timeout has not passed.
-async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, start: Start) -> (String, u64) {
+async fn episode(
+    ctx: Arc<Context>,
+    kit: Arc<Kit>,
+    workers: Arc<Semaphore>,
+    config: FencerConfig,
+    start: Start,
+) -> (String, u64) {
     let Start {
         node,
         id,
         episode,
         mut stop,
     } = start;
-    let deadline = Instant::now() + ctx.args.node_fencer_timeout;
-    let retry = ctx.args.node_fencer_retry_interval;
+    let deadline = Instant::now() + config.timeout;
+    let retry = config.retry;
     let mut memory = Memory::default();
     let span = spans::fencing(&node, episode);
     let outcome = async {
@@ -174,7 +181,7 @@ async fn episode(ctx: Arc<Context>, kit: Arc<Kit>, workers: Arc<Semaphore>, star
                 break "done";
             }
             if Instant::now() + retry >= deadline {
-                tracing::info!(controller = CONTROLLER, node, timeout = ?ctx.args.node_fencer_timeout, "fencing timed out; pods were left on the offline node");
+                tracing::info!(controller = CONTROLLER, node, timeout = ?config.timeout, "fencing timed out; pods were left on the offline node");
                 break "timed_out";
             }
             if wait_or_stop(&mut stop, retry).await {

@@ -4,6 +4,7 @@
 //!
 //! Each controller has an explicit name, used for its reconcile metrics and logs.
 
+pub mod config;
 pub mod delete_sync;
 pub mod fencing;
 pub mod labels;
@@ -21,10 +22,9 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, PersistentVolumeCl
 use kube::Client;
 use kube::core::PartialObjectMeta;
 
-use super::flags::{ApiManagerArgs, Loop};
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
-use super::storageos_state::StorageOSState;
+use super::storageos_poll::{ApiSource, StorageOSPoll};
 use crate::runtime::cache::Shared;
 use crate::runtime::controller::Kit;
 use crate::runtime::metrics::ReconcileMetrics;
@@ -33,22 +33,25 @@ use crate::storageos;
 /// The name events are reported under, as in the Go api-manager.
 pub const EVENT_SOURCE: &str = "storageos-api-manager";
 
+pub use config::{Config, Loop};
+
 /// What every controller shares.
 pub struct Context {
     /// Kubernetes.
     pub kube: Client,
     /// The StorageOS API (logged in; the token is refreshed by the process).
     pub api: storageos::Client,
-    /// The command line.
-    pub args: Arc<ApiManagerArgs>,
+    /// What each controller is told (built from the command line in one place).
+    pub config: Config,
     /// The namespace the api-manager runs in.
     pub namespace: String,
     /// Reconcile metrics, labelled per controller.
     pub reconcile_metrics: ReconcileMetrics,
     /// StorageOS helper and shared volume metrics.
     pub metrics: ApiManagerMetrics,
-    /// The one StorageOS poll the controllers share (nodes and volumes).
-    pub storageos_state: StorageOSState,
+    /// The one StorageOS poll the controllers share (nodes and volumes): they subscribe,
+    /// [`Context::poll_storageos`] runs it.
+    pub storageos: StorageOSPoll,
     /// Every PVC, cached once for the process (the webhooks' cache in `run`).
     pub pvcs: Shared<PersistentVolumeClaim>,
     /// Every Node's metadata, cached once for the process (node label sync, mirror).
@@ -56,6 +59,41 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context for the controllers of one process; `pvcs` is the process's PVC cache
+    /// ([`pvc_cache`]), shared with the webhooks.
+    pub fn new(
+        kube: Client,
+        api: storageos::Client,
+        config: Config,
+        namespace: String,
+        reconcile_metrics: ReconcileMetrics,
+        metrics: ApiManagerMetrics,
+        pvcs: Shared<PersistentVolumeClaim>,
+    ) -> Self {
+        Self {
+            kube,
+            api,
+            config,
+            namespace,
+            reconcile_metrics,
+            metrics,
+            storageos: StorageOSPoll::default(),
+            pvcs,
+            nodes: Shared::default(),
+        }
+    }
+
+    /// Polls StorageOS for every controller of this context until the future is dropped. The
+    /// process runs it once, next to [`run`].
+    pub async fn poll_storageos(&self) {
+        let source = ApiSource {
+            api: self.api.clone(),
+            metrics: self.metrics.clone(),
+            pvcs: self.pvcs.get(&self.kube, "storageos-poll"),
+        };
+        self.storageos.run(&source, self.config.poll).await;
+    }
+
     /// Events, backoff and reconcile metrics for the controller called `name`.
     pub fn kit(&self, name: &'static str) -> Kit {
         Kit::reporting_as(self.kube.clone(), name, self.reconcile_metrics.clone(), EVENT_SOURCE)
@@ -64,7 +102,7 @@ impl Context {
     /// Whether an upgrade holds the cluster in maintenance. `Err` means "cannot tell": do
     /// nothing destructive.
     pub async fn maintenance(&self) -> Result<Maintenance, kube::Error> {
-        maintenance::current(&self.kube, self.args.storageos_cluster.as_ref()).await
+        maintenance::current(&self.kube, self.config.maintenance_of.as_ref()).await
     }
 }
 
@@ -119,25 +157,17 @@ where
 }
 
 /// Runs every enabled controller until the future is dropped (shutdown or lost leadership).
+/// Each subscribes to the StorageOS poll it needs; the process runs the poll next to them
+/// ([`Context::poll_storageos`]).
 pub async fn run(ctx: Arc<Context>) {
-    let node_label = async {
-        if ctx.args.enable_node_label_sync {
-            node_label::run(ctx.clone()).await;
-        }
-    };
-    let pvc_label = async {
-        if ctx.args.enable_pvc_label_sync {
-            pvc_label::run(ctx.clone()).await;
-        }
-    };
     tokio::join!(
         fencing::run(ctx.clone()),
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),
-        node_label,
-        pvc_label,
+        node_label::run(ctx.clone()),
+        pvc_label::run(ctx.clone()),
     );
 }
 

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
 
 use super::Context;
-use super::delete_sync::{self, Entry, Mirror};
-use crate::apimanager::flags::{ApiManagerArgs, Loop};
+use super::config::DeleteSyncConfig;
+use super::delete_sync::{self, DeleteSync, Entry};
 use crate::storageos;
 
 /// The controller name (metrics, logs).
@@ -21,7 +21,7 @@ pub const CONTROLLER: &str = "namespace-delete";
 
 struct Namespaces;
 
-impl Mirror for Namespaces {
+impl DeleteSync for Namespaces {
     type Object = Namespace;
     const CONTROLLER: &'static str = CONTROLLER;
     const KIND: &'static str = "namespace";
@@ -31,12 +31,8 @@ impl Mirror for Namespaces {
         true
     }
 
-    fn gc(args: &ApiManagerArgs) -> Loop {
-        args.namespace_delete_gc()
-    }
-
-    fn workers(args: &ApiManagerArgs) -> usize {
-        args.namespace_delete_workers.into()
+    fn config(ctx: &Context) -> DeleteSyncConfig {
+        ctx.config.namespace_delete
     }
 
     async fn list(ctx: &Context) -> Result<Vec<Entry>, storageos::Error> {

@@ -17,8 +17,8 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 
 use super::Context;
-use super::delete_sync::{self, Entry, Mirror};
-use crate::apimanager::flags::{ApiManagerArgs, Loop};
+use super::config::DeleteSyncConfig;
+use super::delete_sync::{self, DeleteSync, Entry};
 use crate::storageos;
 use crate::storageos::kube::runs_storageos;
 
@@ -26,7 +26,7 @@ use crate::storageos::kube::runs_storageos;
 pub const CONTROLLER: &str = "node-delete";
 struct Nodes;
 
-impl Mirror for Nodes {
+impl DeleteSync for Nodes {
     type Object = Node;
     const CONTROLLER: &'static str = CONTROLLER;
     const KIND: &'static str = "node";
@@ -36,12 +36,8 @@ impl Mirror for Nodes {
         runs_storageos(obj.annotations())
     }
 
-    fn gc(args: &ApiManagerArgs) -> Loop {
-        args.node_delete_gc()
-    }
-
-    fn workers(args: &ApiManagerArgs) -> usize {
-        args.node_delete_workers.into()
+    fn config(ctx: &Context) -> DeleteSyncConfig {
+        ctx.config.node_delete
     }
 
     async fn list(ctx: &Context) -> Result<Vec<Entry>, storageos::Error> {

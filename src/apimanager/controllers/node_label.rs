@@ -23,10 +23,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::labels::{self, Failures, LabelSync, NodePlan, plan_node};
-use crate::apimanager::storageos_state;
+use super::config::LabelSyncConfig;
+use super::labels::{self, Failures, LabelSync, NodePlan, Syncing, plan_node};
+use crate::apimanager::storageos_poll;
+use crate::runtime::cache::Shared;
 use crate::storageos;
 use crate::storageos::kube::runs_storageos;
+use std::future::Future;
 
 /// The controller's name in metrics, logs and events.
 pub const NAME: &str = "node-label";
@@ -54,23 +57,41 @@ fn fingerprint(node: &NodeMeta) -> Option<u64> {
     runs_storageos(node.annotations()).then(|| labels::fingerprint(node.labels()))
 }
 
-/// Runs the controller until the future is dropped.
+/// Runs the controller until the future is dropped (at once, when it is turned off).
 pub async fn run(ctx: Arc<Context>) {
-    let (workers, schedule) = (ctx.args.node_label_sync_workers, ctx.args.node_label_resync());
-    labels::run(
-        ctx.clone(),
-        ctx.nodes.clone(),
-        NAME,
-        workers,
-        schedule,
-        fingerprint,
-        sync,
-        resync,
-    )
-    .await;
+    labels::run::<NodeLabelSync>(ctx).await;
 }
 
-async fn sync(node: Arc<NodeMeta>, st: Arc<LabelSync>) -> Result<Action, Error> {
+/// The Node label sync, run by [`labels::run`].
+pub struct NodeLabelSync;
+
+impl LabelSync for NodeLabelSync {
+    type Object = NodeMeta;
+    type Error = Error;
+    const NAME: &'static str = NAME;
+
+    fn config(ctx: &Context) -> Option<LabelSyncConfig> {
+        ctx.config.node_label
+    }
+
+    fn source(ctx: &Context) -> Shared<NodeMeta> {
+        ctx.nodes.clone()
+    }
+
+    fn fingerprint(obj: &NodeMeta) -> Option<u64> {
+        fingerprint(obj)
+    }
+
+    fn sync(obj: Arc<NodeMeta>, st: Arc<Syncing>) -> impl Future<Output = Result<Action, Error>> + Send {
+        sync(obj, st)
+    }
+
+    fn resync(st: Arc<Syncing>, cached: Vec<Arc<NodeMeta>>) -> impl Future<Output = Vec<ObjectRef<NodeMeta>>> {
+        resync(st, cached)
+    }
+}
+
+async fn sync(node: Arc<NodeMeta>, st: Arc<Syncing>) -> Result<Action, Error> {
     if !runs_storageos(node.annotations()) {
         return Ok(Action::await_change());
     }
@@ -93,7 +114,7 @@ async fn sync(node: Arc<NodeMeta>, st: Arc<LabelSync>) -> Result<Action, Error> 
 /// Writes what `plan` says, each step even if another failed.
 async fn apply(
     node: &NodeMeta,
-    st: &LabelSync,
+    st: &Syncing,
     plan: NodePlan,
     mut current: storageos::models::Node,
 ) -> Result<Action, Error> {
@@ -124,9 +145,9 @@ async fn apply(
 
 /// The next node list of the shared poll, then the Kubernetes nodes that run StorageOS (the
 /// same scope as [`sync`]) whose StorageOS node differs.
-async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<NodeMeta>>) -> Vec<ObjectRef<NodeMeta>> {
-    let mut polls = st.ctx.storageos_state.nodes();
-    let snapshot = storageos_state::next(&mut polls).await;
+async fn resync(st: Arc<Syncing>, cached: Vec<Arc<NodeMeta>>) -> Vec<ObjectRef<NodeMeta>> {
+    let mut polls = st.ctx.storageos.nodes();
+    let snapshot = storageos_poll::next(&mut polls).await;
     let Some(nodes) = snapshot.as_ref().and_then(|s| s.ok()) else {
         tracing::warn!(
             controller = NAME,

@@ -29,14 +29,17 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
-use super::labels::{self, Failures, LabelSync, VolumePlan, plan_volume};
+use super::config::LabelSyncConfig;
+use super::labels::{self, Failures, LabelSync, Syncing, VolumePlan, plan_volume};
 use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
-use crate::apimanager::storageos_state;
+use crate::apimanager::storageos_poll;
 use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
 use crate::reasons::{self, Reason};
+use crate::runtime::cache::Shared;
 use crate::storageos;
 use crate::storageos::kube::provisioned_by_storageos;
 use crate::storageos::models::{Labels, Volume};
+use std::future::Future;
 
 /// The controller's name in metrics, logs and events.
 pub const NAME: &str = "pvc-label";
@@ -165,20 +168,41 @@ fn fingerprint(pvc: &PersistentVolumeClaim) -> Option<u64> {
     })
 }
 
-/// Runs the controller until the future is dropped.
+/// Runs the controller until the future is dropped (at once, when it is turned off).
 pub async fn run(ctx: Arc<Context>) {
-    let (workers, schedule) = (ctx.args.pvc_label_sync_workers, ctx.args.pvc_label_resync());
-    labels::run(
-        ctx.clone(),
-        ctx.pvcs.clone(),
-        NAME,
-        workers,
-        schedule,
-        fingerprint,
-        sync,
-        resync,
-    )
-    .await;
+    labels::run::<PvcLabelSync>(ctx).await;
+}
+
+/// The PVC label sync, run by [`labels::run`].
+pub struct PvcLabelSync;
+
+impl LabelSync for PvcLabelSync {
+    type Object = PersistentVolumeClaim;
+    type Error = Error;
+    const NAME: &'static str = NAME;
+
+    fn config(ctx: &Context) -> Option<LabelSyncConfig> {
+        ctx.config.pvc_label
+    }
+
+    fn source(ctx: &Context) -> Shared<PersistentVolumeClaim> {
+        ctx.pvcs.clone()
+    }
+
+    fn fingerprint(obj: &PersistentVolumeClaim) -> Option<u64> {
+        fingerprint(obj)
+    }
+
+    fn sync(obj: Arc<PersistentVolumeClaim>, st: Arc<Syncing>) -> impl Future<Output = Result<Action, Error>> + Send {
+        sync(obj, st)
+    }
+
+    fn resync(
+        st: Arc<Syncing>,
+        cached: Vec<Arc<PersistentVolumeClaim>>,
+    ) -> impl Future<Output = Vec<ObjectRef<PersistentVolumeClaim>>> {
+        resync(st, cached)
+    }
 }
 
 fn pvc_key(pvc: &PersistentVolumeClaim) -> String {
@@ -212,7 +236,7 @@ async fn find_volume(ctx: &Context, namespace: &str, pv: &str) -> Result<Option<
     }
 }
 
-async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<LabelSync>) -> Result<Action, Error> {
+async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<Syncing>) -> Result<Action, Error> {
     if !provisioned_by_storageos(pvc.annotations()) {
         return Ok(Action::await_change());
     }
@@ -272,7 +296,7 @@ enum Step {
 /// replicas change (its answer carries no new version).
 async fn apply(
     pvc: &PersistentVolumeClaim,
-    st: &LabelSync,
+    st: &Syncing,
     plan: VolumePlan,
     mut current: Volume,
 ) -> Result<Action, Error> {
@@ -322,7 +346,7 @@ async fn apply(
 
 /// The StorageClasses once and the next volume snapshot of the shared poll, then the bound PVCs
 /// whose volume differs.
-async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<PersistentVolumeClaim>>) -> Vec<ObjectRef<PersistentVolumeClaim>> {
+async fn resync(st: Arc<Syncing>, cached: Vec<Arc<PersistentVolumeClaim>>) -> Vec<ObjectRef<PersistentVolumeClaim>> {
     let mut by_namespace: HashMap<String, Vec<Arc<PersistentVolumeClaim>>> = HashMap::new();
     for pvc in cached {
         if provisioned_by_storageos(pvc.annotations()) && pv_name(&pvc).is_some() {
@@ -347,8 +371,8 @@ async fn resync(st: Arc<LabelSync>, cached: Vec<Arc<PersistentVolumeClaim>>) -> 
             return due;
         }
     };
-    let mut polls = ctx.storageos_state.volumes();
-    let snapshot = storageos_state::next(&mut polls).await;
+    let mut polls = ctx.storageos.volumes();
+    let snapshot = storageos_poll::next(&mut polls).await;
     let listing = match snapshot.as_ref().map(|s| &s.read) {
         Some(Ok(l)) => l,
         Some(Err(e)) => {

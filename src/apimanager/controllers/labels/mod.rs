@@ -7,5 +7,5 @@ pub mod run;
 pub mod watch;
 
 pub use plan::*;
-pub use run::{Failures, LabelSync, run};
+pub use run::{Failures, LabelSync, Syncing, run};
 pub use watch::{Seen, changes, fingerprint};

@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 
 use super::plan::{NotApplied, describe};
 use super::watch::changes;
+use crate::apimanager::controllers::config::LabelSyncConfig;
 use crate::apimanager::controllers::{Context, periodic};
-use crate::apimanager::flags::Loop;
 use crate::reasons;
 use crate::runtime::cache::Shared;
 use crate::runtime::controller::Kit;
@@ -69,12 +69,12 @@ impl fmt::Display for Failures {
 }
 
 /// What the reconciles of one label sync controller share.
-pub struct LabelSync {
+pub struct Syncing {
     pub ctx: Arc<Context>,
     pub kit: Kit,
 }
 
-impl LabelSync {
+impl Syncing {
     /// Reports the labels of `obj` that are not applied, as one warning event.
     pub async fn report_not_applied<K: Resource<DynamicType = ()>>(&self, obj: &K, items: &[NotApplied]) {
         if !items.is_empty() {
@@ -113,46 +113,56 @@ impl LabelSync {
     }
 }
 
-/// Runs the label sync controller `name` over every `K` of the process's cache `source` until
-/// the future is dropped: `reconcile` on the changes [`changes`] passes on (with `workers` at
-/// once, per-object backoff on errors), and, on `schedule`, a resync pass that gets every cached
-/// `K` and returns those to reconcile.
-#[allow(clippy::too_many_arguments)]
-pub async fn run<K, R, RF, E, P, PF>(
-    ctx: Arc<Context>,
-    source: Shared<K>,
-    name: &'static str,
-    workers: u16,
-    schedule: Loop,
-    fingerprint: fn(&K) -> Option<u64>,
-    reconcile: R,
-    resync: P,
-) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-    R: Fn(Arc<K>, Arc<LabelSync>) -> RF,
-    RF: Future<Output = Result<Action, E>> + Send + 'static,
-    E: std::error::Error + Send + 'static,
-    P: Fn(Arc<LabelSync>, Vec<Arc<K>>) -> PF,
-    PF: Future<Output = Vec<ObjectRef<K>>>,
-{
+/// One label sync controller: a Kubernetes kind whose labels are the source of truth for its
+/// StorageOS counterpart. [`run`] gives every one the same watch, queue, backoff and resync.
+pub trait LabelSync: Send + Sync + 'static {
+    /// The Kubernetes kind (from a process-wide cache).
+    type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static;
+    /// Why one object's sync failed (retried with backoff).
+    type Error: std::error::Error + Send + 'static;
+    /// The controller's name in metrics, logs and events.
+    const NAME: &'static str;
+
+    /// Its settings; `None` when it is turned off.
+    fn config(ctx: &Context) -> Option<LabelSyncConfig>;
+    /// The process's cache of the kind.
+    fn source(ctx: &Context) -> Shared<Self::Object>;
+    /// What the watch reacts to: `None` for an object not synced, else a hash of what is.
+    fn fingerprint(obj: &Self::Object) -> Option<u64>;
+    /// Syncs one object.
+    fn sync(obj: Arc<Self::Object>, st: Arc<Syncing>) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+    /// One resync pass over every cached object: those whose StorageOS counterpart differs.
+    fn resync(st: Arc<Syncing>, cached: Vec<Arc<Self::Object>>) -> impl Future<Output = Vec<ObjectRef<Self::Object>>>;
+}
+
+/// Runs the label sync `S` until the future is dropped (at once, when it is turned off):
+/// [`LabelSync::sync`] on the changes [`changes`] passes on (`workers` at once, per-object
+/// backoff on errors), and, on its resync schedule, a pass that queues what
+/// [`LabelSync::resync`] returns.
+pub async fn run<S: LabelSync>(ctx: Arc<Context>) {
+    let Some(config) = S::config(&ctx) else {
+        return;
+    };
+    let name = S::NAME;
+    let source = S::source(&ctx);
     // The process's cache of the kind, and its changes as a watch would give them.
     let reader = source.get(&ctx.kube, name);
     let events = source.changes(&ctx.kube, name).map(Ok);
     let (queue, queued) = mpsc::unbounded();
-    let st = Arc::new(LabelSync {
+    let st = Arc::new(Syncing {
         kit: ctx.kit(name),
         ctx,
     });
-    let controller = Controller::for_stream(changes(events, fingerprint), reader.clone())
-        .with_config(controller::Config::default().concurrency(workers))
+    let controller = Controller::for_stream(changes(events, S::fingerprint), reader.clone())
+        .with_config(controller::Config::default().concurrency(config.workers))
         .trigger_backoff(crate::runtime::controller::TriggerBackoff::default())
         .reconcile_on(queued)
         .run(
-            |obj: Arc<K>, st: Arc<LabelSync>| {
-                let work = reconcile(obj.clone(), st.clone());
+            |obj: Arc<S::Object>, st: Arc<Syncing>| {
+                let work = S::sync(obj.clone(), st.clone());
                 async move { st.kit.timed(obj.as_ref(), work).await }
             },
-            |obj: Arc<K>, error: &E, st: Arc<LabelSync>| st.kit.retry_after_error(obj.as_ref(), error),
+            |obj: Arc<S::Object>, error: &S::Error, st: Arc<Syncing>| st.kit.retry_after_error(obj.as_ref(), error),
             st.clone(),
         )
         .for_each(move |result| {
@@ -166,19 +176,13 @@ pub async fn run<K, R, RF, E, P, PF>(
         });
     let pass = || async {
         source.ready().await;
-        let due = resync(st.clone(), reader.state()).await;
+        let due = S::resync(st.clone(), reader.state()).await;
         tracing::debug!(controller = name, differing = due.len(), "resync pass");
         for obj in due {
             let _ = queue.unbounded_send(obj);
         }
     };
-    // The resync reads StorageOS from the shared poll.
-    let polls = st.ctx.clone();
-    tokio::join!(
-        controller,
-        periodic(schedule, pass),
-        polls.storageos_state.drive(&polls)
-    );
+    tokio::join!(controller, periodic(config.resync, pass));
 }
 
 #[cfg(test)]

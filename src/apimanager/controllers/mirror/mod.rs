@@ -31,7 +31,7 @@ use serde_json::json;
 
 use super::{Context, reflect};
 use crate::apimanager::metrics::MirrorStep;
-use crate::apimanager::storageos_state::{self, NodeSnapshot, VolumeSnapshot};
+use crate::apimanager::storageos_poll::{self, NodeSnapshot, VolumeSnapshot};
 use crate::crd::{StorageOSNode, StorageOSVolume};
 use crate::storageos::models::Health;
 use build::VolumeKey;
@@ -59,8 +59,8 @@ fn brief(e: &kube::Error) -> String {
 
 /// Runs the mirror until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
-    let mut nodes = ctx.storageos_state.nodes();
-    let mut volumes = ctx.storageos_state.volumes();
+    let mut nodes = ctx.storageos.nodes();
+    let mut volumes = ctx.storageos.volumes();
     let (caches, watches) = Caches::start(&ctx);
     let work = async {
         caches.ready(&ctx).await;
@@ -73,13 +73,13 @@ pub async fn run(ctx: Arc<Context>) {
         };
         loop {
             tokio::select! {
-                Some(s) = storageos_state::next(&mut nodes) => mirror.nodes(&s).await,
-                Some(s) = storageos_state::next(&mut volumes) => mirror.volumes(&s).await,
+                Some(s) = storageos_poll::next(&mut nodes) => mirror.nodes(&s).await,
+                Some(s) = storageos_poll::next(&mut volumes) => mirror.volumes(&s).await,
                 else => break,
             }
         }
     };
-    tokio::join!(watches, ctx.storageos_state.drive(&ctx), work);
+    tokio::join!(watches, work);
 }
 
 /// What the mirror reads from Kubernetes: its own objects, and the owners' UIDs.

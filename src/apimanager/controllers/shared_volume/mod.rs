@@ -4,7 +4,7 @@
 //! Service's `<ClusterIP>:2049` is published as the volume's mount endpoint.
 //!
 //! Each pass runs on a new volume snapshot of the shared StorageOS poll (every
-//! `-volume-poll-interval`, `apimanager::storageos_state`). Kubernetes is read from caches (PVCs, and
+//! `-volume-poll-interval`, `apimanager::storageos_poll`). Kubernetes is read from caches (PVCs, and
 //! the Services and Endpoints labelled `storageos.com/volume-id`), so a steady state costs the
 //! apiserver nothing; a cached difference is re-read fresh before anything is written. The
 //! ClusterIP is never changed (clients would get "Stale NFS filehandle"): a failover only
@@ -30,7 +30,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Context, reflect};
-use crate::apimanager::storageos_state::{self, VolumeSnapshot};
+use crate::apimanager::storageos_poll::{self, VolumeSnapshot};
 use crate::reasons;
 use crate::runtime::controller::Kit;
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
@@ -85,18 +85,18 @@ impl From<storageos::Error> for Error {
 /// Runs the controller until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
     let (caches, watches) = Caches::start(&ctx);
-    let mut volumes = ctx.storageos_state.volumes();
+    let mut volumes = ctx.storageos.volumes();
     // Made before the caches fill, so /metrics lists the controller from its start.
     let kit = ctx.kit(CONTROLLER);
     let work = async {
         caches.ready(&ctx).await;
-        tracing::info!(controller = CONTROLLER, every = ?ctx.args.volume_poll_interval.max(storageos_state::MIN_VOLUME_POLL), "reconciling shared volumes at every StorageOS volume poll");
+        tracing::info!(controller = CONTROLLER, every = ?ctx.config.poll.volumes, "reconciling shared volumes at every StorageOS volume poll");
         let mut reported = HashSet::new();
-        while let Some(snapshot) = storageos_state::next(&mut volumes).await {
+        while let Some(snapshot) = storageos_poll::next(&mut volumes).await {
             pass(&ctx, &kit, &caches, &snapshot, &mut reported).await;
         }
     };
-    tokio::join!(watches, ctx.storageos_state.drive(&ctx), work);
+    tokio::join!(watches, work);
 }
 
 /// Caches of the Kubernetes objects a pass looks at.
@@ -389,8 +389,8 @@ async fn verify<K: Managed>(
         return Ok(w.object);
     }
     let api: Api<K> = Api::namespaced(ctx.kube.clone(), &sv.namespace);
-    let poll = ctx.args.k8s_create_poll_interval.max(Duration::from_millis(10));
-    let wait = ctx.args.k8s_create_wait_duration;
+    let poll = ctx.config.shared_volume.read_back_every;
+    let wait = ctx.config.shared_volume.read_back_for;
     let deadline = Instant::now() + wait;
     loop {
         if let Some(o) = api.get_opt(&sv.service_name).await? {

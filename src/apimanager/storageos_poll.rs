@@ -15,11 +15,11 @@
 //! the first poll after its first volume is made, and an idle cluster does not list namespaces
 //! every few seconds.
 //!
-//! Whoever consumes a snapshot also drives the poll ([`StorageOSState::drive`]); only one driver
-//! polls at a time, the others wait and take over if it stops. A kind nobody subscribed to is
-//! not read.
+//! The process runs the poll ([`StorageOSPoll::run`]) once, next to the controllers, for as long
+//! as it leads; the controllers only subscribe. A kind nobody subscribed to is not read.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,10 +27,11 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use tokio::sync::{Mutex, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::controllers::Context;
+use super::metrics::ApiManagerMetrics;
+use crate::storageos;
 use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS};
 use crate::storageos::models::{Namespace, Node, Volume};
 
@@ -47,8 +48,8 @@ pub const MIN_VOLUME_POLL: Duration = Duration::from_secs(1);
 pub struct Snapshot<T> {
     /// When the read started.
     pub taken: DateTime<Utc>,
-    /// What was read, or why nothing was.
-    pub read: Result<T, String>,
+    /// What was read, or why nothing was (shared by every subscriber).
+    pub read: Result<T, Arc<storageos::Error>>,
 }
 
 /// Every StorageOS node, from one `GET /nodes` (always complete when `Ok`).
@@ -65,7 +66,7 @@ pub struct VolumeList {
     /// namespace's volumes at a time instead of building a second copy of them all.
     by_namespace: Vec<Arc<[Volume]>>,
     /// `(namespace name, error)` of each namespace whose volumes could not be read (absent from [`VolumeList::volumes`]).
-    pub failed: Vec<(String, String)>,
+    pub failed: Vec<(String, Arc<storageos::Error>)>,
 }
 
 impl VolumeList {
@@ -110,26 +111,75 @@ type Slot<T> = watch::Sender<Option<Arc<Snapshot<T>>>>;
 /// A subscription to snapshots; `None` until the first read.
 pub type Receiver<T> = watch::Receiver<Option<Arc<Snapshot<T>>>>;
 
-/// The latest snapshots, shared by the controllers of one api-manager.
-pub struct StorageOSState {
-    nodes: Slot<Vec<Node>>,
-    volumes: Slot<VolumeList>,
-    driver: Mutex<()>,
+/// The StorageOS reads the poll makes, and the PVCs it looks at to notice a new namespace:
+/// [`ApiSource`] in the process, a fake in the unit tests.
+pub trait Source: Send + Sync {
+    /// `GET /nodes`.
+    fn list_nodes(&self) -> impl Future<Output = Result<Vec<Node>, storageos::Error>> + Send;
+    /// `GET /namespaces`.
+    fn list_namespaces(&self) -> impl Future<Output = Result<Vec<Namespace>, storageos::Error>> + Send;
+    /// `GET /namespaces/{id}/volumes`.
+    fn list_volumes(&self, namespace_id: &str) -> impl Future<Output = Result<Vec<Volume>, storageos::Error>> + Send;
+    /// The process's PVC cache.
+    fn pvcs(&self) -> &Store<PersistentVolumeClaim>;
 }
 
-impl Default for StorageOSState {
+/// The StorageOS API, each call timed in the api-manager's helper metrics.
+pub struct ApiSource {
+    pub api: storageos::Client,
+    pub metrics: ApiManagerMetrics,
+    pub pvcs: Store<PersistentVolumeClaim>,
+}
+
+impl Source for ApiSource {
+    async fn list_nodes(&self) -> Result<Vec<Node>, storageos::Error> {
+        self.metrics.track("list_nodes", self.api.list_nodes()).await
+    }
+
+    async fn list_namespaces(&self) -> Result<Vec<Namespace>, storageos::Error> {
+        self.metrics.track("list_namespaces", self.api.list_namespaces()).await
+    }
+
+    async fn list_volumes(&self, namespace_id: &str) -> Result<Vec<Volume>, storageos::Error> {
+        self.metrics
+            .track("list_volumes", self.api.list_volumes(namespace_id))
+            .await
+    }
+
+    fn pvcs(&self) -> &Store<PersistentVolumeClaim> {
+        &self.pvcs
+    }
+}
+
+/// How often the poll reads each kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollConfig {
+    /// `-node-poll-interval` (with its floor).
+    pub nodes: Duration,
+    /// `-volume-poll-interval`, at least [`MIN_VOLUME_POLL`].
+    pub volumes: Duration,
+}
+
+/// The latest snapshots, shared by the controllers of one api-manager: the poll publishes them,
+/// the controllers subscribe. Cloning gives another handle on the same channels.
+#[derive(Clone)]
+pub struct StorageOSPoll {
+    nodes: Arc<Slot<Vec<Node>>>,
+    volumes: Arc<Slot<VolumeList>>,
+}
+
+impl Default for StorageOSPoll {
     fn default() -> Self {
         Self {
-            nodes: watch::channel(None).0,
-            volumes: watch::channel(None).0,
-            driver: Mutex::new(()),
+            nodes: Arc::new(watch::channel(None).0),
+            volumes: Arc::new(watch::channel(None).0),
         }
     }
 }
 
-impl std::fmt::Debug for StorageOSState {
+impl std::fmt::Debug for StorageOSPoll {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StorageOSState").finish_non_exhaustive()
+        f.debug_struct("StorageOSPoll").finish_non_exhaustive()
     }
 }
 
@@ -143,7 +193,7 @@ pub async fn next<T>(rx: &mut Receiver<T>) -> Option<Arc<Snapshot<T>>> {
     }
 }
 
-impl StorageOSState {
+impl StorageOSPoll {
     /// Node snapshots from now on (the latest one, if any, counts as seen).
     pub fn nodes(&self) -> Receiver<Vec<Node>> {
         self.nodes.subscribe()
@@ -159,18 +209,15 @@ impl StorageOSState {
         self.nodes.borrow().clone()
     }
 
-    /// Polls StorageOS for as long as it runs, unless another driver already does (then it
-    /// waits to take over). Every consumer runs it next to its own work.
-    pub async fn drive(&self, ctx: &Context) {
+    /// Polls `source` until the future is dropped. Run once per process (per leadership term),
+    /// next to the controllers that subscribe.
+    pub async fn run(&self, source: &impl Source, every: PollConfig) {
         // Lets consumers started together subscribe before the first tick.
         tokio::task::yield_now().await;
-        let _driving = self.driver.lock().await;
-        let node_every = ctx.args.node_poll();
-        let volume_every = ctx.args.volume_poll_interval.max(MIN_VOLUME_POLL);
-        tracing::debug!(node_every = ?node_every, volume_every = ?volume_every, "polling StorageOS for every controller");
-        let mut node_tick = tokio::time::interval(node_every);
+        tracing::debug!(node_every = ?every.nodes, volume_every = ?every.volumes, "polling StorageOS for every controller");
+        let mut node_tick = tokio::time::interval(every.nodes);
         node_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut volume_tick = tokio::time::interval(volume_every);
+        let mut volume_tick = tokio::time::interval(every.volumes.max(MIN_VOLUME_POLL));
         volume_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known = Namespaces::default();
         loop {
@@ -178,18 +225,18 @@ impl StorageOSState {
                 _ = node_tick.tick() => {
                     if self.nodes.receiver_count() > 0 {
                         let taken = Utc::now();
-                        let read = ctx.metrics.track("list_nodes", ctx.api.list_nodes()).await;
+                        let read = source.list_nodes().await;
                         if let Err(e) = &read {
                             tracing::warn!(error = %e, "cannot list StorageOS nodes; trying again at the next poll");
                         }
-                        let read = read.map_err(|e| e.to_string());
+                        let read = read.map_err(Arc::new);
                         self.nodes.send_replace(Some(Arc::new(Snapshot { taken, read })));
                     }
                 }
                 _ = volume_tick.tick() => {
                     if self.volumes.receiver_count() > 0 {
                         let taken = Utc::now();
-                        let read = known.read(ctx, Instant::now()).await;
+                        let read = known.read(source, Instant::now()).await;
                         self.volumes.send_replace(Some(Arc::new(Snapshot { taken, read })));
                     }
                 }
@@ -241,15 +288,14 @@ impl Namespaces {
     /// Lists the namespaces (or keeps the last list, see [`NAMESPACE_RELIST`]), then the volumes
     /// of each one that held volumes, is new, or was last read empty at least
     /// [`EMPTY_NAMESPACE_RECHECK`] ago.
-    async fn read(&mut self, ctx: &Context, now: Instant) -> Result<VolumeList, String> {
-        let pvcs = ctx.pvcs.get(&ctx.kube, "storageos-poll");
+    async fn read(&mut self, source: &impl Source, now: Instant) -> Result<VolumeList, Arc<storageos::Error>> {
         let (listed_at, namespaces) = match self.listed.take() {
-            Some((at, list)) if list_stands(at, &list, now, &pvcs) => (at, list),
-            _ => match ctx.metrics.track("list_namespaces", ctx.api.list_namespaces()).await {
+            Some((at, list)) if list_stands(at, &list, now, source.pvcs()) => (at, list),
+            _ => match source.list_namespaces().await {
                 Ok(list) => (now, list),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list StorageOS namespaces; trying again at the next poll");
-                    return Err(e.to_string());
+                    return Err(Arc::new(e));
                 }
             },
         };
@@ -261,7 +307,7 @@ impl Namespaces {
             if self.skip(&ns.id, now) {
                 continue;
             }
-            match ctx.metrics.track("list_volumes", ctx.api.list_volumes(&ns.id)).await {
+            match source.list_volumes(&ns.id).await {
                 Ok(v) if v.is_empty() => {
                     self.empty_since_read.insert(ns.id.clone(), now);
                 }
@@ -275,7 +321,7 @@ impl Namespaces {
                 Err(e) => {
                     tracing::warn!(namespace = %ns.name, error = %e, "cannot list the volumes of a StorageOS namespace; trying again at the next poll");
                     self.empty_since_read.remove(&ns.id);
-                    list.failed.push((ns.name.clone(), e.to_string()));
+                    list.failed.push((ns.name.clone(), Arc::new(e)));
                 }
             }
         }
@@ -380,6 +426,10 @@ mod tests {
         assert_eq!(names, ["pv1", "pv2", "pv1"]);
     }
 
+    fn down() -> storageos::Error {
+        storageos::Error::from_status(500, "GET", "/v2/namespaces", "down".into())
+    }
+
     #[test]
     fn only_a_read_of_every_namespace_is_complete() {
         let mut list = VolumeList::default();
@@ -388,12 +438,136 @@ mod tests {
             read: Ok(l.clone()),
         };
         assert!(snap(&list).complete().is_some());
-        list.failed.push(("ns".into(), "500".into()));
+        list.failed.push(("ns".into(), Arc::new(down())));
         assert!(snap(&list).complete().is_none());
         let failed: VolumeSnapshot = Snapshot {
             taken: Utc::now(),
-            read: Err("down".into()),
+            read: Err(Arc::new(down())),
         };
         assert!(failed.complete().is_none());
+    }
+
+    /// Counts each read; answers with what it is told.
+    struct Fake {
+        calls: std::sync::Mutex<HashMap<&'static str, usize>>,
+        nodes_fail: std::sync::atomic::AtomicBool,
+        namespaces: Vec<Namespace>,
+        pvcs: Store<PersistentVolumeClaim>,
+    }
+
+    impl Fake {
+        fn new(namespaces: Vec<Namespace>) -> Arc<Self> {
+            Arc::new(Self {
+                calls: Default::default(),
+                nodes_fail: Default::default(),
+                namespaces,
+                pvcs: kube::runtime::reflector::store().0,
+            })
+        }
+
+        fn count(&self, route: &'static str) {
+            *self.calls.lock().unwrap().entry(route).or_default() += 1;
+        }
+
+        fn calls(&self, route: &str) -> usize {
+            self.calls.lock().unwrap().get(route).copied().unwrap_or(0)
+        }
+    }
+
+    impl Source for Fake {
+        async fn list_nodes(&self) -> Result<Vec<Node>, storageos::Error> {
+            self.count("nodes");
+            if self.nodes_fail.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(down());
+            }
+            Ok(vec![Node {
+                name: "n1".into(),
+                ..Node::default()
+            }])
+        }
+
+        async fn list_namespaces(&self) -> Result<Vec<Namespace>, storageos::Error> {
+            self.count("namespaces");
+            Ok(self.namespaces.clone())
+        }
+
+        async fn list_volumes(&self, _namespace_id: &str) -> Result<Vec<Volume>, storageos::Error> {
+            self.count("volumes");
+            Ok(vec![Volume {
+                name: "pv1".into(),
+                ..Volume::default()
+            }])
+        }
+
+        fn pvcs(&self) -> &Store<PersistentVolumeClaim> {
+            &self.pvcs
+        }
+    }
+
+    const EVERY: PollConfig = PollConfig {
+        nodes: Duration::from_secs(5),
+        volumes: Duration::from_secs(2),
+    };
+
+    fn start(poll: &StorageOSPoll, source: &Arc<Fake>) -> tokio::task::JoinHandle<()> {
+        let (poll, source) = (poll.clone(), source.clone());
+        tokio::spawn(async move { poll.run(source.as_ref(), EVERY).await })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nodes_are_read_at_once_then_every_interval_and_an_unwatched_kind_is_never_read() {
+        let source = Fake::new(vec![namespace("app")]);
+        let poll = StorageOSPoll::default();
+        let mut nodes = poll.nodes();
+        let task = start(&poll, &source);
+        let t0 = Instant::now();
+        let first = next(&mut nodes).await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::ZERO, "the first read is at once");
+        assert_eq!(first.ok().map(Vec::len), Some(1));
+        next(&mut nodes).await.unwrap();
+        assert_eq!(t0.elapsed(), EVERY.nodes);
+        tokio::time::sleep(EVERY.nodes * 3 + Duration::from_secs(1)).await;
+        assert_eq!(source.calls("nodes"), 5, "reads at 0, 5, 10, 15, 20 s");
+        assert_eq!(
+            source.calls("namespaces") + source.calls("volumes"),
+            0,
+            "nobody watches volumes"
+        );
+        assert!(poll.latest_nodes().is_some());
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_read_is_published_with_its_error_and_the_next_poll_tries_again() {
+        let source = Fake::new(Vec::new());
+        source.nodes_fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let poll = StorageOSPoll::default();
+        let mut nodes = poll.nodes();
+        let task = start(&poll, &source);
+        let failed = next(&mut nodes).await.unwrap();
+        let e = failed.read.as_ref().unwrap_err();
+        assert_eq!(e.status(), Some(500), "the typed error reaches the subscriber: {e}");
+        source.nodes_fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(next(&mut nodes).await.unwrap().ok().is_some());
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn volumes_are_read_every_poll_but_the_namespace_list_only_every_relist_interval() {
+        let source = Fake::new(vec![namespace("app"), namespace("db")]);
+        let poll = StorageOSPoll::default();
+        let mut volumes = poll.volumes();
+        let task = start(&poll, &source);
+        let first = next(&mut volumes).await.unwrap();
+        assert_eq!(first.complete().map(|l| l.volumes().count()), Some(2));
+        for _ in 0..4 {
+            next(&mut volumes).await.unwrap();
+        }
+        assert_eq!(source.calls("volumes"), 10, "two namespaces, five polls");
+        assert_eq!(source.calls("namespaces"), 1, "listed once");
+        tokio::time::sleep(NAMESPACE_RELIST).await;
+        assert_eq!(source.calls("namespaces"), 2, "listed again after a minute");
+        assert_eq!(source.calls("nodes"), 0, "nobody watches nodes");
+        task.abort();
     }
 }

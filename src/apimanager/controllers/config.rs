@@ -1,0 +1,92 @@
+//! What each controller is told. Built from the command line in one place
+//! (`ApiManagerArgs::controllers`), so a controller never reads a raw flag and a flag's
+//! meaning (floors, "0s means off") is decided once.
+
+use std::time::Duration;
+
+use crate::apimanager::storageos_poll::PollConfig;
+
+/// Every controller's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// How often StorageOS is polled for nodes and volumes.
+    pub poll: PollConfig,
+    /// The fencer; `None` when fencing is off (`spec.disableFencing`).
+    pub fencer: Option<FencerConfig>,
+    /// Node label sync; `None` when off.
+    pub node_label: Option<LabelSyncConfig>,
+    /// PVC label sync; `None` when off.
+    pub pvc_label: Option<LabelSyncConfig>,
+    /// Node delete sync.
+    pub node_delete: DeleteSyncConfig,
+    /// Namespace delete sync.
+    pub namespace_delete: DeleteSyncConfig,
+    /// The shared volume controller.
+    pub shared_volume: SharedVolumeConfig,
+    /// The StorageOSCluster (namespace, name) whose pause annotation means maintenance; `None`:
+    /// any cluster's.
+    pub maintenance_of: Option<(String, String)>,
+}
+
+/// The fencer's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FencerConfig {
+    /// How long an episode waits between passes while pods are left.
+    pub retry: Duration,
+    /// How long an episode may last.
+    pub timeout: Duration,
+    /// Nodes worked on at once.
+    pub workers: u16,
+    /// How long a node must have been online before a new offline report starts a new episode.
+    pub expiry: Duration,
+}
+
+/// A label sync's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelSyncConfig {
+    /// Reconciles at once.
+    pub workers: u16,
+    /// The resync loop.
+    pub resync: Loop,
+}
+
+/// A delete sync's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteSyncConfig {
+    /// Deletes at once (at least 1).
+    pub workers: u16,
+    /// The garbage collection loop.
+    pub gc: Loop,
+}
+
+/// The shared volume controller's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedVolumeConfig {
+    /// How often a written Service or Endpoints is read back.
+    pub read_back_every: Duration,
+    /// How long it may take to read back as written.
+    pub read_back_for: Duration,
+}
+
+/// A resync or garbage-collection loop: how long before its first run and how often after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loop {
+    /// Delay before the first run (a 0s flag means 10s, as in the Go api-manager).
+    pub delay: Duration,
+    /// Period between runs; `None` when the interval flag is 0s (the loop is off).
+    pub every: Option<Duration>,
+}
+
+impl Loop {
+    /// The loop two Go-style flags describe.
+    pub fn new(delay: Duration, interval: Duration) -> Self {
+        Self {
+            delay: if delay.is_zero() {
+                Duration::from_secs(10)
+            } else {
+                delay
+            },
+            every: (!interval.is_zero()).then_some(interval),
+        }
+    }
+}
