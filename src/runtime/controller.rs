@@ -142,10 +142,21 @@ impl Kit {
         obj: &K,
         reconcile: impl Future<Output = Result<Action, E>>,
     ) -> Result<Action, E> {
+        self.measure(obj, reconcile).await
+    }
+
+    /// [`Kit::timed`] for work on `obj` that is not a controller's reconcile (a fencing pass, a
+    /// queued delete): the same metrics, span and failure bookkeeping, and the work's own
+    /// result.
+    pub async fn measure<K: ResourceExt, T, E: Display>(
+        &self,
+        obj: &K,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         let started = Instant::now();
         let k = key(obj);
         let span = crate::telemetry::spans::reconcile(self.name, &k.0, &k.1);
-        let result = reconcile.instrument(span.clone()).await;
+        let result = work.instrument(span.clone()).await;
         crate::telemetry::spans::finish(&span, &result);
         let outcome = match &result {
             Ok(_) => {

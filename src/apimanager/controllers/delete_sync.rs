@@ -27,7 +27,6 @@ use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ObjectMeta};
 use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -333,15 +332,9 @@ async fn attempt<M: DeleteSync>(
         }
         return (name, Outcome::Suspended);
     }
-    let mut deleted = false;
-    let result = kit
-        .timed(&q.obj, async {
-            deleted = delete_by_name::<M>(&ctx, &name).await?;
-            Ok::<_, storageos::Error>(Action::await_change())
-        })
-        .await;
+    let result = kit.measure(&q.obj, delete_by_name::<M>(&ctx, &name)).await;
     let outcome = match result {
-        Ok(_) if !deleted => {
+        Ok(false) => {
             tracing::info!(
                 controller = M::CONTROLLER,
                 name,
@@ -350,7 +343,7 @@ async fn attempt<M: DeleteSync>(
             );
             Outcome::Gone
         }
-        Ok(_) => {
+        Ok(true) => {
             tracing::info!(controller = M::CONTROLLER, name, "StorageOS {} deleted", M::KIND);
             kit.event(
                 &q.obj,

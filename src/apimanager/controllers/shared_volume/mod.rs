@@ -21,7 +21,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -199,13 +198,7 @@ async fn reconcile_volume(ctx: &Context, kit: &Kit, caches: &Caches, sv: SharedV
             return;
         }
     };
-    let result = kit
-        .timed(pvc.as_ref(), async {
-            ensure(ctx, kit, caches, &sv, &owner)
-                .await
-                .map(|()| Action::await_change())
-        })
-        .await;
+    let result = kit.measure(pvc.as_ref(), ensure(ctx, kit, caches, &sv, &owner)).await;
     if let Err(e @ Error::PvcGone(_)) = &result {
         tracing::debug!(controller = CONTROLLER, volume = %sv.id, error = %e, "shared volume skipped");
     } else if let Err(e) = result {
