@@ -40,7 +40,8 @@ use tracing::Instrument;
 
 use super::Context;
 use super::config::FencerConfig;
-use crate::apimanager::storageos_poll;
+use super::snapshot::{OnSnapshot, Subscription};
+use crate::apimanager::storageos_poll::NodeSnapshot;
 use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::runtime::controller::Kit;
@@ -66,42 +67,62 @@ pub async fn run(ctx: Arc<Context>) {
         tracing::info!(controller = CONTROLLER, "fencing is turned off (spec.disableFencing)");
         return;
     };
-    let kit = Arc::new(ctx.kit(CONTROLLER));
-    let workers = Arc::new(Semaphore::new(config.workers.into()));
-    let mut episodes = Episodes::new(config.expiry);
-    let mut running: JoinSet<(String, u64)> = JoinSet::new();
-    let mut held = false;
-    let mut nodes = ctx.storageos.nodes();
-    let work = async {
-        loop {
-            tokio::select! {
-                snapshot = storageos_poll::next(&mut nodes) => {
-                    let Some(snapshot) = snapshot else { break };
-                    // A failed read says nothing about any node: nothing starts or stops.
-                    let Some(nodes) = snapshot.ok() else { continue };
-                    if let Some((offline, total)) = episodes::too_many_offline(nodes) {
-                        ctx.metrics.count_fencing_held();
-                        episodes.hold_all();
-                        if !held {
-                            held = true;
-                            announce_hold(&ctx, &kit, offline, total).await;
-                        }
-                        continue;
-                    }
-                    held = false;
-                    for start in episodes.observe(nodes, Instant::now()) {
-                        tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
-                        running.spawn(episode(ctx.clone(), kit.clone(), workers.clone(), config, start));
-                    }
-                }
-                Some(ended) = running.join_next(), if !running.is_empty() => match ended {
-                    Ok((node, id)) => episodes.ended(&node, id),
-                    Err(e) => tracing::error!(controller = CONTROLLER, error = %e, "a fencing task failed"),
-                },
+    let subscription = Subscription::to::<Fencer>(&ctx);
+    let mut fencer = Fencer {
+        kit: Arc::new(ctx.kit(CONTROLLER)),
+        workers: Arc::new(Semaphore::new(config.workers.into())),
+        episodes: Episodes::new(config.expiry),
+        running: JoinSet::new(),
+        held: false,
+        config,
+        ctx,
+    };
+    subscription.follow(&mut fencer).await;
+}
+
+/// The fencer between node snapshots: its episodes, each a task it owns.
+struct Fencer {
+    ctx: Arc<Context>,
+    kit: Arc<Kit>,
+    config: FencerConfig,
+    workers: Arc<Semaphore>,
+    episodes: Episodes,
+    /// Episode tasks, ending with `(node, episode)`; aborted when the fencer is dropped.
+    running: JoinSet<(String, u64)>,
+    /// Whether the hold (too many nodes offline) was announced.
+    held: bool,
+}
+
+impl OnSnapshot for Fencer {
+    const NODES: bool = true;
+    const VOLUMES: bool = false;
+
+    async fn nodes(&mut self, snapshot: &NodeSnapshot) {
+        // Episodes that ended since the last snapshot: their nodes may start new ones.
+        while let Some(ended) = self.running.try_join_next() {
+            match ended {
+                Ok((node, id)) => self.episodes.ended(&node, id),
+                Err(e) => tracing::error!(controller = CONTROLLER, error = %e, "a fencing task failed"),
             }
         }
-    };
-    work.await;
+        // A failed read says nothing about any node: nothing starts or stops.
+        let Some(nodes) = snapshot.ok() else { return };
+        if let Some((offline, total)) = episodes::too_many_offline(nodes) {
+            self.ctx.metrics.count_fencing_held();
+            self.episodes.hold_all();
+            if !self.held {
+                self.held = true;
+                announce_hold(&self.ctx, &self.kit, offline, total).await;
+            }
+            return;
+        }
+        self.held = false;
+        for start in self.episodes.observe(nodes, Instant::now()) {
+            tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
+            let (ctx, kit, workers) = (self.ctx.clone(), self.kit.clone(), self.workers.clone());
+            self.running.spawn(episode(ctx, kit, workers, self.config, start));
+        }
+    }
 }
 
 /// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are

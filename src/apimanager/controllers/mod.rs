@@ -14,6 +14,7 @@ pub mod node_delete;
 pub mod node_label;
 pub mod pvc_label;
 pub mod shared_volume;
+pub mod snapshot;
 
 use std::future::Future;
 use std::sync::Arc;

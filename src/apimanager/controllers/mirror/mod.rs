@@ -29,9 +29,10 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
+use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::metrics::MirrorStep;
-use crate::apimanager::storageos_poll::{self, NodeSnapshot, VolumeSnapshot};
+use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
 use crate::crd::{StorageOSNode, StorageOSVolume};
 use crate::storageos::models::Health;
 use build::VolumeKey;
@@ -59,8 +60,7 @@ fn brief(e: &kube::Error) -> String {
 
 /// Runs the mirror until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
-    let mut nodes = ctx.storageos.nodes();
-    let mut volumes = ctx.storageos.volumes();
+    let subscription = Subscription::to::<Mirror>(&ctx);
     let (caches, watches) = Caches::start(&ctx);
     let work = async {
         caches.ready(&ctx).await;
@@ -71,13 +71,7 @@ pub async fn run(ctx: Arc<Context>) {
             last_online: HashMap::new(),
             node_names: None,
         };
-        loop {
-            tokio::select! {
-                Some(s) = storageos_poll::next(&mut nodes) => mirror.nodes(&s).await,
-                Some(s) = storageos_poll::next(&mut volumes) => mirror.volumes(&s).await,
-                else => break,
-            }
-        }
+        subscription.follow(&mut mirror).await;
     };
     tokio::join!(watches, work);
 }
@@ -165,8 +159,21 @@ struct Mirror<'a> {
     node_names: Option<HashMap<String, String>>,
 }
 
-impl Mirror<'_> {
+impl OnSnapshot for Mirror<'_> {
+    const NODES: bool = true;
+    const VOLUMES: bool = true;
+
     async fn nodes(&mut self, snapshot: &NodeSnapshot) {
+        self.write_nodes(snapshot).await;
+    }
+
+    async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
+        self.write_volumes(snapshot).await;
+    }
+}
+
+impl Mirror<'_> {
+    async fn write_nodes(&mut self, snapshot: &NodeSnapshot) {
         // A failed read says nothing: nothing is written or deleted.
         let Some(nodes) = snapshot.ok() else { return };
         let started = Instant::now();
@@ -211,7 +218,7 @@ impl Mirror<'_> {
         self.observe(MirrorStep::SyncNode, started);
     }
 
-    async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
+    async fn write_volumes(&mut self, snapshot: &VolumeSnapshot) {
         let Some(list) = snapshot.ok() else { return };
         let Some(node_names) = self.node_names.as_ref() else {
             tracing::debug!(controller = CONTROLLER, "volume mirrors wait for a node list");

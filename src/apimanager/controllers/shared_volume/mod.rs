@@ -28,8 +28,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
-use crate::apimanager::storageos_poll::{self, VolumeSnapshot};
+use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
 use crate::runtime::controller::Kit;
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
@@ -84,18 +85,39 @@ impl From<storageos::Error> for Error {
 /// Runs the controller until the future is dropped.
 pub async fn run(ctx: Arc<Context>) {
     let (caches, watches) = Caches::start(&ctx);
-    let mut volumes = ctx.storageos.volumes();
+    let subscription = Subscription::to::<SharedVolumes>(&ctx);
     // Made before the caches fill, so /metrics lists the controller from its start.
     let kit = ctx.kit(CONTROLLER);
     let work = async {
         caches.ready(&ctx).await;
         tracing::info!(controller = CONTROLLER, every = ?ctx.config.poll.volumes, "reconciling shared volumes at every StorageOS volume poll");
-        let mut reported = HashSet::new();
-        while let Some(snapshot) = storageos_poll::next(&mut volumes).await {
-            pass(&ctx, &kit, &caches, &snapshot, &mut reported).await;
-        }
+        let mut controller = SharedVolumes {
+            ctx: &ctx,
+            kit: &kit,
+            caches: &caches,
+            reported: HashSet::new(),
+        };
+        subscription.follow(&mut controller).await;
     };
     tokio::join!(watches, work);
+}
+
+/// The controller between volume snapshots.
+struct SharedVolumes<'a> {
+    ctx: &'a Context,
+    kit: &'a Kit,
+    caches: &'a Caches,
+    /// IDs of invalid shared volumes already reported.
+    reported: HashSet<String>,
+}
+
+impl OnSnapshot for SharedVolumes<'_> {
+    const NODES: bool = false;
+    const VOLUMES: bool = true;
+
+    async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
+        pass(self.ctx, self.kit, self.caches, snapshot, &mut self.reported).await;
+    }
 }
 
 /// Caches of the Kubernetes objects a pass looks at.
