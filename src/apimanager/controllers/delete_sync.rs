@@ -123,7 +123,7 @@ pub struct Queued<K> {
 
 /// How one attempt ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum DeleteOutcome {
     /// The StorageOS object was deleted, or did not exist.
     Gone,
     /// An upgrade is in progress (or whether one is could not be read): nothing was done.
@@ -241,19 +241,19 @@ impl<K: Resource<DynamicType = ()> + Clone> Tracker<K> {
     }
 
     /// Records how the delete of `name` ended; a cancelled delete is forgotten.
-    pub fn finish(&mut self, name: &str, outcome: &Outcome, now: Instant) {
+    pub fn finish(&mut self, name: &str, outcome: &DeleteOutcome, now: Instant) {
         let Some(q) = self.queue.get_mut(name) else { return };
         q.in_flight = false;
         q.failures = q.failures.saturating_add(1);
         match outcome {
-            Outcome::Gone => {
+            DeleteOutcome::Gone => {
                 self.queue.remove(name);
             }
-            Outcome::Failed => {
+            DeleteOutcome::Failed => {
                 q.said_failing = true;
                 q.due = now + backoff_delay(q.failures);
             }
-            Outcome::Suspended => {
+            DeleteOutcome::Suspended => {
                 q.said_suspended = true;
                 q.due = now + backoff_delay(q.failures).min(MAINTENANCE_RECHECK);
             }
@@ -318,7 +318,7 @@ async fn attempt<M: DeleteSync>(
     kit: Arc<Kit>,
     name: String,
     q: Queued<M::Object>,
-) -> (String, Outcome) {
+) -> (String, DeleteOutcome) {
     if let Err(why) = check_maintenance::<M>(&ctx).await {
         tracing::info!(controller = M::CONTROLLER, name, "{why}");
         if !q.said_suspended {
@@ -330,7 +330,7 @@ async fn attempt<M: DeleteSync>(
             )
             .await;
         }
-        return (name, Outcome::Suspended);
+        return (name, DeleteOutcome::Suspended);
     }
     let result = kit.measure(&q.obj, delete_by_name::<M>(&ctx, &name)).await;
     let outcome = match result {
@@ -341,7 +341,7 @@ async fn attempt<M: DeleteSync>(
                 "no StorageOS {} of this name; nothing to delete",
                 M::KIND
             );
-            Outcome::Gone
+            DeleteOutcome::Gone
         }
         Ok(true) => {
             tracing::info!(controller = M::CONTROLLER, name, "StorageOS {} deleted", M::KIND);
@@ -356,7 +356,7 @@ async fn attempt<M: DeleteSync>(
                 ),
             )
             .await;
-            Outcome::Gone
+            DeleteOutcome::Gone
         }
         Err(e) => {
             tracing::warn!(controller = M::CONTROLLER, name, error = %e, "cannot delete the StorageOS {} yet; retrying with backoff", M::KIND);
@@ -372,13 +372,13 @@ async fn attempt<M: DeleteSync>(
                 )
                 .await;
             }
-            Outcome::Failed
+            DeleteOutcome::Failed
         }
     };
     (name, outcome)
 }
 
-type Running = FuturesUnordered<Pin<Box<dyn Future<Output = (String, Outcome)> + Send>>>;
+type Running = FuturesUnordered<Pin<Box<dyn Future<Output = (String, DeleteOutcome)> + Send>>>;
 
 /// The watch and the queued deletes, until dropped.
 async fn watch_and_delete<M: DeleteSync>(ctx: Arc<Context>, kit: Arc<Kit>) {
@@ -527,15 +527,15 @@ mod tests {
         assert_eq!(t.next_due(), Some(now), "c waits for a worker");
         assert!(t.start_due(now, 2).iter().all(|(n, _)| n == "c"));
         for _ in 0..12 {
-            t.finish("a", &Outcome::Failed, now);
-            t.finish("b", &Outcome::Suspended, now);
+            t.finish("a", &DeleteOutcome::Failed, now);
+            t.finish("b", &DeleteOutcome::Suspended, now);
         }
         let a = &t.queue["a"];
         assert!(a.said_failing && !a.said_suspended);
         assert_eq!(a.due, now + backoff_delay(12));
         assert_eq!(t.queue["b"].due, now + MAINTENANCE_RECHECK);
-        t.finish("c", &Outcome::Gone, now);
-        t.finish("gone-already", &Outcome::Failed, now);
+        t.finish("c", &DeleteOutcome::Gone, now);
+        t.finish("gone-already", &DeleteOutcome::Failed, now);
         assert_eq!(t.queued(), ["a", "b"]);
     }
 

@@ -177,6 +177,42 @@ pub async fn run(ctx: Arc<Context>) {
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn a_periodic_loop_runs_after_its_delay_then_every_interval_and_not_at_all_when_off() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let count = || {
+            let runs = runs.clone();
+            move || {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        };
+        let off = Loop::new(Duration::from_secs(3), Duration::ZERO);
+        tokio::time::timeout(Duration::from_secs(1), periodic(off, count()))
+            .await
+            .expect("a loop that is off returns at once");
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+        let on = Loop::new(Duration::from_secs(3), Duration::from_secs(10));
+        let task = tokio::spawn(periodic(on, count()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "not before the delay");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "at the delay");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 3, "then every interval");
+        task.abort();
+        assert_eq!(
+            Loop::new(Duration::ZERO, Duration::from_secs(1)).delay,
+            Duration::from_secs(10),
+            "0s delay means 10s"
+        );
+    }
+
     #[test]
     fn a_cached_pvc_keeps_its_metadata_class_and_volume_name() {
         let mut pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({

@@ -8,4 +8,4 @@ pub mod watch;
 
 pub use plan::*;
 pub use run::{Failures, LabelSync, Syncing, run};
-pub use watch::{Seen, changes, fingerprint};
+pub use watch::{LabelFingerprints, changes, fingerprint};

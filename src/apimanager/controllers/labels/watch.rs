@@ -23,13 +23,13 @@ pub fn fingerprint(parts: impl Hash) -> u64 {
 /// created. Objects of a later re-list (after a watch error) are compared too, so changes made
 /// while the watch was down are not lost.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub struct LabelFingerprints {
     fingerprints: HashMap<(String, String), u64>,
     initialised: bool,
     listing: Option<HashSet<(String, String)>>,
 }
 
-impl Seen {
+impl LabelFingerprints {
     /// Takes one watch event; returns the object if it must be reconciled.
     pub fn observe<K: ResourceExt>(
         &mut self,
@@ -76,14 +76,14 @@ impl Seen {
     }
 }
 
-/// The objects of `events` that must be reconciled (see [`Seen`]); watch errors pass through.
+/// The objects of `events` that must be reconciled (see [`LabelFingerprints`]); watch errors pass through.
 pub fn changes<K, S, F>(events: S, fingerprint: F) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
     K: ResourceExt + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
     F: Fn(&K) -> Option<u64> + Send + 'static,
 {
-    let mut seen = Seen::default();
+    let mut seen = LabelFingerprints::default();
     events.filter_map(move |event| {
         future::ready(match event {
             Ok(e) => seen.observe(e, &fingerprint).map(Ok),
@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn only_changes_after_the_first_list_are_passed_on() {
         use watcher::Event as E;
-        let mut seen = Seen::default();
+        let mut seen = LabelFingerprints::default();
         let names =
             |v: Vec<Option<ConfigMap>>| -> Vec<String> { v.into_iter().flatten().map(|c| c.name_any()).collect() };
         let first = vec![

@@ -67,7 +67,7 @@ pub fn node_status(
 
 /// Where a volume's mirror lives: its PVC's namespace and name, and the PV (object) name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct VolumeKey {
+pub struct MirrorPlace {
     pub namespace: String,
     pub name: String,
 }

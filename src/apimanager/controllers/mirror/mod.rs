@@ -35,7 +35,7 @@ use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
 use crate::crd::{StorageOSNode, StorageOSVolume};
 use crate::storageos::models::Health;
-use build::VolumeKey;
+use build::MirrorPlace;
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "storageos-mirror";
@@ -225,7 +225,7 @@ impl Mirror<'_> {
             return;
         };
         let started = Instant::now();
-        let mut wanted: HashSet<VolumeKey> = HashSet::new();
+        let mut wanted: HashSet<MirrorPlace> = HashSet::new();
         let mut stale = Vec::new();
         let mut healths = Vec::new();
         for (v, storageos_namespace) in list.volumes_with_namespace() {
@@ -243,7 +243,7 @@ impl Mirror<'_> {
             else {
                 continue;
             };
-            let key = VolumeKey {
+            let key = MirrorPlace {
                 namespace,
                 name: v.name.clone(),
             };
@@ -272,7 +272,7 @@ impl Mirror<'_> {
             // A partial read would under-count: the counts stand until a complete one.
             self.ctx.metrics.set_volumes(healths.iter().map(String::as_str));
             for orphan in self.caches.volumes.state() {
-                let key = VolumeKey {
+                let key = MirrorPlace {
                     namespace: orphan.namespace().unwrap_or_default(),
                     name: orphan.name_any(),
                 };

@@ -225,3 +225,37 @@ async fn attempt(ctx: &Context, kit: &Kit, node: &str, id: &str, memory: &mut pa
         .await?;
     Ok(finished)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_episode_waits_its_retry_interval_unless_told_to_stop() {
+        let (stop, mut stopped) = watch::channel(false);
+        let started = Instant::now();
+        assert!(!wait_or_stop(&mut stopped, Duration::from_secs(30)).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+
+        let started = Instant::now();
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            stop.send(true).unwrap();
+            stop
+        });
+        assert!(wait_or_stop(&mut stopped, Duration::from_secs(30)).await, "stopped");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(4),
+            "at once, not after the interval"
+        );
+        drop(stopper.await.unwrap());
+        assert!(
+            wait_or_stop(&mut stopped, Duration::from_secs(30)).await,
+            "a closed channel stops too"
+        );
+    }
+}
