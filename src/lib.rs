@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) is a thin dispatcher over this library; every subcommand lives here.
 pub mod apimanager;
 pub mod app;
+pub mod checks;
 pub mod cli;
 pub mod cluster;
 pub mod crd;
