@@ -196,6 +196,27 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     );
     node_mirror(&nodes, NODES[1], "offline").await;
 
+    // With its only replica offline, the master's node holds the last online copy of the
+    // volume: not safe to drain, and the PVC is named.
+    let blocked = format!("{}/data", ns.name);
+    let holder = wait_for("the master's node to show it is not safe to drain", SETTLE, || async {
+        let s = nodes.get(NODES[0]).await.ok()?.status?;
+        (s.safe_to_drain == Some(false) && s.drain_blocked_by.contains(&blocked)).then_some(s)
+    })
+    .await;
+    assert!(holder.drain_blocked_count >= Some(1));
+    let table = kubectl_get(&["nodes.api.storageos.com"]);
+    assert_eq!(
+        row(&table, NODES[0]).last().map(String::as_str),
+        Some("false"),
+        "the Safe-To-Drain column: {table}"
+    );
+    assert_eq!(
+        nodes.get(NODES[2]).await.unwrap().status.unwrap().safe_to_drain,
+        Some(true),
+        "a node holding no last copy"
+    );
+
     // An idle minute: nothing is written.
     let idle_from = chrono::Utc::now();
     sim.clear_requests();

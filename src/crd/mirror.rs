@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacity.total","description":"Storage capacity of the node."}"#,
     printcolumn = r#"{"name":"Free","type":"string","jsonPath":".status.capacity.free","description":"Free capacity, in whole GiB."}"#,
     printcolumn = r#"{"name":"Last-Online","type":"date","jsonPath":".status.lastSeenOnline","description":"The last poll that saw the node online (set once it is not)."}"#,
+    printcolumn = r#"{"name":"Safe-To-Drain","type":"boolean","jsonPath":".status.safeToDrain","description":"Whether draining or rebooting the node keeps an online copy of every volume (unset until a complete volume read)."}"#,
     doc = "A StorageOS node as the StorageOS API reports it; written by the api-manager, read-only for users."
 )]
 pub struct NodeMirrorSpec {}
@@ -55,7 +56,22 @@ pub struct NodeMirrorStatus {
     /// When StorageOS registered the node (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+    /// Whether draining or rebooting the node keeps an online copy of every volume: false when
+    /// it holds the last online copy of one (a master without a ready replica elsewhere). Unset
+    /// until the api-manager has read every volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safe_to_drain: Option<bool>,
+    /// The PVCs (`namespace/name`) whose last online copy is on the node, sorted, at most
+    /// [`DRAIN_BLOCKED_SHOWN`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drain_blocked_by: Vec<String>,
+    /// How many volumes block a drain (all of them, also beyond those named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_blocked_count: Option<i64>,
 }
+
+/// How many blocking PVCs a node mirror names.
+pub const DRAIN_BLOCKED_SHOWN: usize = 20;
 
 /// Capacity as Kubernetes quantities; free and available in whole GiB, so that a filling disk
 /// changes the mirror at most once per GiB.

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod delete_sync;
+pub mod drain;
 pub mod fencing;
 pub mod labels;
 pub mod mirror;

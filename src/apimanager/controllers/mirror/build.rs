@@ -1,10 +1,11 @@
 //! The build step of the mirror (pure): the status of each `api.storageos.com` object from a
 //! StorageOS node or volume, and which objects to write or delete.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+use crate::crd::DRAIN_BLOCKED_SHOWN;
 use crate::crd::{
     NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
     VolumeReplica,
@@ -37,6 +38,7 @@ pub fn node_status(
     previous: Option<&NodeMirrorStatus>,
     taken: DateTime<Utc>,
     last_online: Option<DateTime<Utc>>,
+    drain: Drain<'_>,
 ) -> NodeMirrorStatus {
     let health = n.health.as_str().to_string();
     let same = previous.filter(|p| p.health == health);
@@ -62,7 +64,31 @@ pub fn node_status(
         labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         version: n.version.clone(),
         created_at: Some(timestamp(n.created_at)),
+        safe_to_drain: match drain {
+            Drain::Unknown => None,
+            Drain::Safe => Some(true),
+            Drain::Blocked(_) => Some(false),
+        },
+        drain_blocked_by: match drain {
+            Drain::Blocked(by) => by.iter().take(DRAIN_BLOCKED_SHOWN).cloned().collect(),
+            _ => Vec::new(),
+        },
+        drain_blocked_count: match drain {
+            Drain::Blocked(by) => Some(i64::try_from(by.len()).unwrap_or(i64::MAX)),
+            _ => None,
+        },
     }
+}
+
+/// What the last complete volume read says about draining a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain<'a> {
+    /// No complete volume read yet.
+    Unknown,
+    /// No volume has its last online copy there.
+    Safe,
+    /// These volumes (`namespace/pvc`) have their last online copy there.
+    Blocked(&'a BTreeSet<String>),
 }
 
 /// Where a volume's mirror lives: its PVC's namespace and name, and the PV (object) name.
@@ -171,7 +197,7 @@ mod tests {
     #[test]
     fn node_health_since_and_last_online_change_only_on_transitions() {
         let t1 = at("2026-02-01T10:00:00.5Z");
-        let first = node_status(&node(Health::Online), None, t1, Some(t1));
+        let first = node_status(&node(Health::Online), None, t1, Some(t1), Drain::Unknown);
         assert_eq!(first.health, "online");
         assert_eq!(first.health_since.as_deref(), Some("2026-02-01T10:00:00Z"));
         assert_eq!(first.last_seen_online, None);
@@ -183,15 +209,37 @@ mod tests {
 
         // A later poll with nothing changed builds the very same status (no write).
         let t2 = at("2026-02-01T10:00:05Z");
-        assert_eq!(node_status(&node(Health::Online), Some(&first), t2, Some(t2)), first);
+        assert_eq!(
+            node_status(&node(Health::Online), Some(&first), t2, Some(t2), Drain::Unknown),
+            first
+        );
 
         // Offline: since moves, the last online poll is recorded, and then stays.
         let t3 = at("2026-02-01T10:00:10Z");
-        let off = node_status(&node(Health::Offline), Some(&first), t3, Some(t2));
+        let off = node_status(&node(Health::Offline), Some(&first), t3, Some(t2), Drain::Unknown);
         assert_eq!(off.health_since.as_deref(), Some("2026-02-01T10:00:10Z"));
         assert_eq!(off.last_seen_online.as_deref(), Some("2026-02-01T10:00:05Z"));
         let t4 = at("2026-02-01T10:00:15Z");
-        assert_eq!(node_status(&node(Health::Offline), Some(&off), t4, Some(t2)), off);
+        assert_eq!(
+            node_status(&node(Health::Offline), Some(&off), t4, Some(t2), Drain::Unknown),
+            off
+        );
+    }
+
+    #[test]
+    fn a_node_holding_the_last_copy_of_a_volume_is_not_safe_to_drain() {
+        let t = at("2026-02-01T10:00:00Z");
+        let unknown = node_status(&node(Health::Online), None, t, Some(t), Drain::Unknown);
+        assert_eq!((unknown.safe_to_drain, unknown.drain_blocked_count), (None, None));
+        let safe = node_status(&node(Health::Online), None, t, Some(t), Drain::Safe);
+        assert_eq!(safe.safe_to_drain, Some(true));
+        assert!(safe.drain_blocked_by.is_empty());
+        let many: BTreeSet<String> = (0..30).map(|i| format!("app/data-{i:02}")).collect();
+        let blocked = node_status(&node(Health::Online), None, t, Some(t), Drain::Blocked(&many));
+        assert_eq!(blocked.safe_to_drain, Some(false));
+        assert_eq!(blocked.drain_blocked_count, Some(30));
+        assert_eq!(blocked.drain_blocked_by.len(), DRAIN_BLOCKED_SHOWN, "capped");
+        assert_eq!(blocked.drain_blocked_by[0], "app/data-00", "sorted");
     }
 
     fn volume() -> Volume {

@@ -13,7 +13,7 @@
 
 pub mod build;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,13 +29,14 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
+use super::drain;
 use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
 use crate::crd::{StorageOSNode, StorageOSVolume};
 use crate::storageos::models::Health;
-use build::MirrorPlace;
+use build::{Drain, MirrorPlace};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "storageos-mirror";
@@ -70,6 +71,7 @@ pub async fn run(ctx: Arc<Context>) {
             caches: &caches,
             last_online: HashMap::new(),
             node_names: None,
+            drain: None,
         };
         subscription.follow(&mut mirror).await;
     };
@@ -157,6 +159,9 @@ struct Mirror<'a> {
     last_online: HashMap<String, DateTime<Utc>>,
     /// StorageOS node ID → name, from the last node list read (volumes wait for one).
     node_names: Option<HashMap<String, String>>,
+    /// By StorageOS node ID, the volumes whose last online copy it holds, from the last complete
+    /// volume read (`None` before one).
+    drain: Option<BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl OnSnapshot for Mirror<'_> {
@@ -188,7 +193,17 @@ impl Mirror<'_> {
         for n in nodes {
             let cached = self.caches.nodes.get(&ObjectRef::new(&n.name));
             let previous = cached.as_ref().and_then(|c| c.status.as_ref());
-            let want = build::node_status(n, previous, snapshot.taken, self.last_online.get(&n.name).copied());
+            let drain = match &self.drain {
+                None => Drain::Unknown,
+                Some(by_node) => by_node.get(&n.id).map_or(Drain::Safe, Drain::Blocked),
+            };
+            let want = build::node_status(
+                n,
+                previous,
+                snapshot.taken,
+                self.last_online.get(&n.name).copied(),
+                drain,
+            );
             let owner = self
                 .caches
                 .k8s_nodes
@@ -220,6 +235,10 @@ impl Mirror<'_> {
 
     async fn write_volumes(&mut self, snapshot: &VolumeSnapshot) {
         let Some(list) = snapshot.ok() else { return };
+        // Shown on the node mirrors at the next node poll; only a complete read may say safe.
+        if list.complete() {
+            self.drain = Some(drain::blocking(list));
+        }
         let Some(node_names) = self.node_names.as_ref() else {
             tracing::debug!(controller = CONTROLLER, "volume mirrors wait for a node list");
             return;
