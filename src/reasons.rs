@@ -233,6 +233,8 @@ reasons! {
         "Warning: more than half the StorageOS nodes are offline at once; nothing is fenced.";
     FENCING_SUSPENDED = "FencingSuspended", Event, "Node",
         "Warning: the node is offline but an upgrade is in progress; nothing is fenced meanwhile.";
+    FENCING_SKIPPED_CORDONED = "FencingSkippedCordoned", Event, "Node",
+        "Warning: the node is offline but cordoned (being drained or serviced on purpose); nothing is fenced.";
     DELETED = "Deleted", Event, "Node, Namespace",
         "Normal: the StorageOS node or namespace of this name was deleted with (or without) its Kubernetes object.";
     DELETE_RETRYING = "DeleteRetrying", Event, "Node, Namespace",

@@ -20,6 +20,7 @@ use crate::storageos::models::{Namespace, Volume};
 #[derive(Debug, Default)]
 pub struct Memory {
     suspended: bool,
+    cordoned: bool,
     /// UIDs of pods warned about.
     skipped: HashSet<String>,
     /// UIDs of pods deleted (one with a finalizer stays until it is removed: not again).
@@ -73,6 +74,21 @@ pub async fn fence_node<I: FenceLookups + FenceActions>(
     }
     if targets.is_empty() {
         return Ok(left == 0);
+    }
+    // Cordoned: taken down on purpose (a drain, a node upgrade); its pods are being evicted or
+    // come back with it, and a force-delete would only race the drain.
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        tracing::info!(controller = CONTROLLER, node = %name, "the node is cordoned: not fencing");
+        if !memory.cordoned {
+            memory.cordoned = true;
+            let note = format!(
+                "StorageOS reports node {name} offline, but it is cordoned (being drained or serviced on purpose): {} pod(s) are not fenced; uncordon it if the node is lost",
+                targets.len()
+            );
+            io.warn(About::Node(node), reasons::FENCING_SKIPPED_CORDONED, note)
+                .await;
+        }
+        return Ok(false);
     }
     match io.maintenance().await {
         Ok(Maintenance::Off) => {}
@@ -463,6 +479,21 @@ mod tests {
         let mut memory = Memory::default();
         assert!(!fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap());
         assert!(fake.deleted_pods.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_cordoned_node_is_not_fenced_and_says_why_once() {
+        let fake = world(volume("pv1", "id-b", Health::Online));
+        let cordoned: Node =
+            serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"unschedulable": true}})).unwrap();
+        let mut memory = Memory::default();
+        assert!(!fence_node(&fake, &cordoned, OFFLINE, &mut memory).await.unwrap());
+        fence_node(&fake, &cordoned, OFFLINE, &mut memory).await.unwrap();
+        assert!(fake.deleted_pods.lock().unwrap().is_empty());
+        assert_eq!(events(&fake), [("FencingSkippedCordoned".to_string(), "a".to_string())]);
+        // Uncordoned: fenced at the next pass.
+        fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        assert_eq!(*fake.deleted_pods.lock().unwrap(), ["web"]);
     }
 
     #[tokio::test]
