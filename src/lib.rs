@@ -20,4 +20,5 @@ pub mod runtime;
 pub mod sim;
 pub mod storageos;
 pub mod telemetry;
+pub mod text;
 pub mod upgrade;

@@ -75,7 +75,7 @@ impl Context {
         api_metrics: Option<storageos::ApiMetrics>,
     ) -> Self {
         Self {
-            applier: Applier::new(client.clone()),
+            applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             config,

@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::context::Context;
 use super::error::{Error, Step};
-use super::ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
+use super::ownership::{FINALIZER, children_selector, owned_kinds};
 use super::status::phase;
+use crate::crd::FORCE_DELETE_ANNOTATION;
 use crate::crd::StorageOSCluster;
 use crate::reasons::{self, Reason};
 use crate::runtime::{cache, conditions, finalizer};

@@ -33,9 +33,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+pub use crate::crd::{FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
 pub use context::{CONTROLLER, Context, NodeCaches, OperatorConfig};
 pub use error::Error;
-pub use ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
+pub use ownership::FINALIZER;
 
 /// Labels of the StorageOS node pods (the node DaemonSet's, as the Go operator set them).
 pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";

@@ -14,10 +14,10 @@ use serde_json::json;
 
 use super::context::Context;
 use super::error::{Error, Step};
-use super::ownership::{FINALIZER, PAUSED_BY_ANNOTATION, children_selector, owned_kinds, selector};
+use super::ownership::{FINALIZER, children_selector, owned_kinds, selector};
 use super::status::{self, phase};
 use super::{adopt, config, finalize, select};
-use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
+use crate::crd::{PAUSED_BY_ANNOTATION, StorageOSCluster, StorageOSClusterStatus, active_cluster, same_cluster};
 use crate::reasons::{
     self, NAMESPACE_NOT_ALLOWED, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED,
 };
@@ -25,25 +25,6 @@ use crate::render::{self, Inputs, labels, scheduling};
 use crate::runtime::conditions::{self, now};
 use crate::runtime::trusted::TrustedNamespaces;
 use crate::runtime::{apply, finalizer};
-
-/// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
-/// deleted stays active until its finalizer is done, so two sets of objects never fight.
-pub fn active(clusters: &[StorageOSCluster]) -> Option<&StorageOSCluster> {
-    clusters.iter().min_by(|a, b| {
-        let key = |c: &StorageOSCluster| {
-            (
-                c.metadata.creation_timestamp.clone().map(|t| t.0),
-                c.namespace().unwrap_or_default(),
-                c.name_any(),
-            )
-        };
-        key(a).cmp(&key(b))
-    })
-}
-
-fn same(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
-    a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
-}
 
 /// One rendered object the apiserver refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,7 +117,7 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
         .into_iter()
         .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
         .collect();
-    let is_active = active(&trusted).is_some_and(|a| same(a, cluster));
+    let is_active = active_cluster(&trusted).is_some_and(|a| same_cluster(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {
         // A cluster on its way out is not one to alert about.
@@ -405,7 +386,7 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
     for obj in &objects {
         let value = obj
             .to_value()
-            .map_err(|_| apply::Error::Malformed("a serialisable object"))?;
+            .map_err(|_| apply::Error::from(crate::runtime::object::Malformed("a serialisable object")))?;
         values.push((obj, value));
     }
     // A fresh cluster's ~40 applies take one round trip each, so one at a time they add up to
@@ -633,16 +614,6 @@ async fn update_status(
 mod tests {
     use super::*;
 
-    fn cluster(ns: &str, name: &str, created: i64) -> StorageOSCluster {
-        serde_json::from_value(json!({
-            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
-            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"),
-                         "creationTimestamp": k8s_openapi::jiff::Timestamp::from_second(created).unwrap().to_string()},
-            "spec": {"secretRefName": "s", "secretRefNamespace": "default"}
-        }))
-        .unwrap()
-    }
-
     #[test]
     fn namespaces_come_first_bindings_after_roles_and_workloads_last() {
         let order = [
@@ -664,9 +635,11 @@ mod tests {
     }
 
     fn with_spec(ns: &str, spec: serde_json::Value) -> StorageOSCluster {
-        let mut c = cluster(ns, "storageos", 10);
-        c.spec = serde_json::from_value(spec).unwrap();
-        c
+        serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "storageos", "namespace": ns}, "spec": spec
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -718,23 +691,6 @@ mod tests {
         let (reason, msg) = namespace_refusal(&spec(Some("tenant")), &trusted).unwrap();
         assert_eq!(reason, OPERAND_NAMESPACE_NOT_ALLOWED);
         assert!(msg.contains("spec.namespace \"tenant\""), "{msg}");
-    }
-
-    #[test]
-    fn the_oldest_cluster_is_active_with_a_stable_tie_break() {
-        let cs = vec![cluster("b", "x", 20), cluster("a", "y", 10), cluster("a", "z", 10)];
-        let a = active(&cs).unwrap();
-        assert_eq!(
-            (a.namespace().unwrap(), a.name_any()),
-            ("a".to_string(), "y".to_string())
-        );
-        assert!(active(&[]).is_none());
-    }
-
-    #[test]
-    fn same_name_in_another_namespace_is_not_the_same_cluster() {
-        assert!(!same(&cluster("a", "x", 1), &cluster("b", "x", 1)));
-        assert!(same(&cluster("a", "x", 1), &cluster("a", "x", 1)));
     }
 
     #[test]

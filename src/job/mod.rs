@@ -85,7 +85,7 @@ impl Context {
     /// A context for Jobs in every namespace.
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
-            applier: Applier::new(client.clone()),
+            applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             namespace: None,

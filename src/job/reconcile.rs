@@ -103,7 +103,8 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         }
     }
 
-    let value = serde_json::to_value(&desired).map_err(|_| crate::runtime::apply::Error::Malformed("a DaemonSet"))?;
+    let value = serde_json::to_value(&desired)
+        .map_err(|_| crate::runtime::apply::Error::from(crate::runtime::object::Malformed("a DaemonSet")))?;
     let owner = job.controller_owner_ref(&());
     if let Err(e) = ctx
         .applier

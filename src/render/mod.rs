@@ -19,7 +19,7 @@ mod values;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use command::{DEFAULT_OPERATOR_IMAGE, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
+pub use command::{DEFAULT_OPERATOR_IMAGE, RenderArgs, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
 pub use defaults::{Resolved, resolve};
 pub use images::{
     DefaultImages, Images, Replaced, default_images_from_env, replaced_go_defaults, replaced_message, resolve_images,

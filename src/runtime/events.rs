@@ -21,7 +21,7 @@ use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::runtime::text::{EVENT_NOTE_LIMIT, truncated};
+use crate::text::{EVENT_NOTE_LIMIT, truncated};
 
 /// A repeat of an event within this time adds to its series instead of making a new one (as
 /// kube and client-go do).
@@ -288,7 +288,7 @@ mod tests {
         let now = Timestamp::from_second(1_700_000_000).unwrap();
         let e = build(&reporter, &event("ApplyFailed", &long), &pod("a"), now);
         let note = e.note.unwrap();
-        assert!(note.len() <= crate::runtime::text::EVENT_NOTE_LIMIT, "{}", note.len());
+        assert!(note.len() <= crate::text::EVENT_NOTE_LIMIT, "{}", note.len());
         assert!(note.starts_with("xxx") && note.ends_with("(truncated)"));
     }
 }

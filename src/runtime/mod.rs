@@ -15,7 +15,7 @@ pub mod leader;
 pub mod live;
 pub mod memory;
 pub mod metrics;
+pub mod object;
 pub mod pki;
 pub mod signal;
-pub mod text;
 pub mod trusted;

@@ -79,7 +79,7 @@ pub struct Context {
 impl Context {
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
-            applier: Applier::new(client.clone()),
+            applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             step_delay: Duration::ZERO,

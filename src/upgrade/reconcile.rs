@@ -20,7 +20,7 @@ use super::plan::{self, Act, ClusterView, Observed, Step};
 use super::pull::{self, PullerView};
 use super::status;
 use super::{Context, Error, FINALIZER, POLL, patch_params};
-use crate::cluster::PAUSED_BY_ANNOTATION;
+use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED};
 use crate::render;
@@ -277,7 +277,7 @@ async fn observe(
                 .into_iter()
                 .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
                 .collect();
-            let active = crate::cluster::reconcile::active(&clusters);
+            let active = crate::crd::active_cluster(&clusters);
             o.other_namespace = active
                 .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
                 .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
@@ -436,8 +436,8 @@ async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) 
         Act::ApplyPuller => {
             let template = o.nodes.as_ref().map(|n| n.template.clone()).unwrap_or_default();
             let desired = pull::build(up, &template);
-            let value =
-                serde_json::to_value(&desired).map_err(|_| crate::runtime::apply::Error::Malformed("a DaemonSet"))?;
+            let value = serde_json::to_value(&desired)
+                .map_err(|_| crate::runtime::apply::Error::from(crate::runtime::object::Malformed("a DaemonSet")))?;
             let owner = up.controller_owner_ref(&());
             let ns = up.namespace().unwrap_or_default();
             ctx.applier
