@@ -3,7 +3,7 @@
 //!
 //! kube's `Recorder` folds repeats too, but keeps every event it published, whole, until its next
 //! publish six minutes later, and never gives the table back: the label sync's first pass over
-//! 5,000 PVCs left about 6 MiB of the api-manager resident for good (docs/benchmarks.md). This
+//! thousands of PVCs stayed resident for good (docs/benchmarks.md). This
 //! one keeps, per recent event, a hash of what makes it a repeat and where it was written; at
 //! most [`REMEMBERED`] of them, for [`REPEAT_WITHIN`].
 
