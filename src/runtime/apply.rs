@@ -134,6 +134,59 @@ pub enum Outcome {
     Unchanged,
 }
 
+/// One object the apiserver refused in [`Applier::apply_all`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyFailure {
+    /// Kind, namespace and name.
+    pub object: String,
+    /// The apiserver's answer.
+    pub reason: String,
+    /// The condition reason for this failure alone (`ApplyFailed`, `ForeignObject`).
+    pub condition: Reason,
+}
+
+/// What [`Applier::apply_all`] did.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyReport {
+    /// Every object that applied (written or unchanged): what pruning keeps.
+    pub keep: BTreeSet<ObjectKey>,
+    /// How many were written.
+    pub written: usize,
+    /// Every object refused.
+    pub failures: Vec<ApplyFailure>,
+    /// How many objects were asked for.
+    pub total: usize,
+}
+
+impl ApplyReport {
+    /// The Ready=False message of a pass with failures.
+    pub fn failed_message(&self) -> String {
+        let each = self
+            .failures
+            .iter()
+            .map(|f| format!("{}: {}", f.object, f.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!(
+            "cannot apply {} of {} objects (the others are applied; nothing is pruned until every object applies): {each}",
+            self.failures.len(),
+            self.total
+        )
+    }
+
+    /// The condition reason of a pass with failures: the failures' own when they all share it
+    /// (ForeignObject tells more), else ApplyFailed.
+    pub fn failed_reason(&self) -> Reason {
+        match self.failures.first().map(|f| f.condition) {
+            Some(first) if self.failures.iter().all(|f| f.condition == first) => first,
+            _ => reasons::APPLY_FAILED,
+        }
+    }
+}
+
+/// How many objects [`Applier::apply_all`] applies at once.
+pub const APPLY_CONCURRENCY: usize = 8;
+
 /// Applies and prunes objects, remembering what it applied.
 pub struct Applier {
     client: Client,
@@ -325,6 +378,53 @@ impl Applier {
         Ok((key, Outcome::Applied))
     }
 
+    /// Applies every object, in waves (`wave(kind)`, lowest first) of a few at once, and
+    /// reports what applied and what was refused. Every object is tried even when one fails: a
+    /// refused DaemonSet must not leave the Service or the RBAC unreconciled. `owner` as in
+    /// [`Applier::apply`].
+    pub async fn apply_all(
+        &self,
+        objects: &[Value],
+        owner: Option<(&OwnerReference, &str)>,
+        wave: impl Fn(&str) -> u8,
+    ) -> ApplyReport {
+        let kind = |v: &Value| v["kind"].as_str().unwrap_or_default().to_string();
+        let mut waves: Vec<u8> = objects.iter().map(|v| wave(&kind(v))).collect();
+        waves.sort_unstable();
+        waves.dedup();
+        let mut report = ApplyReport {
+            total: objects.len(),
+            ..ApplyReport::default()
+        };
+        for w in waves {
+            let this: Vec<&Value> = objects.iter().filter(|v| wave(&kind(v)) == w).collect();
+            for chunk in this.chunks(APPLY_CONCURRENCY) {
+                let applied = futures::future::join_all(chunk.iter().map(|v| self.apply(v, owner))).await;
+                for (value, result) in chunk.iter().zip(applied) {
+                    match result {
+                        Ok((key, outcome)) => {
+                            if outcome == Outcome::Applied {
+                                tracing::debug!(object = %key, "applied");
+                                report.written += 1;
+                            }
+                            report.keep.insert(key);
+                        }
+                        Err(e) => {
+                            let object = ObjectKey::of(value).map_or_else(|e| e.to_string(), |k| k.to_string());
+                            tracing::warn!(%object, error = %e, "apply failed");
+                            report.failures.push(ApplyFailure {
+                                object,
+                                reason: e.apiserver_reason(),
+                                condition: e.reason(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        report
+    }
+
     /// Deletes every object of `kinds` matching `selector` whose key is not in `keep`.
     /// Returns what it deleted. Call only after every desired object applied successfully:
     /// pruning on a partial view could delete something still wanted.
@@ -475,5 +575,30 @@ mod tests {
         let a = json!({"b": 1, "a": [1, 2]});
         assert_eq!(hash_of(&a), hash_of(&json!({"a": [1, 2], "b": 1})));
         assert_ne!(hash_of(&a), hash_of(&json!({"a": [2, 1], "b": 1})));
+    }
+
+    #[test]
+    fn failed_message_names_every_object_and_reason() {
+        let report = ApplyReport {
+            failures: vec![
+                ApplyFailure {
+                    object: "DaemonSet ns/storageos-daemonset".into(),
+                    reason: "403 Forbidden: denied by policy".into(),
+                    condition: reasons::APPLY_FAILED,
+                },
+                ApplyFailure {
+                    object: "Service ns/storageos".into(),
+                    reason: "422 Invalid: duplicate port".into(),
+                    condition: reasons::APPLY_FAILED,
+                },
+            ],
+            total: 40,
+            ..ApplyReport::default()
+        };
+        let m = report.failed_message();
+        assert!(m.starts_with("cannot apply 2 of 40 objects"), "{m}");
+        assert!(m.contains("DaemonSet ns/storageos-daemonset: 403 Forbidden: denied by policy; Service ns/storageos: 422 Invalid: duplicate port"), "{m}");
+        assert!(m.contains("nothing is pruned"), "{m}");
+        assert_eq!(report.failed_reason(), reasons::APPLY_FAILED);
     }
 }

@@ -18,4 +18,5 @@ pub mod metrics;
 pub mod object;
 pub mod pki;
 pub mod signal;
+pub mod status;
 pub mod trusted;

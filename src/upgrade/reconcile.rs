@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch};
 use kube::core::Selector;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -37,7 +37,6 @@ fn key(u: &StorageOSUpgrade) -> String {
 
 /// Reconciles one upgrade.
 pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.forget_deleted();
     // Completed is final: nothing to read, nothing to write.
     if cached.meta().deletion_timestamp.is_none() && plan::phase_of(&cached) == UpgradePhase::Completed {
         return Ok(Action::await_change());
@@ -201,13 +200,9 @@ async fn write_status(
     previous: &StorageOSUpgradeStatus,
     next: StorageOSUpgradeStatus,
 ) -> Result<StorageOSUpgradeStatus, Error> {
-    if &next != previous {
-        // Only over the status this step was decided on: a writer acting on a stale view (an
-        // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
-        let patch = json!({"metadata": {"resourceVersion": up.resource_version()}, "status": next});
-        api.patch_status(&up.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
+    // Only over the status this step was decided on: a writer acting on a stale view (an
+    // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
+    crate::runtime::status::write_if_changed(api, up, previous, &next).await?;
     Ok(next)
 }
 

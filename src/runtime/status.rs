@@ -1,0 +1,34 @@
+//! The one way the operator's controllers write a status: only when it changed, as the
+//! operator's field manager, and only over the object version the new status was decided on.
+
+use std::fmt::Debug;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::object::FIELD_MANAGER;
+
+/// Writes `next` as `obj`'s status when it differs from `previous`; returns whether it wrote.
+/// The merge patch carries `obj`'s resourceVersion: a writer acting on a stale view (a watch
+/// cache behind, or a replica that lost its lease mid-step) gets a 409 Conflict instead of
+/// overwriting a newer status, and its controller requeues the object to decide again.
+pub async fn write_if_changed<K, S>(api: &Api<K>, obj: &K, previous: &S, next: &S) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    S: Serialize + PartialEq,
+{
+    if next == previous {
+        return Ok(false);
+    }
+    let patch = json!({"metadata": {"resourceVersion": obj.resource_version()}, "status": next});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch_status(&obj.name_any(), &params, &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
