@@ -11,6 +11,9 @@ pub mod metrics;
 pub mod node_cache;
 pub mod ownership;
 pub mod reconcile;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod reconcile_tests;
 pub mod select;
 pub mod settings_push;
 pub mod status;
