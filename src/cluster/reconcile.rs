@@ -487,8 +487,8 @@ async fn update_status(
         ),
     };
     let api_nodes = match settings_push::api_client(ctx, inputs, plan) {
-        Ok(client) => client.list_nodes().await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(client) => client.list_nodes().await.map_err(settings_push::ClientError::from),
+        Err(e) => Err(e),
     };
     let previous = cluster.status.clone().unwrap_or_default();
     let now = now();
@@ -496,7 +496,7 @@ async fn update_status(
     let mut status = cluster_status::compute(&cluster_status::Observation {
         selected: &selected,
         pods_ready_on,
-        api_nodes: api_nodes.as_deref().map_err(Clone::clone),
+        api_nodes: api_nodes.as_deref(),
         previous: Some(&previous),
         generation: cluster.meta().generation,
         images,
