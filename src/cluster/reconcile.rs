@@ -153,14 +153,8 @@ async fn not_allowed(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ct
     let previous = cluster.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     status.phase = Some(phase::PENDING.into());
-    let mut conds = status.conditions.take().unwrap_or_default();
-    let news = conditions::set_not_ready(&mut conds, NAMESPACE_NOT_ALLOWED, &message, cluster.meta().generation);
-    status.conditions = Some(conds);
-    if news {
-        ctx.event(cluster, EventType::Warning, NAMESPACE_NOT_ALLOWED, message)
-            .await;
-    }
-    status::write_if_changed(api, cluster, &previous, &status)
+    let reasons = (NAMESPACE_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED);
+    status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
         .await
         .step("write the status")?;
     Ok(Action::await_change())
@@ -262,14 +256,19 @@ async fn not_ready(
     if status.phase.is_none() {
         status.phase = Some(phase::CREATING.into());
     }
-    let mut conds = status.conditions.take().unwrap_or_default();
-    let news = conditions::set_not_ready(&mut conds, reason, &message, cluster.meta().generation);
-    status.conditions = Some(conds);
-    if news {
-        ctx.event(cluster, EventType::Warning, reasons::FAILED_CREATION, message)
-            .await;
+    let reasons = (reason, reasons::FAILED_CREATION);
+    let status = status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
+        .await
+        .step("write the status")?;
+    let namespace = cluster.namespace().unwrap_or_default();
+    ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
+    Ok(())
+}
+
+impl status::WithConditions for StorageOSClusterStatus {
+    fn conditions_mut(&mut self) -> &mut Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>> {
+        &mut self.conditions
     }
-    write_status(ctx, api, cluster, &previous, status).await
 }
 
 async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {

@@ -295,11 +295,12 @@ async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: Reason, mes
     if status.completed.is_none() {
         status.completed = Some(false);
     }
-    let mut conds = status.conditions.take().unwrap_or_default();
-    let news = conditions::set_not_ready(&mut conds, reason, &message, job.meta().generation);
-    status.conditions = Some(conds);
-    if news {
-        ctx.event(job, EventType::Warning, reason, message).await;
+    crate::runtime::status::set_not_ready(api, &ctx.kit, job, &previous, status, (reason, reason), message).await?;
+    Ok(())
+}
+
+impl crate::runtime::status::WithConditions for JobStatus {
+    fn conditions_mut(&mut self) -> &mut Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>> {
+        &mut self.conditions
     }
-    write_status(api, job, &previous, &status).await
 }
