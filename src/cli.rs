@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 /// StorageOS operator for Kubernetes.
 ///
@@ -22,15 +22,6 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// How log lines are written.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Console,
-    /// One JSON object per line.
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -77,99 +68,12 @@ impl Command {
     }
 }
 
-/// Arguments of `run`.
-#[derive(Args, Debug)]
-pub struct RunArgs {
-    /// Kubeconfig to use; without it `KUBECONFIG`, `~/.kube/config`, then the pod's
-    /// ServiceAccount.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Address of the metrics and health server (`HOST:PORT`, or `:PORT` for every interface).
-    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: String,
-
-    /// Override the StorageOS API address (for example `http://127.0.0.1:5705`) instead of the
-    /// cluster's Service; useful where Services are not routable, such as the demo.
-    #[arg(long, env = "STORAGEOS_ENDPOINT")]
-    pub storageos_endpoint: Option<String>,
-
-    /// Namespace of the leader-election Lease (the operator's own namespace in a cluster).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_election_namespace: String,
-
-    /// This replica's identity in leader election.
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
-
-    /// The operator's own image, which runs the api-manager unless a cluster sets
-    /// `images.apiManagerContainer`.
-    #[arg(long, env = "OPERATOR_IMAGE", default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
-    pub operator_image: String,
-
-    /// For demos and tests: wait this long (for example `2s`) before each step of a
-    /// StorageOSUpgrade, so its progress can be followed, or the operator stopped inside any
-    /// phase to show that it resumes. Leave unset in production.
-    #[arg(long, default_value = "0s", value_parser = crate::duration::parse_flag)]
-    pub upgrade_step_delay: std::time::Duration,
-
-    /// Host paths a `jobs.storageos.com` Job may mount, comma-separated: `P` allows exactly `P`,
-    /// `P/*` allows `P` and anything under it. Admission (the CRD) allows only the default;
-    /// this flag can narrow it.
-    #[arg(long, env = "JOB_HOST_PATHS", default_value = crate::job::hostpath::DEFAULT)]
-    pub job_host_paths: crate::job::hostpath::AllowList,
-
-    /// Namespaces whose StorageOSClusters, StorageOSUpgrades and Jobs the operator honours,
-    /// comma-separated (default: its own namespace, `--leader-election-namespace`). Objects
-    /// elsewhere get Ready=False with reason NamespaceNotAllowed. A cluster's Secret references
-    /// and operand namespace may name only its own namespace, these (and kube-system for the
-    /// operands). Creating these kinds is cluster-admin-equivalent: list only namespaces whose
-    /// every editor may act as cluster-admin. `*` trusts every namespace.
-    #[arg(long, env = "WATCH_NAMESPACES")]
-    pub watch_namespaces: Option<crate::runtime::trusted::TrustedNamespaces>,
-}
-
-impl RunArgs {
-    /// The trusted namespaces: `--watch-namespaces`, else the operator's own namespace.
-    pub fn trusted_namespaces(&self) -> crate::runtime::trusted::TrustedNamespaces {
-        self.watch_namespaces
-            .clone()
-            .unwrap_or_else(|| crate::runtime::trusted::TrustedNamespaces::only(&self.leader_election_namespace))
-    }
-}
-
 pub use crate::apimanager::flags::ApiManagerArgs;
-
-/// Arguments of `render`.
-#[derive(Args, Debug)]
-pub struct RenderArgs {
-    /// File holding the StorageOSCluster (YAML or JSON). It may also hold the Secrets it names.
-    #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
-
-    /// File holding the Secret that spec.secretRefName names (and, optionally, the etcd TLS
-    /// Secret that spec.tlsEtcdSecretRefName names). Repeat for several files. Without it, the
-    /// Secrets copied from it are not printed.
-    #[arg(long)]
-    pub secret: Vec<PathBuf>,
-
-    /// Kubernetes version to render for, for example `1.34.2`.
-    #[arg(long)]
-    pub k8s_version: Option<String>,
-
-    /// Print Secret values instead of redacting them.
-    #[arg(long)]
-    pub show_secrets: bool,
-
-    /// Image of the operator, which runs the api-manager unless spec.images.apiManagerContainer
-    /// is set.
-    #[arg(long, env = "OPERATOR_IMAGE")]
-    pub operator_image: Option<String>,
-
-    /// Render as if the ServiceMonitor CRD (monitoring.coreos.com/v1) were installed.
-    #[arg(long)]
-    pub service_monitor: bool,
-}
+pub use crate::operator::RunArgs;
+pub use crate::render::RenderArgs;
+#[cfg(feature = "simulator")]
+pub use crate::sim::SimulateArgs;
+pub use crate::telemetry::LogFormat;
 
 /// Arguments of `crds`.
 #[derive(Args, Debug)]
@@ -199,36 +103,6 @@ pub struct ManifestsArgs {
     /// both): the one place that sets it for operator.yaml, the chart's values and the bundle.
     #[arg(long, default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
     pub image: String,
-}
-
-/// Arguments of `simulate`.
-#[derive(Args, Debug)]
-pub struct SimulateArgs {
-    /// Address to listen on.
-    #[arg(long, env = "STORAGEOS_SIM_ADDR", default_value = "127.0.0.1:5705")]
-    pub listen: String,
-
-    /// Username the simulator accepts at login.
-    #[arg(long, default_value = "storageos")]
-    pub username: String,
-
-    /// Password the simulator accepts at login.
-    #[arg(long, default_value = "storageos")]
-    pub password: String,
-
-    /// Lifetime of issued tokens, for example `300s`, `5m` or `1h`.
-    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_flag)]
-    pub token_ttl: std::time::Duration,
-
-    /// Register a StorageOS node (online) for every Running pod of the StorageOS node
-    /// DaemonSet in the cluster this kubeconfig points at.
-    #[arg(long, conflicts_with = "in_cluster")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// The same, in the cluster the simulator runs in as a pod (its ServiceAccount needs to
-    /// list and watch pods); outside a pod, the cluster of `KUBECONFIG`.
-    #[arg(long)]
-    pub in_cluster: bool,
 }
 
 /// Rewrites the Go flag spelling `-flag[=value]` of the api-manager into `--flag[=value]`, so

@@ -21,4 +21,5 @@ pub mod runtime;
 pub mod sim;
 pub mod storageos;
 pub mod telemetry;
+pub mod text;
 pub mod upgrade;

@@ -1,11 +1,11 @@
 //! `storageos-operator run`: health and metrics on every replica, controllers on the leader.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 
-use crate::cli::RunArgs;
 use crate::cluster::metrics::ClusterMetrics;
 use crate::cluster::{self, Context, OperatorConfig};
 use crate::job;
@@ -19,6 +19,67 @@ use crate::upgrade;
 
 /// The Lease the operator's replicas elect a leader on (its RBAC grants exactly this name).
 pub use crate::rbac::operator::LEASE as LEASE_NAME;
+
+/// Arguments of `run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Kubeconfig to use; without it `KUBECONFIG`, `~/.kube/config`, then the pod's
+    /// ServiceAccount.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the metrics and health server (`HOST:PORT`, or `:PORT` for every interface).
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: String,
+
+    /// Override the StorageOS API address (for example `http://127.0.0.1:5705`) instead of the
+    /// cluster's Service; useful where Services are not routable, such as the demo.
+    #[arg(long, env = "STORAGEOS_ENDPOINT")]
+    pub storageos_endpoint: Option<String>,
+
+    /// Namespace of the leader-election Lease (the operator's own namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+
+    /// This replica's identity in leader election.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// The operator's own image, which runs the api-manager unless a cluster sets
+    /// `images.apiManagerContainer`.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = crate::render::DEFAULT_OPERATOR_IMAGE)]
+    pub operator_image: String,
+
+    /// For demos and tests: wait this long (for example `2s`) before each step of a
+    /// StorageOSUpgrade, so its progress can be followed, or the operator stopped inside any
+    /// phase to show that it resumes. Leave unset in production.
+    #[arg(long, default_value = "0s", value_parser = crate::duration::parse_flag)]
+    pub upgrade_step_delay: std::time::Duration,
+
+    /// Host paths a `jobs.storageos.com` Job may mount, comma-separated: `P` allows exactly `P`,
+    /// `P/*` allows `P` and anything under it. Admission (the CRD) allows only the default;
+    /// this flag can narrow it.
+    #[arg(long, env = "JOB_HOST_PATHS", default_value = crate::job::hostpath::DEFAULT)]
+    pub job_host_paths: crate::job::hostpath::AllowList,
+
+    /// Namespaces whose StorageOSClusters, StorageOSUpgrades and Jobs the operator honours,
+    /// comma-separated (default: its own namespace, `--leader-election-namespace`). Objects
+    /// elsewhere get Ready=False with reason NamespaceNotAllowed. A cluster's Secret references
+    /// and operand namespace may name only its own namespace, these (and kube-system for the
+    /// operands). Creating these kinds is cluster-admin-equivalent: list only namespaces whose
+    /// every editor may act as cluster-admin. `*` trusts every namespace.
+    #[arg(long, env = "WATCH_NAMESPACES")]
+    pub watch_namespaces: Option<crate::runtime::trusted::TrustedNamespaces>,
+}
+
+impl RunArgs {
+    /// The trusted namespaces: `--watch-namespaces`, else the operator's own namespace.
+    pub fn trusted_namespaces(&self) -> crate::runtime::trusted::TrustedNamespaces {
+        self.watch_namespaces
+            .clone()
+            .unwrap_or_else(|| crate::runtime::trusted::TrustedNamespaces::only(&self.leader_election_namespace))
+    }
+}
 
 /// Why the operator stopped.
 #[derive(Debug, thiserror::Error)]

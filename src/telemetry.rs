@@ -12,7 +12,14 @@ use tracing_subscriber::filter::{FilterExt, filter_fn};
 use tracing_subscriber::layer::Filter;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::cli::LogFormat;
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Console,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Why logging could not start.
 #[derive(Debug, thiserror::Error)]

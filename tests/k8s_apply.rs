@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use storageos_operator::cluster::ownership::APPLY_OWNERSHIP;
 use storageos_operator::runtime::apply::{Applier, Outcome, PruneKind};
 use support::TestNamespace;
 
@@ -42,7 +43,7 @@ fn daemon_set(ns: &str, owner: &str) -> Value {
 #[tokio::test]
 async fn apply_writes_once_repairs_drift_and_prunes() {
     let ns = TestNamespace::new("apply").await;
-    let applier = Applier::new(ns.client.clone());
+    let applier = Applier::new(ns.client.clone(), APPLY_OWNERSHIP);
     let owner = ns.name.clone();
     let desired = vec![
         config_map(&ns.name, "a", "1", &owner),
@@ -114,7 +115,7 @@ async fn apply_writes_once_repairs_drift_and_prunes() {
 #[tokio::test]
 async fn owner_reference_only_within_the_owners_namespace() {
     let ns = TestNamespace::new("owner").await;
-    let applier = Applier::new(ns.client.clone());
+    let applier = Applier::new(ns.client.clone(), APPLY_OWNERSHIP);
     let cms = ns.api::<ConfigMap>();
     let owner_cm = cms
         .create(
@@ -164,7 +165,7 @@ async fn owner_reference_only_within_the_owners_namespace() {
 #[tokio::test]
 async fn immutable_storage_class_fields_are_replaced_but_workloads_are_not() {
     let ns = TestNamespace::new("immutable").await;
-    let applier = Applier::new(ns.client.clone());
+    let applier = Applier::new(ns.client.clone(), APPLY_OWNERSHIP);
     let name = format!("{}-sc", ns.name);
     let sc = |v: &str| {
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
@@ -172,7 +173,7 @@ async fn immutable_storage_class_fields_are_replaced_but_workloads_are_not() {
     };
     applier.apply(&sc("ext4"), None).await.unwrap();
     // A fresh applier, as after a restart: it must still get the new parameters in.
-    let applier = Applier::new(ns.client.clone());
+    let applier = Applier::new(ns.client.clone(), APPLY_OWNERSHIP);
     assert_eq!(applier.apply(&sc("xfs"), None).await.unwrap().1, Outcome::Applied);
     let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> = kube::Api::all(ns.client.clone());
     assert_eq!(classes.get(&name).await.unwrap().parameters.unwrap()["fstype"], "xfs");
@@ -207,7 +208,10 @@ async fn m4_a_foreign_storage_class_is_never_taken_over_or_replaced() {
     let ours = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "storageos-operator"}},
         "provisioner": "csi.storageos.com", "parameters": {"fstype": "ext4"}});
-    let err = Applier::new(ns.client.clone()).apply(&ours, None).await.unwrap_err();
+    let err = Applier::new(ns.client.clone(), APPLY_OWNERSHIP)
+        .apply(&ours, None)
+        .await
+        .unwrap_err();
     assert_eq!(err.reason(), "ForeignObject", "{err}");
     assert!(
         err.to_string().contains("not created by the StorageOS operator"),
@@ -228,7 +232,7 @@ async fn m4_a_foreign_storage_class_is_never_taken_over_or_replaced() {
 #[tokio::test]
 async fn m8_a_user_object_with_our_labels_is_never_pruned() {
     let ns = TestNamespace::new("foreign-cm").await;
-    let applier = Applier::new(ns.client.clone());
+    let applier = Applier::new(ns.client.clone(), APPLY_OWNERSHIP);
     let owner = ns.name.clone();
     applier
         .apply(&config_map(&ns.name, "ours", "1", &owner), None)

@@ -13,7 +13,7 @@
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::cluster::PAUSED_BY_ANNOTATION;
+use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{StorageOSCluster, StorageOSUpgrade, UpgradePhase};
 
 /// Whether a StorageOS upgrade is in progress, and which one.

@@ -57,6 +57,9 @@ pub struct Context {
     /// The namespaces whose clusters are honoured, and that Secret references and operands may
     /// name (`run` sets `--watch-namespaces`; every namespace unless set).
     pub trusted: TrustedNamespaces,
+    /// Per cluster UID, the generation whose pass found no (more) Go operator leftovers: they
+    /// are looked for once per generation, not on every pass.
+    go_leftovers: Mutex<HashMap<String, Option<i64>>>,
 }
 
 /// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
@@ -75,7 +78,7 @@ impl Context {
         api_metrics: Option<storageos::ApiMetrics>,
     ) -> Self {
         Self {
-            applier: Applier::new(client.clone()),
+            applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             config,
@@ -84,6 +87,7 @@ impl Context {
             api_clients: Mutex::new(HashMap::new()),
             caches: OnceLock::new(),
             trusted: TrustedNamespaces::Any,
+            go_leftovers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -126,6 +130,28 @@ impl Context {
             cache.insert(key, client.clone());
         }
         Ok(client)
+    }
+
+    /// Whether the Go operator's leftovers were already removed for this (cluster UID,
+    /// generation).
+    pub fn go_leftovers_checked(&self, (uid, generation): &(String, Option<i64>)) -> bool {
+        self.go_leftovers
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|g| g == generation))
+    }
+
+    /// Remembers that this (cluster UID, generation) has no Go operator leftovers.
+    pub fn set_go_leftovers_checked(&self, (uid, generation): (String, Option<i64>)) {
+        if let Ok(mut m) = self.go_leftovers.lock() {
+            m.insert(uid, generation);
+        }
+    }
+
+    /// Forgets what is remembered of clusters whose UID `keep` refuses (deleted ones).
+    pub fn retain_clusters(&self, keep: impl Fn(&str) -> bool) {
+        if let Ok(mut m) = self.go_leftovers.lock() {
+            m.retain(|uid, _| keep(uid));
+        }
     }
 
     /// Publishes an event on `cluster`; failures are logged, never fatal.

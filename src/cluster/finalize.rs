@@ -9,16 +9,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::context::Context;
 use super::error::{Error, Step};
-use super::ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, children_selector, owned_kinds};
+use super::ownership::{FINALIZER, children_selector, owned_kinds};
 use super::status::phase;
+use crate::crd::FORCE_DELETE_ANNOTATION;
 use crate::crd::StorageOSCluster;
 use crate::reasons::{self, Reason};
 use crate::runtime::{cache, conditions, finalizer};
@@ -72,15 +72,9 @@ async fn set_terminating(
         &now,
     );
     status.conditions = Some(conds);
-    if status != previous {
-        api.patch_status(
-            &cluster.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": status})),
-        )
+    crate::runtime::status::write_if_changed(&api, cluster, &previous, &status)
         .await
         .step("write the status")?;
-    }
     Ok(())
 }
 
@@ -163,6 +157,8 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

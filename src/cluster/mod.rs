@@ -4,7 +4,6 @@
 //! pods and the Nodes (only changes that affect membership), so drift is repaired in seconds.
 
 pub mod adopt;
-pub mod config;
 pub mod context;
 pub mod error;
 pub mod finalize;
@@ -12,9 +11,14 @@ pub mod metrics;
 pub mod node_cache;
 pub mod ownership;
 pub mod reconcile;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod reconcile_tests;
 pub mod select;
+pub mod settings_push;
 pub mod status;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -28,21 +32,22 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+pub use crate::crd::{FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
 pub use context::{CONTROLLER, Context, NodeCaches, OperatorConfig};
 pub use error::Error;
-pub use ownership::{FINALIZER, FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
+pub use ownership::FINALIZER;
 
 /// Labels of the StorageOS node pods (the node DaemonSet's, as the Go operator set them).
 pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
-use crate::runtime::controller::drain;
+use crate::runtime::controller::{self, Kit, Reconciler};
 
 /// The cluster a child belongs to, from its labels. A long cluster name is hashed in the label
 /// (see [`label_value`]), so the name is looked up among the known clusters.
@@ -82,25 +87,34 @@ pub(crate) fn node_membership_hash(node: &Node) -> Option<u64> {
     Some(h.finish())
 }
 
-async fn reconcile_timed(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.kit
-        .timed(cluster.as_ref(), reconcile::reconcile(cluster.clone(), ctx.clone()))
-        .await
-}
+impl Reconciler for Context {
+    type Object = StorageOSCluster;
+    type Error = Error;
+    const NAME: &'static str = CONTROLLER;
 
-fn error_policy(cluster: Arc<StorageOSCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.kit.retry_after_error(cluster.as_ref(), error)
+    fn kit(&self) -> &Kit {
+        &self.kit
+    }
+
+    fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Error>> + Send {
+        reconcile::reconcile(cluster, ctx)
+    }
+
+    fn forget(&self, live: &[Arc<StorageOSCluster>]) {
+        let uids: HashSet<String> = live.iter().filter_map(|c| c.uid()).collect();
+        self.retain_clusters(|uid| uids.contains(uid));
+    }
 }
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let controller = Controller::new(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default())
-        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
+    let controller = controller::controller(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
     let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     // The children watches also tell the apply step and pruning what exists, so an idle pass
-    // reads nothing from the apiserver.
+    // reads no child from the apiserver (it still lists the clusters, reads the Secrets it
+    // copies and asks StorageOS for its nodes and settings).
     let live = ctx.applier.live();
 
     macro_rules! children {
@@ -162,15 +176,72 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     .reflect(pods_writer)
     .touched_objects();
 
-    let results = controller
+    let controller = controller
         .watches_stream(nodes, move |_| all_clusters(&node_store))
         .watches_stream(node_pods, move |pod: Pod| {
             let cr = pod.labels().get("storageos_cr").cloned();
             all_clusters(&pod_store)
                 .into_iter()
                 .filter(move |r| Some(&label_value(&r.name)) == cr.as_ref())
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_timed, error_policy, ctx);
-    drain(CONTROLLER, results).await;
+        });
+    controller::run(controller, ctx, shutdown).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::metrics::ReconcileMetrics;
+
+    /// A context whose client talks to `client` (a mock or nothing at all).
+    pub(crate) fn context(client: kube::Client) -> Context {
+        let config = OperatorConfig {
+            operator_image: "op:1".into(),
+            default_images: Default::default(),
+            node_env: Default::default(),
+            storageos_endpoint: None,
+            storageos_timeouts: (Duration::from_secs(1), Duration::from_secs(1)),
+            operator_namespace: "storageos-operator".into(),
+        };
+        let registry = &mut prometheus_client::registry::Registry::default();
+        Context::new(client, config, ReconcileMetrics::register(registry), None)
+    }
+
+    pub(crate) fn cluster(ns: &str, name: &str) -> StorageOSCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"), "generation": 1},
+            "spec": {"secretRefName": "s", "secretRefNamespace": ns}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_deleted_cluster_leaves_no_backoff_for_a_same_named_replacement() {
+        let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let ctx = context(client);
+        let (kept, gone) = (cluster("ns", "kept"), cluster("ns", "gone"));
+        for _ in 0..4 {
+            ctx.kit.retry_after_error(&kept, &"refused");
+            ctx.kit.retry_after_error(&gone, &"refused");
+        }
+        ctx.set_go_leftovers_checked(("ns-gone".into(), Some(1)));
+        controller::forget_deleted(&ctx, &[Arc::new(kept.clone())]);
+        let first = Action::requeue(controller::backoff_delay(1));
+        assert_eq!(
+            ctx.kit.retry_after_error(&gone, &"refused"),
+            first,
+            "backoff of the deleted cluster kept"
+        );
+        assert_ne!(
+            ctx.kit.retry_after_error(&kept, &"refused"),
+            first,
+            "backoff of a live cluster lost"
+        );
+        assert!(!ctx.go_leftovers_checked(&("ns-gone".into(), Some(1))));
+    }
 }

@@ -2,8 +2,8 @@
 //!
 //! Status, node selection and the membership filter read a Node's name, labels, taints and
 //! Ready status, and a node pod's labels, node name and Ready status. The rest is dropped as
-//! each object arrives: a node pod's spec alone (containers, env, volumes) is tens of KiB, and
-//! at 1,000 nodes the full objects held ~64 MiB (docs/benchmarks.md).
+//! each object arrives: a node pod's spec (containers, env, volumes) is most of its size, and
+//! the full objects of a large cluster dominated the operator's memory (docs/benchmarks.md).
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

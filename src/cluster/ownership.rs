@@ -1,5 +1,6 @@
-//! How a cluster marks what it owns and what holds it: its finalizer, the annotations that
-//! change its reconcile, the label selector of its children and the kinds it may prune.
+//! How a cluster marks what it owns and what holds it: its finalizer, the label selector of its
+//! children and the kinds it may prune (the annotations that change its reconcile are in
+//! [`crate::crd`]).
 
 use std::collections::BTreeMap;
 
@@ -7,14 +8,24 @@ use kube::ResourceExt;
 
 use crate::crd::StorageOSCluster;
 use crate::render::{self, labels};
-use crate::runtime::apply::PruneKind;
+use crate::runtime::apply::{Ownership, PruneKind};
 
 /// Finalizer that holds a cluster until everything it created is deleted.
 pub const FINALIZER: &str = "finalizer.storageoscluster.storageos.com";
-/// Annotation that lets a cluster be deleted while pods still use StorageOS volumes.
-pub const FORCE_DELETE_ANNOTATION: &str = "storageos.com/force-delete";
-/// Annotation a StorageOSUpgrade sets (to its name) to pause the cluster reconciler.
-pub const PAUSED_BY_ANNOTATION: &str = "storageos.com/paused-by-upgrade";
+
+/// Field manager of the Go operator v2.4.2 (a controller-runtime client's plain creates), whose
+/// objects are adopted (docs/adoption.md).
+pub const GO_FIELD_MANAGER: &str = "cluster-operator";
+
+/// What the operator's appliers (cluster, Job, upgrade) may take over besides what they wrote:
+/// objects the Go operator wrote, objects labelled as managed by this operator (as the Go
+/// operator labelled most children), and the StorageOS CSIDriver, which belongs to StorageOS
+/// whoever created it (the Go operator created it without labels).
+pub const APPLY_OWNERSHIP: Ownership = Ownership {
+    adoptable_managers: &[GO_FIELD_MANAGER],
+    managed_by: labels::MANAGED_BY,
+    adoptable_names: &[crate::storageos::CSI_DRIVER],
+};
 
 /// Every kind the operator creates and may prune or delete: the kinds `render` can produce,
 /// except the Namespace, which is never deleted (the control plane may own objects in it).

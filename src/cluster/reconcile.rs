@@ -1,73 +1,29 @@
 //! One reconcile of a StorageOSCluster: observe → build → apply → status.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::context::Context;
 use super::error::{Error, Step};
-use super::ownership::{FINALIZER, PAUSED_BY_ANNOTATION, children_selector, owned_kinds, selector};
-use super::status::{self, phase};
-use super::{adopt, config, finalize, select};
-use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
+use super::ownership::{FINALIZER, children_selector, owned_kinds, selector};
+use super::status::{self as cluster_status, phase};
+use super::{adopt, finalize, select, settings_push};
+use crate::crd::{PAUSED_BY_ANNOTATION, StorageOSCluster, StorageOSClusterStatus, active_cluster, same_cluster};
 use crate::reasons::{
     self, NAMESPACE_NOT_ALLOWED, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED,
 };
-use crate::render::{self, Inputs, labels, scheduling};
+use crate::render::{self, Inputs, Plan};
 use crate::runtime::conditions::{self, now};
+use crate::runtime::status;
 use crate::runtime::trusted::TrustedNamespaces;
 use crate::runtime::{apply, finalizer};
-
-/// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
-/// deleted stays active until its finalizer is done, so two sets of objects never fight.
-pub fn active(clusters: &[StorageOSCluster]) -> Option<&StorageOSCluster> {
-    clusters.iter().min_by(|a, b| {
-        let key = |c: &StorageOSCluster| {
-            (
-                c.metadata.creation_timestamp.clone().map(|t| t.0),
-                c.namespace().unwrap_or_default(),
-                c.name_any(),
-            )
-        };
-        key(a).cmp(&key(b))
-    })
-}
-
-fn same(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
-    a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
-}
-
-/// One rendered object the apiserver refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApplyFailure {
-    /// Kind, namespace and name.
-    pub object: String,
-    /// The apiserver's answer.
-    pub reason: String,
-    /// The condition reason for this failure alone (`ApplyFailed`, `ForeignObject`).
-    pub condition: Reason,
-}
-
-/// The Ready=False message of a pass in which `failures` of `total` objects were refused.
-pub fn apply_failed_message(failures: &[ApplyFailure], total: usize) -> String {
-    let each = failures
-        .iter()
-        .map(|f| format!("{}: {}", f.object, f.reason))
-        .collect::<Vec<_>>()
-        .join("; ");
-    format!(
-        "cannot apply {} of {total} objects (the others are applied; nothing is pruned until every object applies): {each}",
-        failures.len()
-    )
-}
 
 /// Reconciles one cluster. A failure is also shown on the cluster (Ready=False with the
 /// apiserver's message, which names the verb and resource of a forbidden request), never only in
@@ -136,7 +92,7 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
         .into_iter()
         .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
         .collect();
-    let is_active = active(&trusted).is_some_and(|a| same(a, cluster));
+    let is_active = active_cluster(&trusted).is_some_and(|a| same_cluster(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {
         // A cluster on its way out is not one to alert about.
@@ -197,19 +153,10 @@ async fn not_allowed(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ct
     let previous = cluster.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     status.phase = Some(phase::PENDING.into());
-    let mut conds = status.conditions.take().unwrap_or_default();
-    let news = conditions::set_not_ready(&mut conds, NAMESPACE_NOT_ALLOWED, &message, cluster.meta().generation);
-    status.conditions = Some(conds);
-    if news {
-        ctx.event(cluster, EventType::Warning, NAMESPACE_NOT_ALLOWED, message)
-            .await;
-    }
-    if status != previous {
-        let patch = json!({"status": status});
-        api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .step("write the status")?;
-    }
+    let reasons = (NAMESPACE_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED);
+    status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
+        .await
+        .step("write the status")?;
     Ok(Action::await_change())
 }
 
@@ -290,11 +237,7 @@ async fn write_status(
 ) -> Result<(), Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
-    if &status == previous {
-        return Ok(());
-    }
-    let patch = json!({"status": status});
-    api.patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+    status::write_if_changed(api, cluster, previous, &status)
         .await
         .step("write the status")?;
     Ok(())
@@ -313,14 +256,19 @@ async fn not_ready(
     if status.phase.is_none() {
         status.phase = Some(phase::CREATING.into());
     }
-    let mut conds = status.conditions.take().unwrap_or_default();
-    let news = conditions::set_not_ready(&mut conds, reason, &message, cluster.meta().generation);
-    status.conditions = Some(conds);
-    if news {
-        ctx.event(cluster, EventType::Warning, reasons::FAILED_CREATION, message)
-            .await;
+    let reasons = (reason, reasons::FAILED_CREATION);
+    let status = status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
+        .await
+        .step("write the status")?;
+    let namespace = cluster.namespace().unwrap_or_default();
+    ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
+    Ok(())
+}
+
+impl status::WithConditions for StorageOSClusterStatus {
+    fn conditions_mut(&mut self) -> &mut Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>> {
+        &mut self.conditions
     }
-    write_status(ctx, api, cluster, &previous, status).await
 }
 
 async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
@@ -330,7 +278,8 @@ async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option
         .step(format!("read Secret {namespace}/{name}"))
 }
 
-/// Reads every input of the build. Nothing else in a reconcile reads the cluster.
+/// Reads every input of the build: the Secrets it copies and whether ServiceMonitors are served.
+/// (The status step reads Nodes and node pods, from the caches when they run, and StorageOS.)
 async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Error> {
     let spec = &cluster.spec;
     let mut inputs = Inputs::new(cluster.clone(), ctx.config.operator_image.clone());
@@ -350,7 +299,8 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context) -> Result<Inputs, Er
     Ok(inputs)
 }
 
-/// Applies everything the cluster wants, prunes what it no longer wants, updates status.
+/// Applies everything the cluster wants, prunes what it no longer wants, updates status:
+/// observe → plan → apply → (failures: report; else prune → Go leftovers) → status → push.
 async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
     let name = cluster.name_any();
     if let Some((reason, message)) = namespace_refusal(cluster, &ctx.trusted) {
@@ -358,120 +308,103 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         return Ok(Action::await_change());
     }
     let inputs = observe(cluster, ctx).await?;
-    if inputs.secret.is_none() {
-        let spec = &cluster.spec;
-        let msg = format!(
-            "Secret {}/{} with the StorageOS API credentials does not exist; create it (keys username and password)",
-            spec.secret_ref_namespace, spec.secret_ref_name
-        );
-        not_ready(cluster, api, ctx, reasons::SECRET_NOT_FOUND, msg).await?;
+    if let Some((reason, message)) = missing_secret(cluster, &inputs) {
+        not_ready(cluster, api, ctx, reason, message).await?;
         return Ok(Action::requeue(Duration::from_secs(15)));
     }
-    // The node pods mount the copy of the etcd TLS Secret: without its source, applying would
-    // leave the copy out and prune it, and no node pod could start again. Wait instead.
-    if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(&cluster.spec)
-        && inputs.etcd_tls_secret.is_none()
-    {
-        let msg = format!(
-            "Secret {ns}/{name} with the etcd TLS client certificate does not exist; create it (or remove tlsEtcdSecretRefName); nothing is changed meanwhile"
-        );
-        not_ready(cluster, api, ctx, reasons::ETCD_TLS_SECRET_NOT_FOUND, msg).await?;
-        return Ok(Action::requeue(Duration::from_secs(15)));
-    }
-    let objects = match render::build(&inputs) {
-        Ok(objects) => objects,
+    let plan = match render::plan(&inputs) {
+        Ok(plan) => plan,
         Err(e) => {
             // An invalid spec: say so and wait for the user to change it.
-            not_ready(
-                cluster,
-                api,
-                ctx,
-                reasons::INVALID_SPEC,
-                format!("cannot render the cluster: {e}"),
-            )
-            .await?;
+            let message = format!("cannot render the cluster: {e}");
+            not_ready(cluster, api, ctx, reasons::INVALID_SPEC, message).await?;
             return Ok(Action::await_change());
         }
     };
-
-    let owner = cluster.controller_owner_ref(&());
-    let cluster_ns = cluster.namespace().unwrap_or_default();
-    let mut keep = BTreeSet::new();
-    let mut written = 0;
-    // Every object is applied even when one fails: a rejected DaemonSet must not leave the
-    // Service, RBAC or api-manager unreconciled.
-    let mut failures = Vec::new();
-    let mut values = Vec::with_capacity(objects.len());
-    for obj in &objects {
-        let value = obj
-            .to_value()
-            .map_err(|_| apply::Error::Malformed("a serialisable object"))?;
-        values.push((obj, value));
-    }
-    // A fresh cluster's ~40 applies take one round trip each, so one at a time they add up to
-    // seconds (docs/benchmarks.md): they go a few at once, in waves: Namespaces (the other
-    // objects may live in them), then everything but role bindings and workloads, then role
-    // bindings (the apiserver checks a binding against its role, which must exist by then),
-    // then the workloads: their pods start with their RBAC, Services and config in place, and
-    // the burst of node pods a DaemonSet brings does not slow the other applies down.
-    let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
-    let mut results = Vec::with_capacity(objects.len());
-    for wave in 0..=LAST_WAVE {
-        let this: Vec<_> = values.iter().filter(|(o, _)| apply_wave(o.kind()) == wave).collect();
-        for chunk in this.chunks(APPLY_CONCURRENCY) {
-            let applied =
-                futures::future::join_all(chunk.iter().map(|(_, value)| ctx.applier.apply(value, owner_in))).await;
-            results.extend(chunk.iter().map(|(obj, _)| *obj).zip(applied));
-        }
-    }
-    for (obj, applied) in results {
-        match applied {
-            Ok((key, outcome)) => {
-                if outcome == apply::Outcome::Applied {
-                    tracing::debug!(cluster = %name, object = %key, "applied");
-                    written += 1;
-                }
-                keep.insert(key);
-            }
-            Err(e) => {
-                tracing::warn!(cluster = %name, object = %obj.describe(), error = %e, "apply failed");
-                failures.push(ApplyFailure {
-                    object: obj.describe(),
-                    reason: e.apiserver_reason(),
-                    condition: e.reason(),
-                });
-            }
-        }
-    }
-    if !failures.is_empty() {
+    let report = apply(cluster, ctx, &plan).await?;
+    if !report.failures.is_empty() {
         // Pruning now could delete something still wanted (a half-applied switch of the CSI
         // strategy, say): nothing is pruned until a pass applies everything. Retried with backoff.
-        let message = apply_failed_message(&failures, objects.len());
-        // A more telling reason (ForeignObject) when every failure has it.
-        let reason = match failures.first().map(|f| f.condition) {
-            Some(first) if failures.iter().all(|f| f.condition == first) => first,
-            _ => reasons::APPLY_FAILED,
-        };
-        not_ready(cluster, api, ctx, reason, message.clone()).await?;
+        let message = report.failed_message();
+        not_ready(cluster, api, ctx, report.failed_reason(), message.clone()).await?;
         return Err(Error::ApplyFailed {
-            failed: failures.len(),
+            failed: report.failures.len(),
             message,
         });
     }
     // Everything applied: now it is safe to delete what is no longer wanted.
     let pruned = ctx
         .applier
-        .prune(&owned_kinds(), &children_selector(cluster), &keep)
+        .prune(&owned_kinds(), &children_selector(cluster), &report.keep)
         .await?;
     for key in &pruned {
         tracing::info!(cluster = %name, object = %key, "pruned");
     }
-    let target_ns = render::resolve(&cluster.spec).namespace;
-    let leftovers = adopt::remove_go_leftovers(&ctx.client, cluster, &target_ns)
+    remove_go_leftovers(cluster, ctx, &plan.resolved.namespace).await?;
+    if report.written > 0 || !pruned.is_empty() {
+        tracing::info!(cluster = %name, written = report.written, pruned = pruned.len(), "applied cluster objects");
+    }
+    let status = update_status(cluster, api, ctx, &inputs, &plan).await?;
+    if status.phase.as_deref() == Some(phase::RUNNING) {
+        settings_push::push(cluster, ctx, &inputs, &plan).await?;
+        Ok(Action::requeue(Duration::from_secs(60)))
+    } else {
+        Ok(Action::requeue(Duration::from_secs(10)))
+    }
+}
+
+/// Why the build cannot start: a Secret it copies does not exist (condition reason and
+/// message), or None.
+fn missing_secret(cluster: &StorageOSCluster, inputs: &Inputs) -> Option<(Reason, String)> {
+    let spec = &cluster.spec;
+    if inputs.secret.is_none() {
+        return Some((
+            reasons::SECRET_NOT_FOUND,
+            format!(
+                "Secret {}/{} with the StorageOS API credentials does not exist; create it (keys username and password)",
+                spec.secret_ref_namespace, spec.secret_ref_name
+            ),
+        ));
+    }
+    // The node pods mount the copy of the etcd TLS Secret: without its source, applying would
+    // leave the copy out and prune it, and no node pod could start again. Wait instead.
+    let (name, ns) = render::defaults::etcd_tls_secret_ref(spec)?;
+    inputs.etcd_tls_secret.is_none().then(|| {
+        (
+            reasons::ETCD_TLS_SECRET_NOT_FOUND,
+            format!(
+                "Secret {ns}/{name} with the etcd TLS client certificate does not exist; create it (or remove tlsEtcdSecretRefName); nothing is changed meanwhile"
+            ),
+        )
+    })
+}
+
+/// Applies the plan's objects, owned by `cluster` where they share its namespace.
+async fn apply(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) -> Result<apply::ApplyReport, Error> {
+    let values = plan
+        .objects
+        .iter()
+        .map(|o| o.to_value())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| apply::Error::from(crate::runtime::object::Malformed("a serialisable object")))?;
+    let owner = cluster.controller_owner_ref(&());
+    let cluster_ns = cluster.namespace().unwrap_or_default();
+    let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
+    Ok(ctx.applier.apply_all(&values, owner_in, apply_wave).await)
+}
+
+/// Removes what only the Go operator used, once per cluster generation in this process (and
+/// again after a pass that failed).
+async fn remove_go_leftovers(cluster: &StorageOSCluster, ctx: &Context, target_ns: &str) -> Result<(), Error> {
+    let seen = (cluster.uid().unwrap_or_default(), cluster.meta().generation);
+    if ctx.go_leftovers_checked(&seen) {
+        return Ok(());
+    }
+    let leftovers = adopt::remove_go_leftovers(&ctx.client, cluster, target_ns)
         .await
         .step("remove the Go operator's leftovers")?;
     for removed in leftovers {
-        tracing::info!(cluster = %name, object = %removed, "removed the Go operator's leftover");
+        tracing::info!(cluster = %cluster.name_any(), object = %removed, "removed the Go operator's leftover");
         ctx.event(
             cluster,
             EventType::Normal,
@@ -480,17 +413,8 @@ async fn deploy(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &C
         )
         .await;
     }
-    if written > 0 || !pruned.is_empty() {
-        tracing::info!(cluster = %name, written, pruned = pruned.len(), "applied cluster objects");
-    }
-
-    let status = update_status(cluster, api, ctx, &inputs).await?;
-    if status.phase.as_deref() == Some(phase::RUNNING) {
-        config::push(cluster, ctx, &inputs).await?;
-        Ok(Action::requeue(Duration::from_secs(60)))
-    } else {
-        Ok(Action::requeue(Duration::from_secs(10)))
-    }
+    ctx.set_go_leftovers_checked(seen);
+    Ok(())
 }
 
 /// The controller's Node and node pod caches once both have listed everything; None when the
@@ -506,7 +430,12 @@ async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
     }
 }
 
-/// The wave a kind is applied in (see the apply step of [`reconcile_steps`]).
+/// The wave a kind is applied in. A fresh cluster's ~40 applies take one round trip each, so
+/// they go a few at once (docs/benchmarks.md), in waves: Namespaces (the other objects may live
+/// in them), then everything but role bindings and workloads, then role bindings (the apiserver
+/// checks a binding against its role, which must exist by then), then the workloads: their pods
+/// start with their RBAC, Services and config in place, and the burst of node pods a DaemonSet
+/// brings does not slow the other applies down.
 fn apply_wave(kind: &str) -> u8 {
     match kind {
         "Namespace" => 0,
@@ -520,17 +449,14 @@ fn apply_wave(kind: &str) -> u8 {
 /// The wave of the workloads, applied last.
 const LAST_WAVE: u8 = 3;
 
-/// How many objects of a cluster are applied at once.
-const APPLY_CONCURRENCY: usize = 8;
-
 async fn update_status(
     cluster: &StorageOSCluster,
     api: &Api<StorageOSCluster>,
     ctx: &Context,
     inputs: &Inputs,
+    plan: &Plan,
 ) -> Result<StorageOSClusterStatus, Error> {
-    let resolved = render::resolve(&cluster.spec);
-    let target_ns = resolved.namespace.clone();
+    let target_ns = plan.resolved.namespace.clone();
     let caches = ready_caches(ctx).await;
     // From the caches, shared (their objects are slimmed: `node_cache`); else listed.
     let nodes: Vec<Arc<Node>> = match &caches {
@@ -544,54 +470,40 @@ async fn update_status(
             .map(Arc::new)
             .collect(),
     };
-    let tolerations = scheduling::merge_tolerations(
-        scheduling::node_tolerations(),
-        cluster.spec.tolerations.as_deref().unwrap_or_default(),
-    );
-    let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &tolerations);
-    let pod_labels = labels::pod(&cluster.name_any(), Some("daemonset"), "storageos-daemonset");
+    let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &plan.tolerations);
+    let pod_labels = &plan.node_pod_labels;
     let pods_ready_on = match &caches {
-        Some(c) => status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
+        Some(c) => cluster_status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
             p.namespace().as_deref() == Some(target_ns.as_str())
                 && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
         })),
-        None => status::pod_ready_nodes(
+        None => cluster_status::pod_ready_nodes(
             &Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
-                .list(&ListParams::default().labels(&selector(&pod_labels)))
+                .list(&ListParams::default().labels(&selector(pod_labels)))
                 .await
                 .step("list the StorageOS node pods")?
                 .items,
         ),
     };
-    let api_nodes = match config::api_client(cluster, ctx, inputs) {
-        Ok(client) => client.list_nodes().await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+    let api_nodes = match settings_push::api_client(ctx, inputs, plan) {
+        Ok(client) => client.list_nodes().await.map_err(settings_push::ClientError::from),
+        Err(e) => Err(e),
     };
     let previous = cluster.status.clone().unwrap_or_default();
     let now = now();
-    let images = render::resolve_images(
-        cluster.spec.images.as_ref(),
-        &inputs.default_images,
-        &inputs.operator_image,
-    )
-    .to_container_images();
-    let mut status = status::compute(&status::Observation {
+    let images = plan.images.to_container_images();
+    let mut status = cluster_status::compute(&cluster_status::Observation {
         selected: &selected,
         pods_ready_on,
-        api_nodes: api_nodes.as_deref().map_err(Clone::clone),
+        api_nodes: api_nodes.as_deref(),
         previous: Some(&previous),
         generation: cluster.meta().generation,
         images,
         now: &now,
     });
-    let replaced = render::replaced_go_defaults(
-        cluster.spec.images.as_ref(),
-        &inputs.default_images,
-        &inputs.operator_image,
-    );
     let news = adopt::note_replaced_images(
         status.conditions.get_or_insert_with(Vec::new),
-        render::replaced_message(&replaced),
+        render::replaced_message(&plan.replaced_go_defaults),
         cluster.meta().generation,
         &now,
     );
@@ -631,17 +543,9 @@ async fn update_status(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
+    use serde_json::json;
 
-    fn cluster(ns: &str, name: &str, created: i64) -> StorageOSCluster {
-        serde_json::from_value(json!({
-            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
-            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"),
-                         "creationTimestamp": k8s_openapi::jiff::Timestamp::from_second(created).unwrap().to_string()},
-            "spec": {"secretRefName": "s", "secretRefNamespace": "default"}
-        }))
-        .unwrap()
-    }
+    use super::*;
 
     #[test]
     fn namespaces_come_first_bindings_after_roles_and_workloads_last() {
@@ -664,9 +568,11 @@ mod tests {
     }
 
     fn with_spec(ns: &str, spec: serde_json::Value) -> StorageOSCluster {
-        let mut c = cluster(ns, "storageos", 10);
-        c.spec = serde_json::from_value(spec).unwrap();
-        c
+        serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "storageos", "namespace": ns}, "spec": spec
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -718,42 +624,5 @@ mod tests {
         let (reason, msg) = namespace_refusal(&spec(Some("tenant")), &trusted).unwrap();
         assert_eq!(reason, OPERAND_NAMESPACE_NOT_ALLOWED);
         assert!(msg.contains("spec.namespace \"tenant\""), "{msg}");
-    }
-
-    #[test]
-    fn the_oldest_cluster_is_active_with_a_stable_tie_break() {
-        let cs = vec![cluster("b", "x", 20), cluster("a", "y", 10), cluster("a", "z", 10)];
-        let a = active(&cs).unwrap();
-        assert_eq!(
-            (a.namespace().unwrap(), a.name_any()),
-            ("a".to_string(), "y".to_string())
-        );
-        assert!(active(&[]).is_none());
-    }
-
-    #[test]
-    fn same_name_in_another_namespace_is_not_the_same_cluster() {
-        assert!(!same(&cluster("a", "x", 1), &cluster("b", "x", 1)));
-        assert!(same(&cluster("a", "x", 1), &cluster("a", "x", 1)));
-    }
-
-    #[test]
-    fn apply_failed_message_names_every_object_and_reason() {
-        let failures = [
-            ApplyFailure {
-                object: "DaemonSet ns/storageos-daemonset".into(),
-                reason: "403 Forbidden: denied by policy".into(),
-                condition: reasons::APPLY_FAILED,
-            },
-            ApplyFailure {
-                object: "Service ns/storageos".into(),
-                reason: "422 Invalid: duplicate port".into(),
-                condition: reasons::APPLY_FAILED,
-            },
-        ];
-        let m = apply_failed_message(&failures, 40);
-        assert!(m.starts_with("cannot apply 2 of 40 objects"), "{m}");
-        assert!(m.contains("DaemonSet ns/storageos-daemonset: 403 Forbidden: denied by policy; Service ns/storageos: 422 Invalid: duplicate port"), "{m}");
-        assert!(m.contains("nothing is pruned"), "{m}");
     }
 }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::settings_push::ClientError;
 use crate::crd::{ContainerImages, MembersStatus, StorageOSClusterStatus};
 use crate::reasons;
 use crate::runtime::conditions;
@@ -34,8 +35,9 @@ pub struct Observation<'a> {
     pub selected: &'a [String],
     /// Nodes whose node DaemonSet pod is Ready ([`pod_ready_nodes`]).
     pub pods_ready_on: BTreeSet<String>,
-    /// StorageOS nodes, or why they could not be read.
-    pub api_nodes: Result<&'a [ApiNode], String>,
+    /// StorageOS nodes, or why they could not be read (typed: a caller may ask
+    /// `is_not_found()` or the status of a StorageOS answer).
+    pub api_nodes: Result<&'a [ApiNode], &'a ClientError>,
     /// The status before this reconcile.
     pub previous: Option<&'a StorageOSClusterStatus>,
     /// `metadata.generation` of the cluster.
@@ -197,7 +199,7 @@ mod tests {
     fn run(
         selected: &[&str],
         pods: &[Pod],
-        api_nodes: Result<&[ApiNode], String>,
+        api_nodes: Result<&[ApiNode], &ClientError>,
         prev: Option<&StorageOSClusterStatus>,
     ) -> StorageOSClusterStatus {
         let selected: Vec<String> = selected.iter().map(|s| s.to_string()).collect();
@@ -267,7 +269,11 @@ mod tests {
     #[test]
     fn unreadable_api_says_so() {
         let pods = [pod("a", true)];
-        let s = run(&["a"], &pods, Err("connection refused".into()), None);
+        let refused = ClientError::Client(crate::storageos::Error::InvalidEndpoint {
+            endpoint: "sos".into(),
+            reason: "connection refused".into(),
+        });
+        let s = run(&["a"], &pods, Err(&refused), None);
         assert_eq!(s.ready.as_deref(), Some("0/1"));
         assert_eq!(cond(&s, "Ready").reason, "StorageOSAPIUnavailable");
         assert!(cond(&s, "Ready").message.contains("connection refused"));

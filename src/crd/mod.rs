@@ -6,12 +6,14 @@
 
 pub mod check;
 mod cluster;
+mod contract;
 mod job;
 mod mirror;
 mod upgrade;
 mod validation;
 
 pub use cluster::*;
+pub use contract::*;
 pub use job::*;
 pub use mirror::*;
 pub use upgrade::*;

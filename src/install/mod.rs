@@ -16,10 +16,7 @@ use crate::{crd, rbac};
 pub mod helm;
 pub mod olm;
 
-/// Namespace the operator is installed in.
-pub const NAMESPACE: &str = "storageos-operator";
-/// Name of the ServiceAccount, ClusterRole(Binding) and Deployment.
-pub const NAME: &str = "storageos-operator";
+pub use crate::rbac::operator::{NAME, NAMESPACE, selector};
 /// Name of the leader-election Role and RoleBinding.
 pub const LEADER_ELECTION_ROLE: &str = "storageos-operator-leader-election";
 /// Name of the metrics Service.
@@ -101,11 +98,6 @@ pub fn labels() -> BTreeMap<String, String> {
         ("app.kubernetes.io/part-of".into(), "storageos".into()),
         ("app.kubernetes.io/version".into(), env!("CARGO_PKG_VERSION").into()),
     ])
-}
-
-/// Labels that select the operator's pods.
-pub fn selector() -> BTreeMap<String, String> {
-    BTreeMap::from([("app.kubernetes.io/name".into(), NAME.into())])
 }
 
 /// The environment of the operator container: its namespace and name from the downward API

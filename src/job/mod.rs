@@ -14,23 +14,23 @@ pub mod status;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Job;
 use crate::reasons::Reason;
 use crate::runtime::apply::{self, Applier};
-use crate::runtime::controller::{Kit, controlling_owner, drain};
+use crate::runtime::controller::{self, Kit, Reconciler, controlling_owner};
 use crate::runtime::metrics::ReconcileMetrics;
 use crate::runtime::trusted::TrustedNamespaces;
 use daemonset::JOB_LABEL;
@@ -77,15 +77,13 @@ pub struct Context {
     /// UIDs of Jobs this process marked completed, so a stale cache never re-reads their logs
     /// or repeats the event.
     completed: Mutex<HashSet<String>>,
-    /// The controller's Job cache, to forget state of deleted Jobs.
-    store: OnceLock<Store<Job>>,
 }
 
 impl Context {
     /// A context for Jobs in every namespace.
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
-            applier: Applier::new(client.clone()),
+            applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             namespace: None,
@@ -93,7 +91,6 @@ impl Context {
             trusted: TrustedNamespaces::Any,
             cursors: Mutex::new(HashMap::new()),
             completed: Mutex::new(HashSet::new()),
-            store: OnceLock::new(),
         }
     }
 
@@ -162,11 +159,23 @@ impl Context {
             c.remove(key);
         }
     }
+}
 
-    /// Forgets cursors, backoff and completion marks of Jobs that no longer exist.
-    fn forget_deleted(&self) {
-        let Some(store) = self.store.get() else { return };
-        let jobs = store.state();
+impl Reconciler for Context {
+    type Object = Job;
+    type Error = Error;
+    const NAME: &'static str = CONTROLLER;
+
+    fn kit(&self) -> &Kit {
+        &self.kit
+    }
+
+    fn reconcile(job: Arc<Job>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Error>> + Send {
+        reconcile::reconcile(job, ctx)
+    }
+
+    /// Forgets cursors and completion marks of Jobs that no longer exist, and their DaemonSets.
+    fn forget(&self, jobs: &[Arc<Job>]) {
         let keys: HashSet<JobKey> = jobs
             .iter()
             .map(|j| (j.namespace().unwrap_or_default(), j.name_any()))
@@ -175,7 +184,6 @@ impl Context {
         if let Ok(mut c) = self.cursors.lock() {
             c.retain(|k, _| keys.contains(k));
         }
-        self.kit.retain_failures(|k| keys.contains(k));
         if let Ok(mut c) = self.completed.lock() {
             c.retain(|u| uids.contains(u));
         }
@@ -199,39 +207,25 @@ fn job_of_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<Job>> {
     Some(ObjectRef::new(job).within(&pod.namespace()?))
 }
 
-async fn reconcile_timed(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.kit
-        .timed(job.as_ref(), reconcile::reconcile(job.clone(), ctx.clone()))
-        .await
-}
-
-fn error_policy(job: Arc<Job>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.kit.retry_after_error(job.as_ref(), error)
-}
-
 /// Runs the Job controller until `shutdown` resolves.
 ///
 /// Wire it into the operator with
 /// `job::run(Arc::new(job::Context::new(client, metrics)), shutdown)`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = Controller::new(ctx.api::<Job>(), watcher::Config::default())
-        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
-    let _ = ctx.store.set(controller.store());
+    let controller = controller::controller(ctx.api::<Job>(), watcher::Config::default());
     let labelled = watcher::Config::default().labels(JOB_LABEL);
     let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())
         .default_backoff()
         .touched_objects();
-    let results = controller
+    let controller = controller
         .watches_stream(
             watcher(ctx.api::<PartialObjectMeta<DaemonSet>>(), labelled)
                 .default_backoff()
                 .touched_objects(),
             job_of_daemonset,
         )
-        .watches_stream(pods, job_of_pod)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_timed, error_policy, ctx);
-    drain(CONTROLLER, results).await;
+        .watches_stream(pods, job_of_pod);
+    controller::run(controller, ctx, shutdown).await;
 }
 
 #[cfg(test)]
@@ -265,7 +259,6 @@ mod tests {
         let registry = &mut prometheus_client::registry::Registry::default();
         let ctx = Context::new(client, ReconcileMetrics::register(registry));
         let (store, mut writer) = kube::runtime::reflector::store::<Job>();
-        let _ = ctx.store.set(store);
         let live: Job = serde_json::from_value(json!({"apiVersion": "storageos.com/v1", "kind": "Job",
             "metadata": {"name": "kept", "namespace": "ns"},
             "spec": {"image": "i", "args": [], "mountPath": "/m", "hostPath": "/var/lib/storageos", "completionWord": "done"}}))
@@ -282,7 +275,7 @@ mod tests {
             ctx.applier.remember_applied(key(&format!("gone-{i}")));
         }
         assert_eq!(ctx.applier.remembered_count(), 1001);
-        ctx.forget_deleted();
+        crate::runtime::controller::forget_deleted(&ctx, &store.state());
         assert_eq!(ctx.applier.remembered_count(), 1);
     }
 }

@@ -8,11 +8,10 @@ use std::time::Duration;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::daemonset::{self, JOB_LABEL};
 use super::logs::{self, LogCursor};
@@ -30,7 +29,6 @@ const PARALLEL_LOG_READS: usize = 8;
 
 /// Reconciles one Job.
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.forget_deleted();
     if job.meta().deletion_timestamp.is_some() {
         // The garbage collector removes the DaemonSet and its pods.
         return Ok(Action::await_change());
@@ -103,7 +101,8 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         }
     }
 
-    let value = serde_json::to_value(&desired).map_err(|_| crate::runtime::apply::Error::Malformed("a DaemonSet"))?;
+    let value = serde_json::to_value(&desired)
+        .map_err(|_| crate::runtime::apply::Error::from(crate::runtime::object::Malformed("a DaemonSet")))?;
     let owner = job.controller_owner_ref(&());
     if let Err(e) = ctx
         .applier
@@ -285,12 +284,7 @@ async fn read_logs(ctx: &Context, key: &JobKey, ns: &str, word: &str, pods: &[Po
 
 /// Writes `status` when it differs from what the Job shows. Never touches the spec.
 async fn write_status(api: &Api<Job>, job: &Job, previous: &JobStatus, status: &JobStatus) -> Result<(), Error> {
-    if status == previous {
-        return Ok(());
-    }
-    let patch = json!({"status": status});
-    api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    crate::runtime::status::write_if_changed(api, job, previous, status).await?;
     Ok(())
 }
 
@@ -301,11 +295,12 @@ async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: Reason, mes
     if status.completed.is_none() {
         status.completed = Some(false);
     }
-    let mut conds = status.conditions.take().unwrap_or_default();
-    let news = conditions::set_not_ready(&mut conds, reason, &message, job.meta().generation);
-    status.conditions = Some(conds);
-    if news {
-        ctx.event(job, EventType::Warning, reason, message).await;
+    crate::runtime::status::set_not_ready(api, &ctx.kit, job, &previous, status, (reason, reason), message).await?;
+    Ok(())
+}
+
+impl crate::runtime::status::WithConditions for JobStatus {
+    fn conditions_mut(&mut self) -> &mut Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>> {
+        &mut self.conditions
     }
-    write_status(api, job, &previous, &status).await
 }

@@ -16,7 +16,7 @@ use super::apply::{self, Applier};
 use super::wait::{self, Look, Waited};
 use super::{FIELD_MANAGER, progress};
 use crate::cluster::finalize::pods_using_volumes;
-use crate::cluster::ownership::FORCE_DELETE_ANNOTATION;
+use crate::crd::FORCE_DELETE_ANNOTATION;
 use crate::crd::{Job, StorageOSCluster, StorageOSUpgrade};
 
 #[derive(Debug, clap::Args)]

@@ -4,9 +4,22 @@
 //! children (`list`, `watch`) and prune them (`delete`). Nothing needs `update`,
 //! `deletecollection` or `*`.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::{Rule, components, rule, union};
+
+/// Namespace the operator is installed in (the rendered operands' RBAC and network rules name
+/// it too).
+pub const NAMESPACE: &str = "storageos-operator";
+/// Name of the operator's ServiceAccount, ClusterRole(Binding) and Deployment.
+pub const NAME: &str = "storageos-operator";
+
+/// Labels that select the operator's pods.
+pub fn selector() -> BTreeMap<String, String> {
+    BTreeMap::from([("app.kubernetes.io/name".into(), NAME.into())])
+}
 
 /// The Lease the operator's replicas elect a leader on (in the operator's namespace).
 pub const LEASE: &str = "storageos-operator-lease";

@@ -9,8 +9,38 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Error, Inputs, Object, default_images_from_env, node_env_from_process, secrets};
-use crate::cli::RenderArgs;
 use crate::crd::StorageOSCluster;
+
+/// Arguments of `render`.
+#[derive(clap::Args, Debug)]
+pub struct RenderArgs {
+    /// File holding the StorageOSCluster (YAML or JSON). It may also hold the Secrets it names.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+
+    /// File holding the Secret that spec.secretRefName names (and, optionally, the etcd TLS
+    /// Secret that spec.tlsEtcdSecretRefName names). Repeat for several files. Without it, the
+    /// Secrets copied from it are not printed.
+    #[arg(long)]
+    pub secret: Vec<PathBuf>,
+
+    /// Kubernetes version to render for, for example `1.34.2`.
+    #[arg(long)]
+    pub k8s_version: Option<String>,
+
+    /// Print Secret values instead of redacting them.
+    #[arg(long)]
+    pub show_secrets: bool,
+
+    /// Image of the operator, which runs the api-manager unless spec.images.apiManagerContainer
+    /// is set.
+    #[arg(long, env = "OPERATOR_IMAGE")]
+    pub operator_image: Option<String>,
+
+    /// Render as if the ServiceMonitor CRD (monitoring.coreos.com/v1) were installed.
+    #[arg(long)]
+    pub service_monitor: bool,
+}
 
 /// The operator image `render` assumes when `--operator-image`/`OPERATOR_IMAGE` is not given.
 pub const DEFAULT_OPERATOR_IMAGE: &str = concat!("storageos/storageos-operator:v", env!("CARGO_PKG_VERSION"));

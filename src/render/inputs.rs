@@ -75,7 +75,7 @@ impl Inputs {
             operator_image: operator_image.into(),
             default_images: DefaultImages::default(),
             service_monitor_crd: false,
-            operator_namespace: crate::install::NAMESPACE.into(),
+            operator_namespace: crate::rbac::operator::NAMESPACE.into(),
             node_env: BTreeMap::new(),
         }
     }

@@ -19,7 +19,7 @@ mod values;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use command::{DEFAULT_OPERATOR_IMAGE, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
+pub use command::{DEFAULT_OPERATOR_IMAGE, RenderArgs, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
 pub use defaults::{Resolved, resolve};
 pub use images::{
     DefaultImages, Images, Replaced, default_images_from_env, replaced_go_defaults, replaced_message, resolve_images,
@@ -156,6 +156,10 @@ pub fn render_documents(inputs: &Inputs) -> Result<Vec<Document>, Error> {
         &inputs.default_images,
         &inputs.operator_image,
     );
+    render_resolved(inputs, &resolved, &images)
+}
+
+fn render_resolved(inputs: &Inputs, resolved: &Resolved, images: &Images) -> Result<Vec<Document>, Error> {
     let hb = handlebars::registry()?;
     let render = |name: &'static str, values: &Value| {
         hb.render(name, values).map_err(|source| Error::Template {
@@ -168,11 +172,11 @@ pub fn render_documents(inputs: &Inputs) -> Result<Vec<Document>, Error> {
         None
     } else {
         let name = handlebars::SCHEDULER_CONFIG.0;
-        let text = render(name, &values::values(inputs, &resolved, &images, None)?)?;
+        let text = render(name, &values::values(inputs, resolved, images, None)?)?;
         documents(name, &text)?; // must be valid YAML before it is stored in the ConfigMap
         Some(text)
     };
-    let values = values::values(inputs, &resolved, &images, scheduler_config.as_deref())?;
+    let values = values::values(inputs, resolved, images, scheduler_config.as_deref())?;
 
     let mut out = Vec::new();
     for (name, _) in handlebars::TEMPLATES {
@@ -208,10 +212,31 @@ pub fn parse_document(doc: Document) -> Result<Object, Error> {
     }
 }
 
-/// The desired objects of a StorageOSCluster, in apply order. Pure: no I/O, no cluster access.
-/// Owner references are not set here (the apply step adds them).
-pub fn build(inputs: &Inputs) -> Result<Vec<Object>, Error> {
-    let mut objects: Vec<Object> = render_documents(inputs)?
+/// What the build made of a cluster: its objects, and what it resolved on the way, so the
+/// status and settings steps read it instead of resolving again.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The desired objects, in apply order, without owner references (the apply step adds them).
+    pub objects: Vec<Object>,
+    /// The spec with defaults (namespace, API endpoint, toggles).
+    pub resolved: Resolved,
+    /// The images the objects run.
+    pub images: Images,
+    /// Labels of the StorageOS node pods.
+    pub node_pod_labels: labels::Labels,
+    /// Tolerations of the node pods: the defaults merged with the spec's.
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// Go operator default images that the build replaced by this operator's.
+    pub replaced_go_defaults: Vec<Replaced>,
+}
+
+/// The plan of a StorageOSCluster. Pure: no I/O, no cluster access.
+pub fn plan(inputs: &Inputs) -> Result<Plan, Error> {
+    check_version(inputs.k8s_version.as_ref())?;
+    let spec = &inputs.cluster.spec;
+    let resolved = resolve(spec);
+    let images = resolve_images(spec.images.as_ref(), &inputs.default_images, &inputs.operator_image);
+    let mut objects: Vec<Object> = render_resolved(inputs, &resolved, &images)?
         .into_iter()
         .map(parse_document)
         .collect::<Result<_, _>>()?;
@@ -228,5 +253,25 @@ pub fn build(inputs: &Inputs) -> Result<Vec<Object>, Error> {
             set.retain(|k, v| cr_labels.get(k) != Some(v) || labels::is_own_key(k));
         }
     }
-    Ok(objects)
+    let name = inputs.cluster.metadata.name.as_deref().unwrap_or_default();
+    Ok(Plan {
+        objects,
+        node_pod_labels: labels::pod(name, Some("daemonset"), "storageos-daemonset"),
+        tolerations: scheduling::merge_tolerations(
+            scheduling::node_tolerations(),
+            spec.tolerations.as_deref().unwrap_or_default(),
+        ),
+        replaced_go_defaults: replaced_go_defaults(
+            spec.images.as_ref(),
+            &inputs.default_images,
+            &inputs.operator_image,
+        ),
+        resolved,
+        images,
+    })
+}
+
+/// The desired objects of a StorageOSCluster, in apply order ([`plan`]'s objects).
+pub fn build(inputs: &Inputs) -> Result<Vec<Object>, Error> {
+    plan(inputs).map(|p| p.objects)
 }

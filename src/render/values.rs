@@ -322,7 +322,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "openshift": openshift,
         "fencing": !r.disable_fencing,
         "serviceMonitor": inputs.service_monitor_crd,
-        "operator": {"namespace": inputs.operator_namespace, "selector": crate::install::selector()},
+        "operator": {"namespace": inputs.operator_namespace, "selector": crate::rbac::operator::selector()},
         "rbac": crate::rbac::components::template_values(),
     }))
 }

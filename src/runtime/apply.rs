@@ -6,7 +6,7 @@
 //! or the live object changed under us (its `generation` for objects that have one, so that
 //! status updates by other controllers do not trigger writes; its `resourceVersion` otherwise).
 //!
-//! Only objects of ours are ever taken over, replaced or deleted ([`is_ours`]): an object that
+//! Only objects of ours are ever taken over, replaced or deleted ([`Ownership::is_ours`]): an object that
 //! exists already must carry `app.kubernetes.io/managed-by=storageos-operator` (which the Go
 //! operator set too) or have been written by our field manager before we force-apply over it or
 //! replace it; pruning needs our field manager. A user's StorageClass `fast`, or a copy of one
@@ -19,22 +19,20 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
+use kube::core::{DynamicObject, ObjectMeta};
 use serde_json::Value;
 use tracing::Instrument;
 
 use super::live::LiveIndex;
+pub use super::object::{FIELD_MANAGER, Malformed, ObjectKey, live_marker, written_by_us};
 use crate::reasons::{self, Reason};
-
-/// The field manager of every write the operator makes.
-pub const FIELD_MANAGER: &str = "storageos-operator";
 
 /// Why applying or pruning failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A rendered object lacks apiVersion, kind or name (a template bug).
-    #[error("rendered object is missing {0}; this is a bug in the templates")]
-    Malformed(&'static str),
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
     /// The object exists but is not ours: it is left alone.
     #[error(
         "{0} exists and was not created by the StorageOS operator; it is left alone: delete or rename it, \
@@ -74,74 +72,34 @@ impl Error {
     }
 }
 
-/// Whether our field manager ever wrote the object.
-pub fn written_by_us(meta: &ObjectMeta) -> bool {
-    meta.managed_fields
-        .iter()
-        .flatten()
-        .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER))
+/// Which existing objects the applier may take over or replace: besides what our field manager
+/// wrote, objects written by one of `adoptable_managers`, labelled `managed_by`, or named one of
+/// `adoptable_names`. The owner of the kit (the operator) gives it at construction.
+#[derive(Clone, Copy, Debug)]
+pub struct Ownership {
+    /// Field managers of another controller whose objects are ours to adopt.
+    pub adoptable_managers: &'static [&'static str],
+    /// The label (key, value) that marks an object as managed by us.
+    pub managed_by: (&'static str, &'static str),
+    /// Names that are ours whoever created them (of any kind).
+    pub adoptable_names: &'static [&'static str],
 }
 
-/// Field manager of the Go operator v2.4.2 (a controller-runtime client's plain creates), whose
-/// objects are adopted (docs/adoption.md).
-pub const GO_FIELD_MANAGER: &str = "cluster-operator";
-
-/// Whether the object may be taken over by a forced apply: written by us or by the Go operator,
-/// labelled as managed by this operator (as the Go operator labelled most children), or the
-/// StorageOS CSIDriver.
-pub fn is_ours(meta: &ObjectMeta) -> bool {
-    written_by_us(meta)
-        || meta
-            .managed_fields
-            .iter()
-            .flatten()
-            .any(|f| f.manager.as_deref() == Some(GO_FIELD_MANAGER))
-        // A CSIDriver named after the StorageOS driver belongs to StorageOS whoever created it
-        // (the Go operator created it without labels).
-        || meta.name.as_deref() == Some(crate::storageos::CSI_DRIVER)
-        || meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(crate::render::labels::MANAGED_BY.0))
-            .is_some_and(|v| v == crate::render::labels::MANAGED_BY.1)
-}
-
-/// Identity of one object.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl std::fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
-
-impl ObjectKey {
-    /// The key of a rendered object.
-    pub fn of(obj: &Value) -> Result<Self, Error> {
-        let s = |v: &Value| v.as_str().map(str::to_string);
-        Ok(Self {
-            api_version: s(&obj["apiVersion"]).ok_or(Error::Malformed("apiVersion"))?,
-            kind: s(&obj["kind"]).ok_or(Error::Malformed("kind"))?,
-            namespace: s(&obj["metadata"]["namespace"]),
-            name: s(&obj["metadata"]["name"]).ok_or(Error::Malformed("metadata.name"))?,
-        })
-    }
-
-    fn api_resource(&self) -> ApiResource {
-        let (group, version) = match self.api_version.split_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", self.api_version.as_str()),
-        };
-        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &self.kind))
+impl Ownership {
+    /// Whether the object may be taken over by a forced apply.
+    pub fn is_ours(&self, meta: &ObjectMeta) -> bool {
+        written_by_us(meta)
+            || meta.managed_fields.iter().flatten().any(|f| {
+                f.manager
+                    .as_deref()
+                    .is_some_and(|m| self.adoptable_managers.contains(&m))
+            })
+            || meta.name.as_deref().is_some_and(|n| self.adoptable_names.contains(&n))
+            || meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(self.managed_by.0))
+                .is_some_and(|v| v == self.managed_by.1)
     }
 }
 
@@ -176,6 +134,59 @@ pub enum Outcome {
     Unchanged,
 }
 
+/// One object the apiserver refused in [`Applier::apply_all`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyFailure {
+    /// Kind, namespace and name.
+    pub object: String,
+    /// The apiserver's answer.
+    pub reason: String,
+    /// The condition reason for this failure alone (`ApplyFailed`, `ForeignObject`).
+    pub condition: Reason,
+}
+
+/// What [`Applier::apply_all`] did.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyReport {
+    /// Every object that applied (written or unchanged): what pruning keeps.
+    pub keep: BTreeSet<ObjectKey>,
+    /// How many were written.
+    pub written: usize,
+    /// Every object refused.
+    pub failures: Vec<ApplyFailure>,
+    /// How many objects were asked for.
+    pub total: usize,
+}
+
+impl ApplyReport {
+    /// The Ready=False message of a pass with failures.
+    pub fn failed_message(&self) -> String {
+        let each = self
+            .failures
+            .iter()
+            .map(|f| format!("{}: {}", f.object, f.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!(
+            "cannot apply {} of {} objects (the others are applied; nothing is pruned until every object applies): {each}",
+            self.failures.len(),
+            self.total
+        )
+    }
+
+    /// The condition reason of a pass with failures: the failures' own when they all share it
+    /// (ForeignObject tells more), else ApplyFailed.
+    pub fn failed_reason(&self) -> Reason {
+        match self.failures.first().map(|f| f.condition) {
+            Some(first) if self.failures.iter().all(|f| f.condition == first) => first,
+            _ => reasons::APPLY_FAILED,
+        }
+    }
+}
+
+/// How many objects [`Applier::apply_all`] applies at once.
+pub const APPLY_CONCURRENCY: usize = 8;
+
 /// Applies and prunes objects, remembering what it applied.
 pub struct Applier {
     client: Client,
@@ -183,6 +194,8 @@ pub struct Applier {
     applied: Mutex<HashMap<ObjectKey, (u64, String)>>,
     /// What the controller's watches of its children saw (empty unless a controller feeds it).
     live: Arc<LiveIndex>,
+    /// Which existing objects may be taken over.
+    ownership: Ownership,
 }
 
 /// Background deletion of exactly the object `meta` describes.
@@ -203,21 +216,14 @@ fn hash_of(v: &Value) -> u64 {
     h.finish()
 }
 
-/// What tells whether the live object changed since we applied it.
-pub(crate) fn live_marker(meta: &ObjectMeta) -> String {
-    match meta.generation {
-        Some(g) => format!("g{g}"),
-        None => format!("rv{}", meta.resource_version.clone().unwrap_or_default()),
-    }
-}
-
 impl Applier {
-    /// An applier writing with `client`.
-    pub fn new(client: Client) -> Self {
+    /// An applier writing with `client` that takes over only the objects `ownership` allows.
+    pub fn new(client: Client, ownership: Ownership) -> Self {
         Self {
             client,
             applied: Mutex::new(HashMap::new()),
             live: Arc::default(),
+            ownership,
         }
     }
 
@@ -329,7 +335,7 @@ impl Applier {
             None => {
                 // Not applied by this process yet: never force-apply over someone else's object.
                 let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
-                if live.is_some_and(|l| !is_ours(&l.metadata)) {
+                if live.is_some_and(|l| !self.ownership.is_ours(&l.metadata)) {
                     return Err(Error::Foreign(key));
                 }
             }
@@ -344,7 +350,7 @@ impl Applier {
                 // (only that very object). Never done for workloads, whose replacement would
                 // restart storage.
                 let live = api.get_metadata_opt(&key.name).await.map_err(|e| kube_err("get", e))?;
-                let Some(live) = live.filter(|l| is_ours(&l.metadata)) else {
+                let Some(live) = live.filter(|l| self.ownership.is_ours(&l.metadata)) else {
                     return Err(Error::Foreign(key));
                 };
                 tracing::warn!(object = %key, "immutable fields changed; deleting and recreating");
@@ -370,6 +376,53 @@ impl Applier {
         };
         self.remember(key.clone(), Some((hash, live_marker(&written.metadata))));
         Ok((key, Outcome::Applied))
+    }
+
+    /// Applies every object, in waves (`wave(kind)`, lowest first) of a few at once, and
+    /// reports what applied and what was refused. Every object is tried even when one fails: a
+    /// refused DaemonSet must not leave the Service or the RBAC unreconciled. `owner` as in
+    /// [`Applier::apply`].
+    pub async fn apply_all(
+        &self,
+        objects: &[Value],
+        owner: Option<(&OwnerReference, &str)>,
+        wave: impl Fn(&str) -> u8,
+    ) -> ApplyReport {
+        let kind = |v: &Value| v["kind"].as_str().unwrap_or_default().to_string();
+        let mut waves: Vec<u8> = objects.iter().map(|v| wave(&kind(v))).collect();
+        waves.sort_unstable();
+        waves.dedup();
+        let mut report = ApplyReport {
+            total: objects.len(),
+            ..ApplyReport::default()
+        };
+        for w in waves {
+            let this: Vec<&Value> = objects.iter().filter(|v| wave(&kind(v)) == w).collect();
+            for chunk in this.chunks(APPLY_CONCURRENCY) {
+                let applied = futures::future::join_all(chunk.iter().map(|v| self.apply(v, owner))).await;
+                for (value, result) in chunk.iter().zip(applied) {
+                    match result {
+                        Ok((key, outcome)) => {
+                            if outcome == Outcome::Applied {
+                                tracing::debug!(object = %key, "applied");
+                                report.written += 1;
+                            }
+                            report.keep.insert(key);
+                        }
+                        Err(e) => {
+                            let object = ObjectKey::of(value).map_or_else(|e| e.to_string(), |k| k.to_string());
+                            tracing::warn!(%object, error = %e, "apply failed");
+                            report.failures.push(ApplyFailure {
+                                object,
+                                reason: e.apiserver_reason(),
+                                condition: e.reason(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        report
     }
 
     /// Deletes every object of `kinds` matching `selector` whose key is not in `keep`.
@@ -498,26 +551,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn keys_of_namespaced_and_cluster_objects() {
-        let k = ObjectKey::of(&json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "storageos-daemonset", "namespace": "kube-system"}}))
-        .unwrap();
-        assert_eq!(k.to_string(), "DaemonSet kube-system/storageos-daemonset");
-        assert_eq!(k.api_resource().plural, "daemonsets");
-        let k = ObjectKey::of(&json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": "fast"}}))
-        .unwrap();
-        assert_eq!(k.namespace, None);
-        assert_eq!(k.api_resource().group, "storage.k8s.io");
-        let k = ObjectKey::of(&json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})).unwrap();
-        assert_eq!(k.api_resource().group, "");
-        assert!(matches!(
-            ObjectKey::of(&json!({"kind": "Service"})),
-            Err(Error::Malformed("apiVersion"))
-        ));
-    }
-
-    #[test]
     fn apiserver_reason_keeps_code_reason_and_the_whole_message() {
         let forbidden = kube::core::Status {
             code: 403,
@@ -545,17 +578,27 @@ mod tests {
     }
 
     #[test]
-    fn live_marker_prefers_generation() {
-        let meta = ObjectMeta {
-            generation: Some(3),
-            resource_version: Some("99".into()),
-            ..Default::default()
+    fn failed_message_names_every_object_and_reason() {
+        let report = ApplyReport {
+            failures: vec![
+                ApplyFailure {
+                    object: "DaemonSet ns/storageos-daemonset".into(),
+                    reason: "403 Forbidden: denied by policy".into(),
+                    condition: reasons::APPLY_FAILED,
+                },
+                ApplyFailure {
+                    object: "Service ns/storageos".into(),
+                    reason: "422 Invalid: duplicate port".into(),
+                    condition: reasons::APPLY_FAILED,
+                },
+            ],
+            total: 40,
+            ..ApplyReport::default()
         };
-        assert_eq!(live_marker(&meta), "g3");
-        let meta = ObjectMeta {
-            resource_version: Some("99".into()),
-            ..Default::default()
-        };
-        assert_eq!(live_marker(&meta), "rv99");
+        let m = report.failed_message();
+        assert!(m.starts_with("cannot apply 2 of 40 objects"), "{m}");
+        assert!(m.contains("DaemonSet ns/storageos-daemonset: 403 Forbidden: denied by policy; Service ns/storageos: 422 Invalid: duplicate port"), "{m}");
+        assert!(m.contains("nothing is pruned"), "{m}");
+        assert_eq!(report.failed_reason(), reasons::APPLY_FAILED);
     }
 }

@@ -16,8 +16,8 @@ use tokio::sync::{broadcast, watch};
 
 /// Objects per list request, for a watch's (re-)list and for [`names`]: a page is parsed whole,
 /// `managedFields` included, before anything is dropped, and its peak stays in the allocator
-/// afterwards. kube's default page of 500 Node metadata is ~7 MB at 1,000 nodes; 100 keep it
-/// under 2 MB for a few more requests at start-up.
+/// afterwards. A smaller page than kube's default 500 keeps that peak low for a few more requests
+/// at start-up (docs/benchmarks.md).
 pub const LIST_PAGE: u32 = 100;
 
 /// A watch of every object of a kind, listed [`LIST_PAGE`] at a time.

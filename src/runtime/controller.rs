@@ -1,16 +1,19 @@
 //! Plumbing every controller shares: events on its objects, per-object exponential backoff and
 //! controller-runtime-compatible reconcile metrics.
 
-use std::collections::HashMap;
-use std::fmt::Display;
+use std::collections::{HashMap, HashSet};
+use std::fmt::{Debug, Display};
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::runtime::controller::Action;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::events::Recorder;
@@ -196,6 +199,67 @@ impl Kit {
 }
 
 /// A metadata-only object from JSON metadata, for tests of watch mappers.
+/// A controller built on the kit: its context holds the [`Kit`] and says how to reconcile and
+/// what to forget of deleted objects. [`run`] does the rest the same way for every controller.
+pub trait Reconciler: Send + Sync + Sized + 'static {
+    /// The kind reconciled.
+    type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static;
+    /// Why a reconcile failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+    /// The controller's name in logs.
+    const NAME: &'static str;
+
+    /// Events, backoff and metrics.
+    fn kit(&self) -> &Kit;
+
+    /// One reconcile of `obj`.
+    fn reconcile(obj: Arc<Self::Object>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// Forgets what the context keeps of objects no longer in `live` (the controller's cache);
+    /// [`forget_deleted`] already forgets their backoff.
+    fn forget(&self, _live: &[Arc<Self::Object>]) {}
+}
+
+/// A controller of `api` whose watch-triggered reconciles back off (see [`TriggerBackoff`]).
+pub fn controller<K>(api: Api<K>, config: watcher::Config) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    Controller::new(api, config).trigger_backoff(TriggerBackoff::default())
+}
+
+/// Forgets the backoff and the context's state of every object not in `live`, so an object
+/// deleted while failing leaves nothing behind and a same-named replacement starts afresh.
+pub fn forget_deleted<R: Reconciler>(ctx: &R, live: &[Arc<R::Object>]) {
+    let keys: HashSet<(String, String)> = live.iter().map(|o| key(o.as_ref())).collect();
+    ctx.kit().retain_failures(|k| keys.contains(k));
+    ctx.forget(live);
+}
+
+/// Runs `controller` until `shutdown` resolves: each reconcile is timed and traced
+/// ([`Kit::timed`]), a failure retried with the kit's backoff, deleted objects forgotten
+/// before each reconcile.
+pub async fn run<R: Reconciler>(
+    controller: Controller<R::Object>,
+    ctx: Arc<R>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let store = controller.store();
+    let results = controller.graceful_shutdown_on(shutdown).run(
+        move |obj: Arc<R::Object>, ctx: Arc<R>| {
+            forget_deleted(ctx.as_ref(), &store.state());
+            async move {
+                ctx.kit()
+                    .timed(obj.as_ref(), R::reconcile(obj.clone(), ctx.clone()))
+                    .await
+            }
+        },
+        |obj, error, ctx| ctx.kit().retry_after_error(obj.as_ref(), error),
+        ctx,
+    );
+    drain(R::NAME, results).await;
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) fn partial_meta<K: Resource<DynamicType = ()>>(

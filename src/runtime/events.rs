@@ -3,7 +3,7 @@
 //!
 //! kube's `Recorder` folds repeats too, but keeps every event it published, whole, until its next
 //! publish six minutes later, and never gives the table back: the label sync's first pass over
-//! 5,000 PVCs left about 6 MiB of the api-manager resident for good (docs/benchmarks.md). This
+//! thousands of PVCs stayed resident for good (docs/benchmarks.md). This
 //! one keeps, per recent event, a hash of what makes it a repeat and where it was written; at
 //! most [`REMEMBERED`] of them, for [`REPEAT_WITHIN`].
 
@@ -21,7 +21,7 @@ use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::runtime::text::{EVENT_NOTE_LIMIT, truncated};
+use crate::text::{EVENT_NOTE_LIMIT, truncated};
 
 /// A repeat of an event within this time adds to its series instead of making a new one (as
 /// kube and client-go do).
@@ -288,7 +288,7 @@ mod tests {
         let now = Timestamp::from_second(1_700_000_000).unwrap();
         let e = build(&reporter, &event("ApplyFailed", &long), &pod("a"), now);
         let note = e.note.unwrap();
-        assert!(note.len() <= crate::runtime::text::EVENT_NOTE_LIMIT, "{}", note.len());
+        assert!(note.len() <= crate::text::EVENT_NOTE_LIMIT, "{}", note.len());
         assert!(note.starts_with("xxx") && note.ends_with("(truncated)"));
     }
 }

@@ -73,20 +73,4 @@ pub(crate) mod tests {
             concat!("storageos-operator/", env!("CARGO_PKG_VERSION"))
         );
     }
-
-    #[tokio::test]
-    async fn s6_storageos_requests_name_the_component() {
-        for component in [None, Some("api-manager")] {
-            let (url, head) =
-                answer_once("HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
-            let mut config = crate::storageos::Config::new(&url, "u", "p");
-            if component.is_some() {
-                config = config.with_user_agent(user_agent(component));
-            }
-            let _ = crate::storageos::Client::new(config).unwrap().list_nodes().await;
-            let head = head.await.unwrap();
-            let want = format!("user-agent: {}", user_agent(component));
-            assert!(head.contains(&want), "{head}");
-        }
-    }
 }

@@ -11,7 +11,7 @@ use kube::Resource;
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::watcher;
 
-use super::apply::ObjectKey;
+use super::object::{ObjectKey, live_marker, written_by_us};
 
 /// One object as the watch last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +50,8 @@ fn key_of<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> ObjectKey {
 
 fn seen(meta: &ObjectMeta) -> Seen {
     Seen {
-        marker: super::apply::live_marker(meta),
-        written_by_us: super::apply::written_by_us(meta),
+        marker: live_marker(meta),
+        written_by_us: written_by_us(meta),
         labels: meta.labels.clone().unwrap_or_default(),
     }
 }
@@ -146,7 +146,7 @@ mod tests {
                 labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 managed_fields: ours.then(|| {
                     vec![ManagedFieldsEntry {
-                        manager: Some(super::super::apply::FIELD_MANAGER.into()),
+                        manager: Some(super::super::object::FIELD_MANAGER.into()),
                         ..Default::default()
                     }]
                 }),

@@ -3,8 +3,7 @@
 //! glibc keeps the pages of freed memory in its arenas: after a burst (the first list of every
 //! watch, a StorageOS poll of thousands of volumes, a re-list) a process stays resident at the
 //! size of the burst, not of what it holds. `malloc_trim` returns every whole free page of every
-//! arena; at 1,000 nodes it took the api-manager from 56 to 48 MiB resident
-//! (docs/benchmarks.md).
+//! arena (what it saves: docs/benchmarks.md).
 
 use std::convert::Infallible;
 use std::time::Duration;

@@ -19,10 +19,40 @@ use tokio::task::JoinHandle;
 pub use kube_sync::{NODE_POD_SELECTOR, PodView, Seen, SyncAction, plan_sync};
 pub use state::{ApiError, Faults, NodeSeed, RequestRecord, VolumeSeed};
 
-use crate::cli::SimulateArgs;
 use crate::storageos::models::{Cluster, Health, Namespace, Node, Volume};
 use http::Shared;
 use state::State;
+use std::path::PathBuf;
+
+/// Arguments of `simulate`.
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    /// Address to listen on.
+    #[arg(long, env = "STORAGEOS_SIM_ADDR", default_value = "127.0.0.1:5705")]
+    pub listen: String,
+
+    /// Username the simulator accepts at login.
+    #[arg(long, default_value = "storageos")]
+    pub username: String,
+
+    /// Password the simulator accepts at login.
+    #[arg(long, default_value = "storageos")]
+    pub password: String,
+
+    /// Lifetime of issued tokens, for example `300s`, `5m` or `1h`.
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_flag)]
+    pub token_ttl: std::time::Duration,
+
+    /// Register a StorageOS node (online) for every Running pod of the StorageOS node
+    /// DaemonSet in the cluster this kubeconfig points at.
+    #[arg(long, conflicts_with = "in_cluster")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The same, in the cluster the simulator runs in as a pod (its ServiceAccount needs to
+    /// list and watch pods); outside a pod, the cluster of `KUBECONFIG`.
+    #[arg(long)]
+    pub in_cluster: bool,
+}
 
 /// Why the simulator failed.
 #[derive(Debug, thiserror::Error)]

@@ -19,23 +19,22 @@ pub mod pull;
 pub mod reconcile;
 pub mod status;
 
-use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::runtime::apply::{self, Applier, FIELD_MANAGER};
-use crate::runtime::controller::{Kit, controlling_owner, drain};
+use crate::runtime::controller::{self as kit, Kit, Reconciler, controlling_owner};
 use crate::runtime::metrics::ReconcileMetrics;
 use crate::runtime::trusted::TrustedNamespaces;
 
@@ -72,19 +71,16 @@ pub struct Context {
     pub(crate) step_delay: Duration,
     /// The namespaces whose upgrades are honoured (every namespace unless set).
     pub(crate) trusted: TrustedNamespaces,
-    /// The controller's upgrade cache, to map watch events and forget deleted upgrades.
-    store: OnceLock<Store<StorageOSUpgrade>>,
 }
 
 impl Context {
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
-            applier: Applier::new(client.clone()),
+            applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: Kit::new(client.clone(), CONTROLLER, metrics),
             client,
             step_delay: Duration::ZERO,
             trusted: TrustedNamespaces::Any,
-            store: OnceLock::new(),
         }
     }
 
@@ -102,16 +98,6 @@ impl Context {
     pub fn with_trusted_namespaces(mut self, trusted: TrustedNamespaces) -> Self {
         self.trusted = trusted;
         self
-    }
-
-    fn forget_deleted(&self) {
-        let Some(store) = self.store.get() else { return };
-        let keys: HashSet<(String, String)> = store
-            .state()
-            .iter()
-            .map(|u| (u.namespace().unwrap_or_default(), u.name_any()))
-            .collect();
-        self.kit.retain_failures(|k| keys.contains(k));
     }
 }
 
@@ -148,14 +134,18 @@ fn at_phases(store: &Store<StorageOSUpgrade>, phases: &[UpgradePhase]) -> Vec<Ob
         .collect()
 }
 
-async fn reconcile_timed(upgrade: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.kit
-        .timed(upgrade.as_ref(), reconcile::reconcile(upgrade.clone(), ctx.clone()))
-        .await
-}
+impl Reconciler for Context {
+    type Object = StorageOSUpgrade;
+    type Error = Error;
+    const NAME: &'static str = CONTROLLER;
 
-fn error_policy(upgrade: Arc<StorageOSUpgrade>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.kit.retry_after_error(upgrade.as_ref(), error)
+    fn kit(&self) -> &Kit {
+        &self.kit
+    }
+
+    fn reconcile(upgrade: Arc<StorageOSUpgrade>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Error>> + Send {
+        reconcile::reconcile(upgrade, ctx)
+    }
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -163,11 +153,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let client = ctx.client.clone();
     // One reconcile at a time: upgrades are rare, and "one upgrade at a time" is then decided
     // without races between two upgrades' reconciles.
-    let controller = Controller::new(Api::<StorageOSUpgrade>::all(client.clone()), watcher::Config::default())
-        .with_config(controller::Config::default().concurrency(1))
-        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default());
+    let controller = kit::controller(Api::<StorageOSUpgrade>::all(client.clone()), watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(1));
     let store = controller.store();
-    let _ = ctx.store.set(store.clone());
     let labelled = watcher::Config::default().labels(pull::UPGRADE_LABEL);
     let pullers = watcher(
         Api::<PartialObjectMeta<DaemonSet>>::all(client.clone()),
@@ -192,16 +180,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     .default_backoff()
     .touched_objects();
     let (node_store, waiting_store) = (store.clone(), store);
-    let results = controller
+    let controller = controller
         .watches_stream(pullers, upgrade_of_puller)
         .watches_stream(puller_pods, upgrade_of_puller_pod)
         .watches_stream(node_pods, move |_| {
             at_phases(&node_store, &[UpgradePhase::PullingImage, UpgradePhase::UpgradingNodes])
         })
-        .watches_stream(upgrades, move |_| at_phases(&waiting_store, &[UpgradePhase::Pending]))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_timed, error_policy, ctx);
-    drain(CONTROLLER, results).await;
+        .watches_stream(upgrades, move |_| at_phases(&waiting_store, &[UpgradePhase::Pending]));
+    kit::run(controller, ctx, shutdown).await;
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch};
 use kube::core::Selector;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -20,7 +20,7 @@ use super::plan::{self, Act, ClusterView, Observed, Step};
 use super::pull::{self, PullerView};
 use super::status;
 use super::{Context, Error, FINALIZER, POLL, patch_params};
-use crate::cluster::PAUSED_BY_ANNOTATION;
+use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED};
 use crate::render;
@@ -37,7 +37,6 @@ fn key(u: &StorageOSUpgrade) -> String {
 
 /// Reconciles one upgrade.
 pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.forget_deleted();
     // Completed is final: nothing to read, nothing to write.
     if cached.meta().deletion_timestamp.is_none() && plan::phase_of(&cached) == UpgradePhase::Completed {
         return Ok(Action::await_change());
@@ -201,13 +200,9 @@ async fn write_status(
     previous: &StorageOSUpgradeStatus,
     next: StorageOSUpgradeStatus,
 ) -> Result<StorageOSUpgradeStatus, Error> {
-    if &next != previous {
-        // Only over the status this step was decided on: a writer acting on a stale view (an
-        // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
-        let patch = json!({"metadata": {"resourceVersion": up.resource_version()}, "status": next});
-        api.patch_status(&up.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
+    // Only over the status this step was decided on: a writer acting on a stale view (an
+    // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
+    crate::runtime::status::write_if_changed(api, up, previous, &next).await?;
     Ok(next)
 }
 
@@ -277,7 +272,7 @@ async fn observe(
                 .into_iter()
                 .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
                 .collect();
-            let active = crate::cluster::reconcile::active(&clusters);
+            let active = crate::crd::active_cluster(&clusters);
             o.other_namespace = active
                 .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
                 .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
@@ -436,8 +431,8 @@ async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) 
         Act::ApplyPuller => {
             let template = o.nodes.as_ref().map(|n| n.template.clone()).unwrap_or_default();
             let desired = pull::build(up, &template);
-            let value =
-                serde_json::to_value(&desired).map_err(|_| crate::runtime::apply::Error::Malformed("a DaemonSet"))?;
+            let value = serde_json::to_value(&desired)
+                .map_err(|_| crate::runtime::apply::Error::from(crate::runtime::object::Malformed("a DaemonSet")))?;
             let owner = up.controller_owner_ref(&());
             let ns = up.namespace().unwrap_or_default();
             ctx.applier

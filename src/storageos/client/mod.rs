@@ -57,7 +57,7 @@ impl Config {
             },
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             login_timeout: DEFAULT_LOGIN_TIMEOUT,
-            user_agent: crate::runtime::identity::user_agent(None),
+            user_agent: super::DEFAULT_USER_AGENT.to_string(),
             max_response_bytes: MAX_RESPONSE_BYTES,
             ca_pem: None,
         }
@@ -440,7 +440,7 @@ impl Client {
                 .filter(|m| !m.is_empty())
                 .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
             // It goes into errors, conditions, events and logs: a few lines, not megabytes.
-            let message = crate::runtime::text::truncated(&message, ERROR_BODY_LIMIT);
+            let message = crate::text::truncated(&message, ERROR_BODY_LIMIT);
             return Err(Error::from_status(status.as_u16(), method.as_str(), &path, message));
         }
         Ok(Answer { status, headers, body })

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use super::context::Context;
 use super::error::{Error, Step};
 use crate::crd::StorageOSCluster;
-use crate::render::{self, Inputs};
+use crate::render::{self, Inputs, Plan};
 use crate::storageos;
 
 /// Why no StorageOS client could be made.
@@ -20,12 +20,8 @@ pub enum ClientError {
     Client(#[from] storageos::Error),
 }
 
-/// The StorageOS API client for `cluster`: the configured override, else the cluster's Service.
-pub fn api_client(
-    cluster: &StorageOSCluster,
-    ctx: &Context,
-    inputs: &Inputs,
-) -> Result<storageos::Client, ClientError> {
+/// The StorageOS API client of a cluster: the configured override, else the cluster's Service.
+pub fn api_client(ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<storageos::Client, ClientError> {
     let secret = inputs.secret.as_ref().ok_or(ClientError::NoSecret)?;
     let data = secret
         .data
@@ -37,7 +33,7 @@ pub fn api_client(
     let (username, password) = render::secrets::api_credentials(&data);
     let endpoint = match &ctx.config.storageos_endpoint {
         Some(e) => e.clone(),
-        None => render::resolve(&cluster.spec).api_endpoint(),
+        None => plan.resolved.api_endpoint(),
     };
     Ok(ctx.api_client(
         &endpoint,
@@ -63,8 +59,8 @@ pub fn desired(cluster: &StorageOSCluster, current: &storageos::Cluster) -> stor
 }
 
 /// Pushes the settings when they differ from the control plane's.
-pub async fn push(cluster: &StorageOSCluster, ctx: &Context, inputs: &Inputs) -> Result<(), Error> {
-    let client = match api_client(cluster, ctx, inputs) {
+pub async fn push(cluster: &StorageOSCluster, ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<(), Error> {
+    let client = match api_client(ctx, inputs, plan) {
         Ok(c) => c,
         Err(ClientError::Client(e)) => return Err(e).step("make a StorageOS API client"),
         Err(ClientError::NoSecret) => return Ok(()),

@@ -1,0 +1,67 @@
+//! The rules several components share about a StorageOSCluster: the annotations through which
+//! the upgrade, the api-manager and the plugin talk to the cluster reconciler, and which cluster
+//! is the active one.
+
+use kube::ResourceExt;
+
+use super::StorageOSCluster;
+
+/// Annotation that lets a cluster be deleted while pods still use StorageOS volumes.
+pub const FORCE_DELETE_ANNOTATION: &str = "storageos.com/force-delete";
+/// Annotation a StorageOSUpgrade sets (to its name) to pause the cluster reconciler.
+pub const PAUSED_BY_ANNOTATION: &str = "storageos.com/paused-by-upgrade";
+
+/// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
+/// deleted stays active until its finalizer is done, so two sets of objects never fight.
+pub fn active_cluster(clusters: &[StorageOSCluster]) -> Option<&StorageOSCluster> {
+    clusters.iter().min_by(|a, b| {
+        let key = |c: &StorageOSCluster| {
+            (
+                c.metadata.creation_timestamp.clone().map(|t| t.0),
+                c.namespace().unwrap_or_default(),
+                c.name_any(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
+}
+
+/// Whether `a` and `b` are the same cluster (a same-named replacement is not).
+pub fn same_cluster(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
+    a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn cluster(ns: &str, name: &str, created: i64) -> StorageOSCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"),
+                         "creationTimestamp": k8s_openapi::jiff::Timestamp::from_second(created).unwrap().to_string()},
+            "spec": {"secretRefName": "s", "secretRefNamespace": "default"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_oldest_cluster_is_active_with_a_stable_tie_break() {
+        let cs = vec![cluster("b", "x", 20), cluster("a", "y", 10), cluster("a", "z", 10)];
+        let a = active_cluster(&cs).unwrap();
+        assert_eq!(
+            (a.namespace().unwrap(), a.name_any()),
+            ("a".to_string(), "y".to_string())
+        );
+        assert!(active_cluster(&[]).is_none());
+    }
+
+    #[test]
+    fn same_name_in_another_namespace_is_not_the_same_cluster() {
+        assert!(!same_cluster(&cluster("a", "x", 1), &cluster("b", "x", 1)));
+        assert!(same_cluster(&cluster("a", "x", 1), &cluster("a", "x", 1)));
+    }
+}
