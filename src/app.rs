@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
-use crate::runtime::memory::trimming;
+use crate::runtime::process::memory::trimming;
 #[cfg(feature = "simulator")]
 use crate::sim;
 use crate::{apimanager, crd, install, operator, render};

@@ -10,10 +10,10 @@ use crate::cluster::metrics::ClusterMetrics;
 use crate::cluster::{self, Context, OperatorConfig};
 use crate::job;
 use crate::render;
-use crate::runtime::health::Health;
-use crate::runtime::leader::{self, Leadership};
-use crate::runtime::metrics::ReconcileMetrics;
-use crate::runtime::signal;
+use crate::runtime::kube::leader::{self, Leadership};
+use crate::runtime::kube::metrics::ReconcileMetrics;
+use crate::runtime::process::health::Health;
+use crate::runtime::process::signal;
 use crate::storageos::ApiMetrics;
 use crate::upgrade;
 
@@ -69,15 +69,15 @@ pub struct RunArgs {
     /// operands). Creating these kinds is cluster-admin-equivalent: list only namespaces whose
     /// every editor may act as cluster-admin. `*` trusts every namespace.
     #[arg(long, env = "WATCH_NAMESPACES")]
-    pub watch_namespaces: Option<crate::runtime::trusted::TrustedNamespaces>,
+    pub watch_namespaces: Option<crate::runtime::kube::trusted::TrustedNamespaces>,
 }
 
 impl RunArgs {
     /// The trusted namespaces: `--watch-namespaces`, else the operator's own namespace.
-    pub fn trusted_namespaces(&self) -> crate::runtime::trusted::TrustedNamespaces {
+    pub fn trusted_namespaces(&self) -> crate::runtime::kube::trusted::TrustedNamespaces {
         self.watch_namespaces
             .clone()
-            .unwrap_or_else(|| crate::runtime::trusted::TrustedNamespaces::only(&self.leader_election_namespace))
+            .unwrap_or_else(|| crate::runtime::kube::trusted::TrustedNamespaces::only(&self.leader_election_namespace))
     }
 }
 
@@ -86,7 +86,7 @@ impl RunArgs {
 pub enum Error {
     /// No usable kubeconfig or in-cluster configuration, or no API server there.
     #[error(transparent)]
-    Connect(#[from] crate::runtime::connect::Error),
+    Connect(#[from] crate::runtime::kube::connect::Error),
     /// The metrics address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -118,7 +118,7 @@ pub fn register_metrics(registry: &mut Registry) -> OperatorMetrics {
 
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let connection = crate::runtime::connect::connect(args.kubeconfig.as_deref(), None).await?;
+    let connection = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), None).await?;
     connection.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %connection.server, from = %connection.from, version = %connection.version, "connected to Kubernetes");
     let client = connection.client;

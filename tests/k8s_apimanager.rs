@@ -355,7 +355,7 @@ async fn a_repeated_event_is_a_series_and_a_repeat_of_a_deleted_one_a_new_event(
     use k8s_openapi::api::events::v1::Event as K8sEvent;
     use kube::api::ListParams;
     use kube::runtime::events::{Event, EventType, Reporter};
-    use storageos_operator::runtime::events::Recorder;
+    use storageos_operator::runtime::kube::events::Recorder;
 
     let ns = TestNamespace::new("events").await;
     let recorder = Recorder::new(

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use storageos_operator::cluster::ownership::APPLY_OWNERSHIP;
-use storageos_operator::runtime::apply::{Applier, Outcome, PruneKind};
+use storageos_operator::runtime::kube::apply::{Applier, Outcome, PruneKind};
 use support::TestNamespace;
 
 const KINDS: &[PruneKind] = &[
@@ -100,7 +100,7 @@ async fn apply_writes_once_repairs_drift_and_prunes() {
     )
     .await
     .unwrap();
-    let keep: BTreeSet<_> = [storageos_operator::runtime::apply::ObjectKey::of(&changed).unwrap()].into();
+    let keep: BTreeSet<_> = [storageos_operator::runtime::kube::apply::ObjectKey::of(&changed).unwrap()].into();
     let deleted = applier
         .prune(KINDS, &format!("test-owner={owner}"), &keep)
         .await
@@ -257,7 +257,7 @@ async fn m8_a_user_object_with_our_labels_is_never_pruned() {
         .create(&kube::api::PostParams::default(), &user_ds)
         .await
         .unwrap();
-    let key = storageos_operator::runtime::apply::ObjectKey::of(&daemon_set(&ns.name, &owner)).unwrap();
+    let key = storageos_operator::runtime::kube::apply::ObjectKey::of(&daemon_set(&ns.name, &owner)).unwrap();
     assert!(!applier.delete_ours(&key).await.unwrap());
     assert!(ns.api::<DaemonSet>().get_opt("ds").await.unwrap().is_some());
 }

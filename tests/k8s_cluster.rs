@@ -25,7 +25,7 @@ use serde_json::json;
 use storageos_operator::cluster::{self, Context, OperatorConfig};
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::render::DefaultImages;
-use storageos_operator::runtime::metrics::ReconcileMetrics;
+use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
 use storageos_operator::sim::{self, Simulator};
 use support::{TestNamespace, from_json, wait_for};
 
@@ -636,7 +636,7 @@ async fn m2_missing_etcd_tls_source_never_prunes_the_copy_and_l2_long_names_dele
 #[tokio::test]
 async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused() {
     use storageos_operator::reasons::NAMESPACE_NOT_ALLOWED;
-    use storageos_operator::runtime::trusted::TrustedNamespaces;
+    use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
 
     let _lock = support::cluster_lock();
     let ns = TestNamespace::new("trusted").await;

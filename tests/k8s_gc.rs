@@ -440,7 +440,7 @@ async fn the_garbage_collection_reads_every_page_of_names() {
     // Other tests create and delete namespaces meanwhile: what exists before and after must be
     // in the paged read.
     let before = whole().await;
-    let paged = storageos_operator::runtime::cache::names_in_pages(&api, 2)
+    let paged = storageos_operator::runtime::kube::cache::names_in_pages(&api, 2)
         .await
         .unwrap();
     let after = whole().await;

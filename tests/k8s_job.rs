@@ -24,8 +24,8 @@ use serde_json::json;
 use storageos_operator::crd::{Job, JobStatus};
 use storageos_operator::job;
 use storageos_operator::reasons::{HOST_PATH_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED};
-use storageos_operator::runtime::metrics::ReconcileMetrics;
-use storageos_operator::runtime::trusted::TrustedNamespaces;
+use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
+use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
 use support::{TestNamespace, events, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(60);

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use storageos_operator::runtime::leader::{Leadership, Timing};
+use storageos_operator::runtime::kube::leader::{Leadership, Timing};
 use support::TestNamespace;
 
 #[tokio::test]

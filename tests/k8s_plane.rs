@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::json;
-use storageos_operator::runtime::{https, pki};
+use storageos_operator::runtime::{process::https, process::pki};
 use support::{TestNamespace, from_json, wait_for};
 
 const MINUTE: Duration = Duration::from_secs(60);

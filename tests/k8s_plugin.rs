@@ -879,7 +879,7 @@ fn etcd_binary() -> PathBuf {
 async fn preflight_checks_an_https_etcd_with_the_tls_secret() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = plugin_kubeconfig(dir.path()).await;
-    let cert = storageos_operator::runtime::pki::issue_serving_cert(
+    let cert = storageos_operator::runtime::process::pki::issue_serving_cert(
         "etcd",
         &["127.0.0.1".to_string()],
         chrono::Duration::hours(1),

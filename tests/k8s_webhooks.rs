@@ -21,7 +21,7 @@ use storageos_operator::apimanager::webhook::encryption::{
     ENCRYPTION, NAMESPACE_KEY_SECRET, SECRET_NAME_ANNOTATION, SECRET_NAMESPACE_ANNOTATION, VOLUME_KEY_PREFIX,
 };
 use storageos_operator::apimanager::webhook::{self, KubeLookups, WebhookMetrics, WebhookState, keys};
-use storageos_operator::runtime::https;
+use storageos_operator::runtime::process::https;
 use support::{TestNamespace, from_json, wait_for};
 
 fn pod(name: &str, claim: Option<&str>, annotations: serde_json::Value) -> Pod {
@@ -39,7 +39,7 @@ fn pod(name: &str, claim: Option<&str>, annotations: serde_json::Value) -> Pod {
 /// Endpoints point at this machine, and a configuration limited to the test's namespace.
 struct Served {
     manager: CertManager,
-    cert: storageos_operator::runtime::pki::ServingCert,
+    cert: storageos_operator::runtime::process::pki::ServingCert,
     slot: https::CertSlot,
     mwcs: Api<MutatingWebhookConfiguration>,
     name: String,
@@ -317,7 +317,7 @@ async fn pod_and_pvc_mutators_through_real_admission() {
         .patch("storageos-webhook", &PatchParams::default(), &Patch::Merge(&soon))
         .await
         .unwrap();
-    let expiring = storageos_operator::runtime::pki::ServingCert {
+    let expiring = storageos_operator::runtime::process::pki::ServingCert {
         not_after: chrono::Utc::now() + chrono::Duration::minutes(30),
         ..renewed.clone()
     };

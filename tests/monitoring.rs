@@ -12,7 +12,7 @@ use promql_parser::parser::{self, Expr};
 use promql_parser::util::{ExprVisitor, walk_expr};
 use serde_json::Value;
 use storageos_operator::crd::StorageOSClusterStatus;
-use storageos_operator::runtime::metrics::ReconcileResult;
+use storageos_operator::runtime::kube::metrics::ReconcileResult;
 use storageos_operator::sim::{self, Simulator};
 use storageos_operator::storageos;
 

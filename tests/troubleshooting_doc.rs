@@ -72,9 +72,9 @@ fn each_section_says_what_to_do_with_a_command() {
 /// publisher and the table itself.
 const ALLOWED: &[&str] = &[
     "src/reasons.rs",
-    "src/runtime/conditions.rs",
-    "src/runtime/controller.rs",
-    "src/runtime/events.rs",
+    "src/runtime/kube/conditions.rs",
+    "src/runtime/kube/controller.rs",
+    "src/runtime/kube/events.rs",
 ];
 
 /// The code of a source file without its test module (`#[cfg(test)]` followed by `mod … {`,
@@ -148,7 +148,7 @@ fn escape(line: &str) -> Option<&'static str> {
     for kind in ["Condition {", "Event {", "K8sEvent {"] {
         for (at, _) in line.match_indices(kind) {
             if word_at(at, kind) && !declares {
-                return Some("a condition or event object built outside runtime::{conditions, controller, events}");
+                return Some("a condition or event object built outside runtime::kube::{conditions, controller, events}");
             }
         }
     }

@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::runtime::https::CertSlot;
-use crate::runtime::pki::{self, ServingCert};
+use crate::runtime::process::https::CertSlot;
+use crate::runtime::process::pki::{self, ServingCert};
 
 /// A re-issued certificate is served at once, without waiting for the next refresh, when the
 /// served one expires within this.
@@ -76,7 +76,7 @@ pub fn verify(cert: &ServingCert, dns_name: &str, now: DateTime<Utc>) -> Result<
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
-    crate::runtime::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).map_err(|e| e.to_string())?;
+    crate::runtime::process::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).map_err(|e| e.to_string())?;
     let ca = CertificateDer::from_pem_slice(cert.ca_pem.as_bytes()).map_err(|e| format!("CA: {e}"))?;
     let ee = CertificateDer::from_pem_slice(cert.cert_pem.as_bytes()).map_err(|e| format!("certificate: {e}"))?;
     let mut roots = rustls::RootCertStore::empty();

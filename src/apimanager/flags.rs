@@ -311,7 +311,7 @@ impl ApiManagerArgs {
 
     /// The metrics address with an empty host meaning all interfaces (`:8080` → `0.0.0.0:8080`).
     pub fn metrics_socket_addr(&self) -> String {
-        crate::runtime::addr::listen_addr(&self.metrics_addr)
+        crate::runtime::process::addr::listen_addr(&self.metrics_addr)
     }
 }
 

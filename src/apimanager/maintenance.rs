@@ -118,7 +118,7 @@ pub async fn current(client: &Client, own: Option<&(String, String)>) -> Result<
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::identity::tests::answer_once;
+    use crate::runtime::kube::identity::tests::answer_once;
 
     #[tokio::test]
     async fn s6_a_plain_text_404_without_the_crd_means_no_upgrade() {

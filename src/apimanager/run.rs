@@ -19,11 +19,11 @@ use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
-use crate::runtime::health::Health;
-use crate::runtime::https::{self, CertSlot};
-use crate::runtime::leader::{self, Leadership};
-use crate::runtime::metrics::ReconcileMetrics;
-use crate::runtime::signal;
+use crate::runtime::kube::leader::{self, Leadership};
+use crate::runtime::kube::metrics::ReconcileMetrics;
+use crate::runtime::process::health::Health;
+use crate::runtime::process::https::{self, CertSlot};
+use crate::runtime::process::signal;
 use crate::storageos::{self, ApiMetrics};
 
 /// The Lease the api-manager's replicas elect a leader on (the Go api-manager's LeaderElectionID;
@@ -37,7 +37,7 @@ const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/servicea
 pub enum Error {
     /// No usable Kubernetes configuration, or no API server there.
     #[error(transparent)]
-    Connect(#[from] crate::runtime::connect::Error),
+    Connect(#[from] crate::runtime::kube::connect::Error),
     /// A listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -98,7 +98,7 @@ pub fn read_credentials(dir: &Path) -> Result<(String, String), String> {
 }
 
 async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
-    let c = crate::runtime::connect::connect(args.kubeconfig.as_deref(), Some(API_MANAGER_COMPONENT)).await?;
+    let c = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), Some(API_MANAGER_COMPONENT)).await?;
     c.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %c.server, from = %c.from, version = %c.version, "connected to Kubernetes");
     Ok(c.client)
@@ -115,7 +115,7 @@ async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManage
     loop {
         let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
             let mut config = storageos::Config::new(&args.api_endpoint, user, pass)
-                .with_user_agent(crate::runtime::identity::user_agent(Some(API_MANAGER_COMPONENT)));
+                .with_user_agent(crate::runtime::kube::identity::user_agent(Some(API_MANAGER_COMPONENT)));
             if let Some(path) = &args.api_ca_file {
                 let pem =
                     std::fs::read(path).map_err(|e| format!("cannot read --api-ca-file {}: {e}", path.display()))?;
@@ -147,7 +147,7 @@ async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManage
 
 /// Ensures the certificate and the caBundle, retrying until both work (the webhook configuration
 /// may not exist yet while the cluster is being installed).
-async fn ensure_certs(manager: &CertManager, retry: Duration) -> crate::runtime::pki::ServingCert {
+async fn ensure_certs(manager: &CertManager, retry: Duration) -> crate::runtime::process::pki::ServingCert {
     loop {
         match manager.ensure().await {
             Ok(cert) => match manager.inject_ca(&cert.ca_pem).await {
@@ -241,7 +241,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     tokio::spawn(caches);
     let state = WebhookState::new(lookups, args.scheduler().map(str::to_string), webhook_metrics);
     let router = webhook::router(state, &args.webhook_mutate_pods_path, &args.webhook_mutate_pvcs_path);
-    let webhook_listener = crate::runtime::addr::bind(&args.webhook_addr)
+    let webhook_listener = crate::runtime::process::addr::bind(&args.webhook_addr)
         .await
         .map_err(|source| Error::Listen {
             addr: args.webhook_addr.clone(),

@@ -15,8 +15,8 @@ use kube::{Client, Resource, ResourceExt};
 use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::render::labels::CLUSTER_LABEL;
-use crate::runtime::apply::FIELD_MANAGER;
-use crate::runtime::conditions;
+use crate::runtime::kube::apply::FIELD_MANAGER;
+use crate::runtime::kube::conditions;
 
 /// Condition naming the image fields whose Go defaults were replaced.
 pub const GO_DEFAULTS_CONDITION: &str = reasons::GO_DEFAULT_IMAGES_REPLACED.name();

@@ -13,10 +13,10 @@ use super::metrics::ClusterMetrics;
 use crate::crd::StorageOSCluster;
 use crate::reasons::Reason;
 use crate::render::DefaultImages;
-use crate::runtime::apply::Applier;
-use crate::runtime::controller::Kit;
-use crate::runtime::metrics::ReconcileMetrics;
-use crate::runtime::trusted::TrustedNamespaces;
+use crate::runtime::kube::apply::Applier;
+use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::metrics::ReconcileMetrics;
+use crate::runtime::kube::trusted::TrustedNamespaces;
 use crate::storageos;
 
 /// The controller name used in metrics, events and logs.

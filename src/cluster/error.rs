@@ -2,7 +2,7 @@
 //! happened in, so a timeout or a refusal on the cluster's status says which read or write it
 //! was, not only "Kubernetes API: …".
 
-use crate::runtime::apply;
+use crate::runtime::kube::apply;
 use crate::storageos;
 
 /// Why a reconcile failed; every variant is retried with backoff.

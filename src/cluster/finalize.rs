@@ -21,7 +21,7 @@ use super::status::phase;
 use crate::crd::FORCE_DELETE_ANNOTATION;
 use crate::crd::StorageOSCluster;
 use crate::reasons::{self, Reason};
-use crate::runtime::{cache, conditions, finalizer};
+use crate::runtime::{kube::cache, kube::conditions, kube::finalizer};
 
 use crate::storageos::kube::{is_storageos_volume, storageos_claims};
 
@@ -72,7 +72,7 @@ async fn set_terminating(
         &now,
     );
     status.conditions = Some(conds);
-    crate::runtime::status::write_if_changed(&api, cluster, &previous, &status)
+    crate::runtime::kube::status::write_if_changed(&api, cluster, &previous, &status)
         .await
         .step("write the status")?;
     Ok(())

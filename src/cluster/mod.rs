@@ -47,7 +47,7 @@ pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
-use crate::runtime::controller::{self, Kit, Reconciler};
+use crate::runtime::kube::controller::{self, Kit, Reconciler};
 
 /// The cluster a child belongs to, from its labels. A long cluster name is hashed in the label
 /// (see [`label_value`]), so the name is looked up among the known clusters.
@@ -160,7 +160,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         nodes: nodes_cache,
         node_pods: pods_cache,
     });
-    let nodes = watcher(Api::<Node>::all(client.clone()), crate::runtime::cache::every())
+    let nodes = watcher(Api::<Node>::all(client.clone()), crate::runtime::kube::cache::every())
         .modify(node_cache::slim_node)
         .default_backoff()
         .reflect(nodes_writer)
@@ -169,7 +169,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     // Node pods change readiness without touching their labels: every change counts.
     let node_pods = watcher(
         Api::<Pod>::all(client.clone()),
-        crate::runtime::cache::every().labels(NODE_POD_SELECTOR),
+        crate::runtime::kube::cache::every().labels(NODE_POD_SELECTOR),
     )
     .modify(node_cache::slim_pod)
     .default_backoff()
@@ -195,7 +195,7 @@ pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::runtime::metrics::ReconcileMetrics;
+    use crate::runtime::kube::metrics::ReconcileMetrics;
 
     /// A context whose client talks to `client` (a mock or nothing at all).
     pub(crate) fn context(client: kube::Client) -> Context {

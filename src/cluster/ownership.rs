@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use crate::crd::StorageOSCluster;
 use crate::render::{self, labels};
-use crate::runtime::apply::{Ownership, PruneKind};
+use crate::runtime::kube::apply::{Ownership, PruneKind};
 
 /// Finalizer that holds a cluster until everything it created is deleted.
 pub const FINALIZER: &str = "finalizer.storageoscluster.storageos.com";

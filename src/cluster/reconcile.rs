@@ -20,10 +20,10 @@ use crate::reasons::{
     self, NAMESPACE_NOT_ALLOWED, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED,
 };
 use crate::render::{self, Inputs, Plan};
-use crate::runtime::conditions::{self, now};
-use crate::runtime::status;
-use crate::runtime::trusted::TrustedNamespaces;
-use crate::runtime::{apply, finalizer};
+use crate::runtime::kube::conditions::{self, now};
+use crate::runtime::kube::status;
+use crate::runtime::kube::trusted::TrustedNamespaces;
+use crate::runtime::{kube::apply, kube::finalizer};
 
 /// Reconciles one cluster. A failure is also shown on the cluster (Ready=False with the
 /// apiserver's message, which names the verb and resource of a forbidden request), never only in
@@ -386,7 +386,7 @@ async fn apply(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) -> Result
         .iter()
         .map(|o| o.to_value())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| apply::Error::from(crate::runtime::object::Malformed("a serialisable object")))?;
+        .map_err(|_| apply::Error::from(crate::runtime::kube::object::Malformed("a serialisable object")))?;
     let owner = cluster.controller_owner_ref(&());
     let cluster_ns = cluster.namespace().unwrap_or_default();
     let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::settings_push::ClientError;
 use crate::crd::{ContainerImages, MembersStatus, StorageOSClusterStatus};
 use crate::reasons;
-use crate::runtime::conditions;
+use crate::runtime::kube::conditions;
 use crate::storageos::models::{Health, Node as ApiNode};
 
 /// Phases of a cluster.

@@ -29,10 +29,10 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Job;
 use crate::reasons::Reason;
-use crate::runtime::apply::{self, Applier};
-use crate::runtime::controller::{self, Kit, Reconciler, controlling_owner};
-use crate::runtime::metrics::ReconcileMetrics;
-use crate::runtime::trusted::TrustedNamespaces;
+use crate::runtime::kube::apply::{self, Applier};
+use crate::runtime::kube::controller::{self, Kit, Reconciler, controlling_owner};
+use crate::runtime::kube::metrics::ReconcileMetrics;
+use crate::runtime::kube::trusted::TrustedNamespaces;
 use daemonset::JOB_LABEL;
 use logs::LogCursor;
 
@@ -232,7 +232,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::controller::partial_meta as meta;
+    use crate::runtime::kube::controller::partial_meta as meta;
     use serde_json::json;
 
     #[test]
@@ -264,7 +264,7 @@ mod tests {
             "spec": {"image": "i", "args": [], "mountPath": "/m", "hostPath": "/var/lib/storageos", "completionWord": "done"}}))
         .unwrap();
         writer.apply_watcher_event(&watcher::Event::Apply(live));
-        let key = |job: &str| crate::runtime::apply::ObjectKey {
+        let key = |job: &str| crate::runtime::kube::apply::ObjectKey {
             api_version: "apps/v1".into(),
             kind: "DaemonSet".into(),
             namespace: Some("ns".into()),
@@ -275,7 +275,7 @@ mod tests {
             ctx.applier.remember_applied(key(&format!("gone-{i}")));
         }
         assert_eq!(ctx.applier.remembered_count(), 1001);
-        crate::runtime::controller::forget_deleted(&ctx, &store.state());
+        crate::runtime::kube::controller::forget_deleted(&ctx, &store.state());
         assert_eq!(ctx.applier.remembered_count(), 1);
     }
 }

@@ -19,8 +19,8 @@ use super::status::{self, PodView};
 use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
-use crate::runtime::conditions::{self, now};
-use crate::runtime::controller::is_controlled_by;
+use crate::runtime::kube::conditions::{self, now};
+use crate::runtime::kube::controller::is_controlled_by;
 
 /// Note of the event sent once when a Job completes (the Go operator's; reason `JobCompleted`).
 pub const COMPLETED_NOTE: &str = "Job Completed. Safe to delete.";
@@ -101,8 +101,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
         }
     }
 
-    let value = serde_json::to_value(&desired)
-        .map_err(|_| crate::runtime::apply::Error::from(crate::runtime::object::Malformed("a DaemonSet")))?;
+    let value = serde_json::to_value(&desired).map_err(|_| {
+        crate::runtime::kube::apply::Error::from(crate::runtime::kube::object::Malformed("a DaemonSet"))
+    })?;
     let owner = job.controller_owner_ref(&());
     if let Err(e) = ctx
         .applier
@@ -284,7 +285,7 @@ async fn read_logs(ctx: &Context, key: &JobKey, ns: &str, word: &str, pods: &[Po
 
 /// Writes `status` when it differs from what the Job shows. Never touches the spec.
 async fn write_status(api: &Api<Job>, job: &Job, previous: &JobStatus, status: &JobStatus) -> Result<(), Error> {
-    crate::runtime::status::write_if_changed(api, job, previous, status).await?;
+    crate::runtime::kube::status::write_if_changed(api, job, previous, status).await?;
     Ok(())
 }
 
@@ -295,11 +296,12 @@ async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: Reason, mes
     if status.completed.is_none() {
         status.completed = Some(false);
     }
-    crate::runtime::status::set_not_ready(api, &ctx.kit, job, &previous, status, (reason, reason), message).await?;
+    crate::runtime::kube::status::set_not_ready(api, &ctx.kit, job, &previous, status, (reason, reason), message)
+        .await?;
     Ok(())
 }
 
-impl crate::runtime::status::WithConditions for JobStatus {
+impl crate::runtime::kube::status::WithConditions for JobStatus {
     fn conditions_mut(&mut self) -> &mut Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>> {
         &mut self.conditions
     }

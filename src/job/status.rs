@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::crd::JobStatus;
 use crate::reasons;
-use crate::runtime::conditions;
+use crate::runtime::kube::conditions;
 
 /// One of the Job's pods as the completion check sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::FIELD_MANAGER;
-use crate::runtime::apply::ObjectKey;
+use crate::runtime::kube::apply::ObjectKey;
 
 /// Why an object could not be applied or deleted.
 #[derive(Debug, thiserror::Error)]

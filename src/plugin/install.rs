@@ -20,7 +20,7 @@ use super::wait::{self, Look, Waited};
 use super::{etcd, eval_etcd, progress};
 use crate::crd::StorageOSCluster;
 use crate::render::{DEFAULT_OPERATOR_IMAGE, MIN_KUBERNETES};
-use crate::runtime::apply::ObjectKey;
+use crate::runtime::kube::apply::ObjectKey;
 
 /// Name of the credentials Secret `install` creates.
 pub const SECRET_NAME: &str = "storageos-api";

@@ -166,7 +166,8 @@ pub async fn run(client: &Client, namespace: &str, args: &UninstallArgs) -> Resu
         objects.extend(super::install::crds()?);
     }
     for obj in objects {
-        let key = crate::runtime::apply::ObjectKey::of(&obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
+        let key =
+            crate::runtime::kube::apply::ObjectKey::of(&obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
         let what = apply::describe(&key);
         if applier.delete(&obj).await? {
             println!("{what} deleted{suffix}");
@@ -205,8 +206,8 @@ async fn remove_eval_etcd(client: &Client, applier: &mut Applier, args: &Uninsta
             let mut objects = eval_etcd::objects(ns, eval_etcd::IMAGE, None);
             objects.reverse();
             for obj in objects {
-                let key =
-                    crate::runtime::apply::ObjectKey::of(&obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
+                let key = crate::runtime::kube::apply::ObjectKey::of(&obj)
+                    .map_err(|e| apply::Error::Identity(e.to_string()))?;
                 if applier.delete(&obj).await? {
                     println!("{} deleted{suffix}", apply::describe(&key));
                 }

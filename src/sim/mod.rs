@@ -72,7 +72,7 @@ pub enum Error {
     Rejected { status: u16, message: String },
     /// The `--kubeconfig` or `--in-cluster` mode could not connect to Kubernetes.
     #[error(transparent)]
-    Kube(#[from] crate::runtime::connect::Error),
+    Kube(#[from] crate::runtime::kube::connect::Error),
 }
 
 impl From<ApiError> for Error {
@@ -138,7 +138,7 @@ impl Simulator {
     /// Binds `config.listen` and serves in a background task until the handle is dropped or
     /// shut down.
     pub async fn start(config: Config) -> Result<SimHandle, Error> {
-        let listener = crate::runtime::addr::bind(&config.listen)
+        let listener = crate::runtime::process::addr::bind(&config.listen)
             .await
             .map_err(|source| Error::Bind {
                 addr: config.listen.clone(),
@@ -324,9 +324,9 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
         ..Config::default()
     };
     let kube_client = match &args.kubeconfig {
-        Some(path) => Some(crate::runtime::connect::connect(Some(path), None).await?.client),
+        Some(path) => Some(crate::runtime::kube::connect::connect(Some(path), None).await?.client),
         // In a pod without KUBECONFIG, the environment is the pod's ServiceAccount.
-        None if args.in_cluster => Some(crate::runtime::connect::connect(None, None).await?.client),
+        None if args.in_cluster => Some(crate::runtime::kube::connect::connect(None, None).await?.client),
         None => None,
     };
     let handle = Simulator::start(config).await?;
@@ -340,7 +340,7 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
         tracing::info!("registering a StorageOS node for every Running StorageOS node pod");
         handle.sync_with_kubernetes(c)
     });
-    crate::runtime::signal::shutdown().await;
+    crate::runtime::process::signal::shutdown().await;
     tracing::info!("stopping the simulator");
     handle.shutdown().await;
     Ok(())

@@ -24,7 +24,7 @@ pub const DEFAULT_USER_AGENT: &str = concat!("storageos-operator/", env!("CARGO_
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use crate::runtime::identity::{tests::answer_once, user_agent};
+    use crate::runtime::kube::identity::{tests::answer_once, user_agent};
 
     #[tokio::test]
     async fn requests_name_the_component() {

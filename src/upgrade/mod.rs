@@ -33,10 +33,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
-use crate::runtime::apply::{self, Applier, FIELD_MANAGER};
-use crate::runtime::controller::{self as kit, Kit, Reconciler, controlling_owner};
-use crate::runtime::metrics::ReconcileMetrics;
-use crate::runtime::trusted::TrustedNamespaces;
+use crate::runtime::kube::apply::{self, Applier, FIELD_MANAGER};
+use crate::runtime::kube::controller::{self as kit, Kit, Reconciler, controlling_owner};
+use crate::runtime::kube::metrics::ReconcileMetrics;
+use crate::runtime::kube::trusted::TrustedNamespaces;
 
 /// The controller name used in metrics and logs.
 pub const CONTROLLER: &str = "storageosupgrade";
@@ -194,7 +194,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::controller::partial_meta as meta;
+    use crate::runtime::kube::controller::partial_meta as meta;
     use serde_json::json;
 
     #[test]

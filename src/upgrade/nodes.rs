@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::{Resource, ResourceExt};
 
-use crate::runtime::controller::is_controlled_by;
+use crate::runtime::kube::controller::is_controlled_by;
 
 /// Name of the node DaemonSet (templates/node-daemonset.yaml.hbs).
 pub const NODE_DAEMONSET: &str = "storageos-daemonset";

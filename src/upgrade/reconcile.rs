@@ -24,9 +24,9 @@ use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED};
 use crate::render;
-use crate::runtime::apply::ObjectKey;
-use crate::runtime::conditions::{self, now};
-use crate::runtime::finalizer;
+use crate::runtime::kube::apply::ObjectKey;
+use crate::runtime::kube::conditions::{self, now};
+use crate::runtime::kube::finalizer;
 
 /// How often an upgrade that waits for another one checks again (watch events come first).
 const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
@@ -202,7 +202,7 @@ async fn write_status(
 ) -> Result<StorageOSUpgradeStatus, Error> {
     // Only over the status this step was decided on: a writer acting on a stale view (an
     // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
-    crate::runtime::status::write_if_changed(api, up, previous, &next).await?;
+    crate::runtime::kube::status::write_if_changed(api, up, previous, &next).await?;
     Ok(next)
 }
 
@@ -355,7 +355,7 @@ async fn observe_nodes(namespace: &str, ctx: &Context) -> Result<Option<NodeView
 /// Every list goes a page at a time; of the PVs only StorageOS ones are kept, and of the
 /// Deployments and StatefulSets only those that qualify (this runs at every ScalingDown poll).
 async fn candidates(ctx: &Context) -> Result<Vec<ScaledApp>, Error> {
-    use crate::runtime::cache::{LIST_PAGE, pick_in_pages};
+    use crate::runtime::kube::cache::{LIST_PAGE, pick_in_pages};
     use crate::storageos::kube::is_storageos_volume;
 
     let c = &ctx.client;
@@ -431,8 +431,9 @@ async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) 
         Act::ApplyPuller => {
             let template = o.nodes.as_ref().map(|n| n.template.clone()).unwrap_or_default();
             let desired = pull::build(up, &template);
-            let value = serde_json::to_value(&desired)
-                .map_err(|_| crate::runtime::apply::Error::from(crate::runtime::object::Malformed("a DaemonSet")))?;
+            let value = serde_json::to_value(&desired).map_err(|_| {
+                crate::runtime::kube::apply::Error::from(crate::runtime::kube::object::Malformed("a DaemonSet"))
+            })?;
             let owner = up.controller_owner_ref(&());
             let ns = up.namespace().unwrap_or_default();
             ctx.applier

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::crd::{ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::reasons::{self, Reason};
-use crate::runtime::conditions;
+use crate::runtime::kube::conditions;
 
 /// The condition reason of `phase`: the phase's name.
 pub fn phase_reason(phase: UpgradePhase) -> Reason {

@@ -48,7 +48,7 @@ pub const API_MANAGER: Identity = Identity {
 };
 
 async fn apply(client: &Client, obj: &Value) {
-    let key = storageos_operator::runtime::apply::ObjectKey::of(obj).expect("object identity");
+    let key = storageos_operator::runtime::kube::apply::ObjectKey::of(obj).expect("object identity");
     let (group, version) = key.api_version.split_once('/').unwrap_or(("", &key.api_version));
     let ar = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, &key.kind));
     let api: Api<kube::core::DynamicObject> = match &key.namespace {

@@ -291,7 +291,7 @@ pub async fn api_manager_context_as(
     use storageos_operator::apimanager::controllers::Context;
     use storageos_operator::apimanager::flags::ApiManagerArgs;
     use storageos_operator::apimanager::metrics::ApiManagerMetrics;
-    use storageos_operator::runtime::metrics::ReconcileMetrics;
+    use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
     use storageos_operator::storageos;
 
     let mut registry = prometheus_client::registry::Registry::default();

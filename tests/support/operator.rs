@@ -7,7 +7,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use storageos_operator::cluster::{self, Context, OperatorConfig};
 use storageos_operator::render::DefaultImages;
-use storageos_operator::runtime::metrics::ReconcileMetrics;
+use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
 use storageos_operator::sim::{self, SimHandle, Simulator};
 use tokio::task::JoinHandle;
 

@@ -37,8 +37,8 @@ use super::{Context, periodic};
 use crate::apimanager::controllers::config::DeleteSyncConfig;
 use crate::apimanager::maintenance::Maintenance;
 use crate::reasons;
-use crate::runtime::cache;
-use crate::runtime::controller::{Kit, backoff_delay};
+use crate::runtime::kube::cache;
+use crate::runtime::kube::controller::{Kit, backoff_delay};
 use crate::storageos;
 
 /// How often a delete suspended by maintenance (or by not knowing whether there is

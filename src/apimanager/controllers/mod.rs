@@ -27,9 +27,9 @@ use kube::core::PartialObjectMeta;
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
 use super::storageos_poll::{ApiSource, StorageOSPoll};
-use crate::runtime::cache::Shared;
-use crate::runtime::controller::Kit;
-use crate::runtime::metrics::ReconcileMetrics;
+use crate::runtime::kube::cache::Shared;
+use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::storageos;
 
 /// The name events are reported under, as in the Go api-manager.
@@ -137,7 +137,7 @@ pub fn bound_pv(pvc: &PersistentVolumeClaim) -> Option<&str> {
 
 /// Keeps a reflector of `events` going forever (without managedFields), logging and backing
 /// off on watch errors; the first argument names the controller in the logs.
-pub use crate::runtime::cache::reflect_events as reflect;
+pub use crate::runtime::kube::cache::reflect_events as reflect;
 
 /// Runs `pass` after `schedule.delay`, then every `schedule.every`; returns at once (never
 /// running it) when the loop is disabled.

@@ -26,7 +26,7 @@ use super::Context;
 use super::config::LabelSyncConfig;
 use super::labels::{self, Failures, LabelSync, NodePlan, Syncing, plan_node};
 use crate::apimanager::storageos_poll;
-use crate::runtime::cache::Shared;
+use crate::runtime::kube::cache::Shared;
 use crate::storageos;
 use crate::storageos::kube::runs_storageos;
 use std::future::Future;

@@ -35,7 +35,7 @@ use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
 use crate::apimanager::storageos_poll;
 use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
 use crate::reasons::{self, Reason};
-use crate::runtime::cache::Shared;
+use crate::runtime::kube::cache::Shared;
 use crate::storageos;
 use crate::storageos::kube::provisioned_by_storageos;
 use crate::storageos::models::{Labels, Volume};

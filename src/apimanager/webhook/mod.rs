@@ -35,7 +35,7 @@ use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
 use tracing::Instrument;
 
-use crate::runtime::cache::{self, Shared};
+use crate::runtime::kube::cache::{self, Shared};
 use crate::telemetry::spans;
 
 use lookups::{LookupError, Lookups};
@@ -261,7 +261,7 @@ impl WebhookMetrics {
 /// How long a mutator may take before the request is answered without it: below the
 /// configuration's 5 s timeout, so the apiserver gets our answer rather than its own timeout.
 pub const DEADLINE: Duration = Duration::from_secs(4);
-/// The largest request body read (as [`crate::runtime::https::Limits::body`]): an
+/// The largest request body read (as [`crate::runtime::process::https::Limits::body`]): an
 /// AdmissionReview of a Pod or PVC CREATE (no old object) of the largest size etcd stores
 /// (1.5 MiB) fits.
 pub const MAX_BODY: usize = 2 << 20;

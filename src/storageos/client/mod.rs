@@ -592,7 +592,7 @@ mod tests {
     #[tokio::test]
     async fn error_bodies_are_truncated() {
         let body = "e".repeat(64 * 1024);
-        let (url, _) = crate::runtime::identity::tests::answer_once(Box::leak(
+        let (url, _) = crate::runtime::kube::identity::tests::answer_once(Box::leak(
             format!(
                 "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
@@ -610,7 +610,7 @@ mod tests {
     async fn login_does_not_follow_redirects() {
         let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let target = format!("http://{}/v2/auth/login", elsewhere.local_addr().unwrap());
-        let (url, head) = crate::runtime::identity::tests::answer_once(Box::leak(
+        let (url, head) = crate::runtime::kube::identity::tests::answer_once(Box::leak(
             format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                 .into_boxed_str(),
         ))
@@ -625,11 +625,12 @@ mod tests {
     #[tokio::test]
     async fn an_https_endpoint_is_verified_against_the_configured_ca() {
         let cert =
-            crate::runtime::pki::issue_serving_cert("sos", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
-        let slot = crate::runtime::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
+            crate::runtime::process::pki::issue_serving_cert("sos", &["127.0.0.1".into()], chrono::Duration::hours(1))
+                .unwrap();
+        let slot = crate::runtime::process::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(crate::runtime::https::serve(
+        tokio::spawn(crate::runtime::process::https::serve(
             listener,
             slot,
             axum::Router::new(),

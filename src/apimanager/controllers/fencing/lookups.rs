@@ -20,7 +20,7 @@ use crate::apimanager::controllers::Context;
 use crate::apimanager::maintenance::Maintenance;
 use crate::apimanager::metrics::FencerOutcome;
 use crate::reasons::Reason;
-use crate::runtime::controller::Kit;
+use crate::runtime::kube::controller::Kit;
 use crate::storageos;
 use crate::storageos::models::{Namespace, Volume};
 

@@ -44,7 +44,7 @@ use super::snapshot::{OnSnapshot, Subscription};
 use crate::apimanager::storageos_poll::NodeSnapshot;
 use crate::crd::StorageOSCluster;
 use crate::reasons;
-use crate::runtime::controller::Kit;
+use crate::runtime::kube::controller::Kit;
 use crate::telemetry::spans;
 use episodes::{Episodes, Start};
 use lookups::Live;

@@ -19,8 +19,8 @@ use super::watch::changes;
 use crate::apimanager::controllers::config::LabelSyncConfig;
 use crate::apimanager::controllers::{Context, periodic};
 use crate::reasons;
-use crate::runtime::cache::Shared;
-use crate::runtime::controller::Kit;
+use crate::runtime::kube::cache::Shared;
+use crate::runtime::kube::controller::Kit;
 use crate::storageos;
 
 /// The failed writes of one sync, sorted: a 400 means StorageOS will never accept the value
@@ -155,7 +155,7 @@ pub async fn run<S: LabelSync>(ctx: Arc<Context>) {
     });
     let controller = Controller::for_stream(changes(events, S::fingerprint), reader.clone())
         .with_config(controller::Config::default().concurrency(config.workers))
-        .trigger_backoff(crate::runtime::controller::TriggerBackoff::default())
+        .trigger_backoff(crate::runtime::kube::controller::TriggerBackoff::default())
         .reconcile_on(queued)
         .run(
             |obj: Arc<S::Object>, st: Arc<Syncing>| {

@@ -90,7 +90,7 @@ struct Caches {
 impl Caches {
     fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
         let client = &ctx.kube;
-        let all = crate::runtime::cache::every;
+        let all = crate::runtime::kube::cache::every;
         let (nodes, a) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
         let (volumes, b) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
         let k8s_nodes = ctx.nodes.get(client, CONTROLLER);

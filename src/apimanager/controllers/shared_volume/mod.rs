@@ -32,7 +32,7 @@ use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
-use crate::runtime::controller::Kit;
+use crate::runtime::kube::controller::Kit;
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
 use desired::{Candidate, Fix, SharedVolume};
 
@@ -130,7 +130,7 @@ struct Caches {
 impl Caches {
     fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
         let client = &ctx.kube;
-        let ours = crate::runtime::cache::every().labels(desired::VOLUME_ID_LABEL);
+        let ours = crate::runtime::kube::cache::every().labels(desired::VOLUME_ID_LABEL);
         let pvcs = ctx.pvcs.get(client, CONTROLLER);
         let (services, b) = reflect(CONTROLLER, watcher(Api::<Service>::all(client.clone()), ours.clone()));
         let (endpoints, c) = reflect(CONTROLLER, watcher(Api::<Endpoints>::all(client.clone()), ours));

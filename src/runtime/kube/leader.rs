@@ -62,7 +62,7 @@ impl Leadership {
             .with_identity(identity)
             .with_duration(timing.duration_secs)
             .with_grace(timing.grace_secs)
-            .with_field_manager(crate::runtime::apply::FIELD_MANAGER)
+            .with_field_manager(crate::runtime::kube::apply::FIELD_MANAGER)
             .build()
             .await
             .map_err(|e| Error::Lease {

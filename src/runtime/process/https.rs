@@ -476,7 +476,7 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
-    use crate::runtime::pki;
+    use crate::runtime::process::pki;
 
     /// A server on loopback with `limits`, answering `ok` on `/`; its address and CA.
     async fn start(limits: Limits) -> (std::net::SocketAddr, String) {
@@ -523,7 +523,7 @@ mod tests {
     /// The release profile must keep unwinding for the test above to hold in production.
     #[test]
     fn the_release_build_unwinds_on_panic() {
-        let manifest = include_str!("../../Cargo.toml");
+        let manifest = include_str!("../../../Cargo.toml");
         let (_, release) = manifest.split_once("[profile.release]").unwrap();
         let section = release.split("\n[").next().unwrap();
         let abort = section

@@ -98,7 +98,7 @@ fn older_than(git_version: &str, min: &semver::Version) -> bool {
 pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Result<Connection, Error> {
     let (config, from) = load(kubeconfig).await?;
     let server = config.cluster_url.to_string();
-    let config = crate::runtime::identity::kube_config(config, component);
+    let config = crate::runtime::kube::identity::kube_config(config, component);
     let client = kube::Client::try_from(config).map_err(|e| Error::Config {
         from: from.clone(),
         message: chain(&e),
@@ -286,7 +286,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_that_answers_is_a_connection() {
-        let (url, _request) = crate::runtime::identity::tests::answer_once(
+        let (url, _request) = crate::runtime::kube::identity::tests::answer_once(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 185\r\n\r\n{\"major\":\"1\",\"minor\":\"36\",\"gitVersion\":\"v1.36.3\",\"gitCommit\":\"x\",\"gitTreeState\":\"clean\",\"buildDate\":\"2026-01-01T00:00:00Z\",\"goVersion\":\"go1.26\",\"compiler\":\"gc\",\"platform\":\"linux/amd64\"}",
         )
         .await;

@@ -43,10 +43,10 @@ impl Health {
 
     /// Binds `addr` and serves the three endpoints in the background, with [`limits`].
     pub async fn spawn_server(&self, addr: &str) -> std::io::Result<()> {
-        let listener = crate::runtime::addr::bind(addr).await?;
+        let listener = crate::runtime::process::addr::bind(addr).await?;
         let router = self.router();
         tokio::spawn(async move {
-            crate::runtime::https::serve_plain_with(listener, router, std::future::pending(), limits()).await;
+            crate::runtime::process::https::serve_plain_with(listener, router, std::future::pending(), limits()).await;
             tracing::error!("metrics server stopped");
         });
         Ok(())
@@ -66,8 +66,8 @@ impl Health {
 /// idle connections closed, a deadline over each request), with room for many more connections,
 /// so idle ones cannot keep a probe waiting: they are closed within 10 s, and until then a probe
 /// still gets a connection.
-pub fn limits() -> crate::runtime::https::Limits {
-    crate::runtime::https::Limits {
+pub fn limits() -> crate::runtime::process::https::Limits {
+    crate::runtime::process::https::Limits {
         connections: 16_384,
         body: 64 << 10,
         ..Default::default()
@@ -142,11 +142,11 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let health = Health::new(Registry::default());
-        let short = crate::runtime::https::Limits {
+        let short = crate::runtime::process::https::Limits {
             headers: std::time::Duration::from_millis(500),
             ..limits()
         };
-        tokio::spawn(crate::runtime::https::serve_plain_with(
+        tokio::spawn(crate::runtime::process::https::serve_plain_with(
             listener,
             health.router(),
             std::future::pending(),
