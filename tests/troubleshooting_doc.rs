@@ -148,7 +148,9 @@ fn escape(line: &str) -> Option<&'static str> {
     for kind in ["Condition {", "Event {", "K8sEvent {"] {
         for (at, _) in line.match_indices(kind) {
             if word_at(at, kind) && !declares {
-                return Some("a condition or event object built outside runtime::kube::{conditions, controller, events}");
+                return Some(
+                    "a condition or event object built outside runtime::kube::{conditions, controller, events}",
+                );
             }
         }
     }
