@@ -9,6 +9,7 @@ FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 COPY templates ./templates
 RUN cargo build --release --locked --no-default-features --bin storageos-operator \
  && strip target/release/storageos-operator

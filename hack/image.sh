@@ -199,9 +199,11 @@ sbom() { # tool-bin-dir triple out
     --override-filename "$(basename "$WORK")-sbom-$2" >&2
   # Its references to this crate name the checkout (path+file:///path/to/clone): written
   # relative, as its purls already are, so that the clone's path is not in the image.
-  python3 -c 'import sys; src, out, root = sys.argv[1:]; open(out, "w").write(open(src).read().replace(root + "#", "file://.#").replace(root + "\"", "file://.\""))' \
+  # (The workspace's own crates, such as crates/storageos-client, are named below the root.)
+  python3 -c 'import sys; src, out, root = sys.argv[1:]; open(out, "w").write(open(src).read().replace(root + "/", "file://./").replace(root + "#", "file://.#").replace(root + "\"", "file://.\""))' \
     "$ROOT/$(basename "$WORK")-sbom-$2.json" "$3" "file://$ROOT"
-  rm -f "$ROOT/$(basename "$WORK")-sbom-$2.json"
+  # cargo-cyclonedx writes one file per workspace member: only the operator's goes in the image.
+  rm -f "$ROOT/$(basename "$WORK")-sbom-$2.json" "$ROOT"/crates/*/"$(basename "$WORK")-sbom-$2.json"
 }
 
 args=()

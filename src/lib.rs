@@ -19,7 +19,10 @@ pub mod render;
 pub mod runtime;
 #[cfg(feature = "simulator")]
 pub mod sim;
-pub mod storageos;
+/// The StorageOS v2 REST client (crate `storageos-client`), under the name the operator uses.
+pub use storageos_client as storageos;
+#[cfg(test)]
+mod storageos_tests;
 pub mod telemetry;
 pub mod text;
 pub mod upgrade;

@@ -145,7 +145,8 @@ mod tests {
             .with_filter(logs_filter(EnvFilter::new("trace")));
         tracing::subscriber::with_default(tracing_subscriber::registry().with(logs), || {
             assert!(spans::reconcile("storageoscluster", "default", "storageos").is_disabled());
-            assert!(spans::storageos_request("GET", "/nodes").is_disabled());
+            assert!(crate::storageos::spans::storageos_request("GET", "/nodes").is_disabled());
+            assert_eq!(crate::storageos::spans::TARGET, spans::TARGET, "one trace target");
             assert!(!tracing::info_span!("a log span").is_disabled());
         });
     }

@@ -5,32 +5,6 @@
 /// The longest note an events.k8s.io Event may have (the apiserver's `NoteLengthLimit`).
 pub const EVENT_NOTE_LIMIT: usize = 1024;
 
-/// What is appended to text that was cut.
-const CUT: &str = " …(truncated)";
-
-/// `text` cut to at most `max` bytes on a character boundary, ending in " …(truncated)" when it
-/// was cut; `text` itself when it fits.
-pub fn truncated(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let room = max.saturating_sub(CUT.len());
-    let end = (0..=room).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
-    format!("{}{CUT}", &text[..end])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_text_is_cut_on_a_character_boundary_and_marked() {
-        assert_eq!(truncated("short", 10), "short");
-        let long = "é".repeat(3000);
-        let cut = truncated(&long, EVENT_NOTE_LIMIT);
-        assert!(cut.len() <= EVENT_NOTE_LIMIT, "{}", cut.len());
-        assert!(cut.ends_with(" …(truncated)") && cut.starts_with("éé"));
-        // No room even for the marker: the marker alone.
-        assert_eq!(truncated("abcdef", 3), " …(truncated)");
-    }
-}
+/// `text` cut to at most `max` bytes on a character boundary, marked when it was cut (shared
+/// with the StorageOS client).
+pub use crate::storageos::text::truncated;

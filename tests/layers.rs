@@ -24,6 +24,8 @@ const FLOORS: &[(&str, u8)] = &[
     // The pure build step; the controller and process kit; the StorageOS client.
     ("render", 3),
     ("runtime", 3),
+    // (`storageos` is the crate `storageos-client`, re-exported under that name: below every
+    // module of `src/`, and it cannot import them.)
     ("storageos", 3),
     // The install manifests; the cluster controller; the prerequisite checks.
     ("install", 4),
@@ -39,6 +41,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("plugin", 7),
     ("cli", 8),
     ("app", 9),
+    // Unit tests of the StorageOS client against the operator's own servers (test-only).
+    ("storageos_tests", 9),
 ];
 
 /// File loops that are known and being removed (each names its files, sorted). Empty this list,

@@ -21,33 +21,6 @@ pub fn reconcile(controller: &str, namespace: &str, name: &str) -> Span {
         result = Empty, otel.status_code = Empty, error.message = Empty)
 }
 
-/// One StorageOS API request: `route` is the template (`/namespaces/{id}/volumes`), never the
-/// path with IDs. `otel.name` follows the HTTP convention `{method} {route}`.
-pub fn storageos_request(method: &str, route: &str) -> Span {
-    tracing::info_span!(target: TARGET, "storageos.request",
-        otel.name = format!("{method} {route}"), otel.kind = "client",
-        http.request.method = method, url.template = route,
-        http.response.status_code = Empty, result = Empty, otel.status_code = Empty, error.type = Empty)
-}
-
-/// Records a StorageOS answer: its status code (None when there was none), and as `error.type`
-/// the status code or the kind of failure (never the path, which holds IDs, nor the message).
-pub fn storageos_answer(span: &Span, status: Option<u16>, failure: Option<&str>) {
-    if let Some(code) = status {
-        span.record("http.response.status_code", code);
-    }
-    match failure {
-        None => {
-            span.record("result", "ok");
-        }
-        Some(kind) => {
-            span.record("result", "error");
-            span.record("otel.status_code", "ERROR");
-            span.record("error.type", kind);
-        }
-    }
-}
-
 /// One server-side apply of `kind` `namespace/name`.
 pub fn apply(kind: &str, namespace: Option<&str>, name: &str) -> Span {
     tracing::info_span!(target: TARGET, "apply",

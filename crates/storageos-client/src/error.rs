@@ -155,7 +155,7 @@ impl Error {
     }
 
     /// Maps a status code and the server's `{"error"}` text to a variant.
-    pub(crate) fn from_status(status: u16, method: &str, path: &str, message: String) -> Self {
+    pub fn from_status(status: u16, method: &str, path: &str, message: String) -> Self {
         let method = method.to_string();
         let path = path.to_string();
         match status {
@@ -183,7 +183,7 @@ impl Error {
     }
 
     /// A lookup by name that matched nothing.
-    pub(crate) fn lookup_not_found(what: &str, name: &str) -> Self {
+    pub fn lookup_not_found(what: &str, name: &str) -> Self {
         Error::NotFound {
             method: "LOOKUP".into(),
             path: what.into(),

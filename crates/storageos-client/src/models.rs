@@ -43,7 +43,7 @@ pub fn is_reserved_volume_label(key: &str) -> bool {
 pub type Labels = BTreeMap<String, String>;
 
 /// Reads `null` as the type's default (Go nil maps and slices).
-pub(crate) fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+pub fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Default + Deserialize<'de>,

@@ -367,13 +367,13 @@ impl Client {
         if let Some(b) = body {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b);
         }
-        let span = crate::telemetry::spans::storageos_request(method.as_str(), &route_template(segments));
+        let span = crate::spans::storageos_request(method.as_str(), &route_template(segments));
         let result = self.send(req, &method, path, timeout).instrument(span.clone()).await;
         let (status, failure) = match &result {
             Ok(a) => (Some(a.status.as_u16()), None),
             Err(e) => (e.status(), Some(error_type(e))),
         };
-        crate::telemetry::spans::storageos_answer(&span, status, failure.as_deref());
+        crate::spans::storageos_answer(&span, status, failure.as_deref());
         result
     }
 
@@ -587,62 +587,5 @@ mod tests {
         assert_eq!(route_template(&["auth", "login"]), "/auth/login");
         assert_eq!(route_template(&["cluster"]), "/cluster");
         assert_eq!(route_template(&["something-new", "x"]), "/{id}/{id}");
-    }
-
-    #[tokio::test]
-    async fn error_bodies_are_truncated() {
-        let body = "e".repeat(64 * 1024);
-        let (url, _) = crate::runtime::kube::identity::tests::answer_once(Box::leak(
-            format!(
-                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_boxed_str(),
-        ))
-        .await;
-        let c = Client::new(Config::new(&url, "u", "p")).unwrap();
-        let err = c.login().await.unwrap_err().to_string();
-        assert!(err.len() < 2 * ERROR_BODY_LIMIT, "{} bytes", err.len());
-        assert!(err.contains("(truncated)"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn login_does_not_follow_redirects() {
-        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let target = format!("http://{}/v2/auth/login", elsewhere.local_addr().unwrap());
-        let (url, head) = crate::runtime::kube::identity::tests::answer_once(Box::leak(
-            format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                .into_boxed_str(),
-        ))
-        .await;
-        let c = Client::new(Config::new(&url, "u", "secret-password")).unwrap();
-        assert!(c.login().await.is_err());
-        assert!(head.await.unwrap().contains("/v2/auth/login"));
-        let followed = tokio::time::timeout(std::time::Duration::from_millis(300), elsewhere.accept()).await;
-        assert!(followed.is_err(), "the login was re-sent to the redirect target");
-    }
-
-    #[tokio::test]
-    async fn an_https_endpoint_is_verified_against_the_configured_ca() {
-        let cert =
-            crate::runtime::process::pki::issue_serving_cert("sos", &["127.0.0.1".into()], chrono::Duration::hours(1))
-                .unwrap();
-        let slot = crate::runtime::process::https::CertSlot::new(&cert.cert_pem, &cert.key_pem).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(crate::runtime::process::https::serve(
-            listener,
-            slot,
-            axum::Router::new(),
-            std::future::pending(),
-        ));
-        let url = format!("https://{addr}");
-        // Not trusted: a transport error, no request sent.
-        let untrusted = Client::new(Config::new(&url, "u", "p")).unwrap();
-        assert!(matches!(untrusted.login().await, Err(Error::Transport { .. })));
-        // With the CA: the TLS connection is made and the server answers (404 here).
-        let trusted = Client::new(Config::new(&url, "u", "p").with_ca_pem(cert.ca_pem.into_bytes())).unwrap();
-        let err = trusted.login().await.unwrap_err();
-        assert!(!matches!(err, Error::Transport { .. }), "{err:?}");
     }
 }

@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::Client;
-use crate::storageos::error::Error;
-use crate::storageos::models::{
+use crate::error::Error;
+use crate::models::{
     Cluster, FailureMode, Labels, Namespace, Node, SetFailureModeBody, UpdateCluster, Volume, is_reserved_node_label,
     is_reserved_volume_label,
 };
