@@ -488,7 +488,7 @@ async fn put_back(admin: &Client, role: &str, rules: &[k8s_openapi::api::rbac::v
 /// API fault: nothing is fenced, and the StorageOSCluster gets one FencingHeld warning. Once at
 /// most half are offline again, a node still offline is fenced.
 #[tokio::test]
-async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
+async fn more_than_half_offline_fences_nothing_until_it_heals() {
     let _lock = support::exclusive().await;
     let w = World::new("fence-mass").await;
     let cluster: storageos_operator::crd::StorageOSCluster = from_json(json!({
@@ -562,7 +562,7 @@ async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
 /// `spec.disableFencing` renders `--enable-node-fencing=false`: the fencer does not run, and an
 /// opted-in pod on an offline node stays.
 #[tokio::test]
-async fn l1_disable_fencing_turns_the_fencer_off() {
+async fn disable_fencing_turns_the_fencer_off() {
     let _lock = support::exclusive().await;
     let (w, lost, _) = World::one_pod_on_a_node_to_lose("fence-off").await;
     let flags: Vec<&str> = FLAGS.iter().copied().chain(["-enable-node-fencing=false"]).collect();

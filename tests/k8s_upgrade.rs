@@ -811,7 +811,7 @@ async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpau
 /// the node image is unchanged and no puller is made, also once its status is forged to a later
 /// phase naming the cluster; it does not block the cluster's own.
 #[tokio::test]
-async fn h4_upgrade_in_another_namespace_is_refused() {
+async fn upgrade_in_another_namespace_is_refused() {
     let (scene, operator) = Scene::new("upgrade-ns").await;
     let tenant = TestNamespace::new("tenant").await;
     let tenant_upgrades: Api<StorageOSUpgrade> = tenant.api();

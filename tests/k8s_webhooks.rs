@@ -524,7 +524,7 @@ async fn pvc_encryption_keys_through_real_admission() {
 /// denied with a message to retry (never admitted without keys), and the failure is counted;
 /// one that does not is admitted with its class annotation.
 #[tokio::test]
-async fn h3_pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets() {
+async fn pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets() {
     let ns = TestNamespace::new("enc-forbidden").await;
     let client = ns.client.clone();
     let user = format!("system:serviceaccount:{}:default", ns.name);
@@ -607,7 +607,7 @@ async fn h3_pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets(
 /// be) asking for encryption gets its keys through real admission: the Secret's PVC label is a
 /// valid (hashed) value and the full name is in its annotation.
 #[tokio::test]
-async fn h3_a_200_character_encrypted_pvc_gets_its_keys_through_real_admission() {
+async fn a_200_character_encrypted_pvc_gets_its_keys_through_real_admission() {
     let ns = TestNamespace::new("enc-long").await;
     let client = ns.client.clone();
     let mut registry = Registry::default();

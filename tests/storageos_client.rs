@@ -624,9 +624,9 @@ async fn failover_moves_the_master_and_the_nfs_endpoint() {
     let _: BTreeMap<String, String> = lonely.unreserved_labels();
 }
 
-/// L6: a response larger than the client's cap is refused, not buffered; a small one is read.
+/// A response larger than the client's cap is refused, not buffered; a small one is read.
 #[tokio::test]
-async fn l6_responses_over_the_size_cap_are_refused() {
+async fn responses_over_the_size_cap_are_refused() {
     let sim = sim().await;
     for i in 0..50 {
         sim.add_node(&format!("node-with-a-long-name-{i:03}"), Health::Online)

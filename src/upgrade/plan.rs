@@ -477,7 +477,7 @@ mod tests {
     }
 
     #[test]
-    fn h4_an_upgrade_in_another_namespace_touches_nothing() {
+    fn an_upgrade_in_another_namespace_touches_nothing() {
         let o = Observed {
             other_namespace: Some("storageos/storageos".into()),
             ..Default::default()
