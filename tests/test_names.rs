@@ -2,18 +2,11 @@
 //! `h3_`, `l2_` ...), which means nothing to a reader of the repository.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod scan;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+use std::path::Path;
+
+use scan::rust_files;
 
 /// `fn m1_`, `fn h12_`, `fn l2_`: a review ID where the name should start.
 fn review_id_prefix(line: &str) -> bool {
