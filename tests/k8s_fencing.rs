@@ -19,7 +19,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::fencing;
 use storageos_operator::reasons;
-use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::sim::{self, Faults, SimHandle, Simulator};
 use storageos_operator::storageos::Health;
 use support::{
     ClusterObjects, TestNamespace, end_maintenance, events, from_json, message, start_maintenance, suffix, wait_for,
@@ -103,13 +103,7 @@ impl World {
             .unwrap();
         if storageos {
             self.sim
-                .add_volume(VolumeSeed {
-                    namespace: self.ns.name.clone(),
-                    name: pv.clone(),
-                    pvc_name: claim.into(),
-                    master_node: master.into(),
-                    ..VolumeSeed::default()
-                })
+                .add_volume(support::seed::volume(&self.ns.name, &pv, claim, master))
                 .unwrap();
         }
         pv

@@ -21,6 +21,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::{namespace_delete, node_delete};
 use storageos_operator::sim::{self, Faults, RequestRecord, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::Health;
+use storageos_operator::storageos::kube::{CSI_DRIVER, CSI_NODE_ANNOTATION};
 use support::{ClusterObjects, TestNamespace, end_maintenance, events, message, start_maintenance, suffix, wait_for};
 
 const NO_GC: &[&str] = &["-node-delete-gc-interval", "0s", "-namespace-delete-gc-interval", "0s"];
@@ -43,10 +44,6 @@ async fn simulator(lock: Duration) -> SimHandle {
     })
     .await
     .unwrap()
-}
-
-fn storageos_annotation(name: &str) -> serde_json::Value {
-    json!({"csi.volume.kubernetes.io/nodeid": json!({"csi.storageos.com": name}).to_string()})
 }
 
 /// The DELETE requests for `path_part` (a node or namespace ID), oldest first.
@@ -78,7 +75,9 @@ async fn node_watch_synced(client: &kube::Client, sim: &SimHandle) {
     for attempt in 0..10 {
         let probe = format!("nd-probe-{}-{attempt}", suffix());
         let objects = ClusterObjects::default();
-        objects.node(client, &probe, storageos_annotation(&probe)).await;
+        objects
+            .node(client, &probe, support::storageos_node_annotations(&probe))
+            .await;
         let before = reads(sim, "/v2/nodes");
         delete_node(client, &probe).await;
         let seen = tokio::time::timeout(Duration::from_secs(5), async {
@@ -150,14 +149,12 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
         format!("nd-{id}-plain"),
         format!("nd-{id}-broken"),
     );
-    objects.node(&client, &gone, storageos_annotation(&gone)).await;
+    objects
+        .node(&client, &gone, support::storageos_node_annotations(&gone))
+        .await;
     objects.node(&client, &plain, json!({})).await;
     objects
-        .node(
-            &client,
-            &broken,
-            json!({"csi.volume.kubernetes.io/nodeid": "csi.storageos.com"}),
-        )
+        .node(&client, &broken, json!({CSI_NODE_ANNOTATION: CSI_DRIVER}))
         .await;
     // Offline now, so locked for 3 s (423), then deletable.
     let sim = simulator(Duration::from_secs(3)).await;
@@ -296,7 +293,9 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
     let node = format!("nd-{}-maint", suffix());
-    objects.node(&client, &node, storageos_annotation(&node)).await;
+    objects
+        .node(&client, &node, support::storageos_node_annotations(&node))
+        .await;
     let sim = simulator(Duration::ZERO).await;
     let node_id = sim.add_node(&node, Health::Offline).unwrap().id;
     start_maintenance(&ns, "to-v2").await;
@@ -404,7 +403,9 @@ async fn an_unreachable_api_never_stops_the_controllers() {
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
     let node = format!("nd-{}-down", suffix());
-    objects.node(&client, &node, storageos_annotation(&node)).await;
+    objects
+        .node(&client, &node, support::storageos_node_annotations(&node))
+        .await;
     let sim = simulator(Duration::ZERO).await;
     let ctx = support::api_manager_context(&sim, FAST_GC).await;
     sim.shutdown().await;

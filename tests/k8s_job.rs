@@ -60,15 +60,6 @@ fn status(j: &Job) -> JobStatus {
     j.status.clone().unwrap_or_default()
 }
 
-fn condition(s: &JobStatus, type_: &str) -> Option<String> {
-    s.conditions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
-
 async fn wait_progress(jobs: &Api<Job>, name: &str, progress: &str) -> JobStatus {
     wait_for(&format!("Job {name} to show progress {progress}"), SETTLE, || async {
         let s = status(&jobs.get(name).await.ok()?);
@@ -214,8 +205,14 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     .await;
     let s = wait_progress(&jobs, "cleanup-job", "1/2").await;
     assert_eq!(s.completed, Some(false));
-    assert_eq!(condition(&s, "Ready").as_deref(), Some("False"));
-    assert_eq!(condition(&s, "Progressing").as_deref(), Some("True"));
+    assert_eq!(
+        support::condition(&s, "Ready").map(|c| c.status.as_str()),
+        Some("False")
+    );
+    assert_eq!(
+        support::condition(&s, "Progressing").map(|c| c.status.as_str()),
+        Some("True")
+    );
     // Several polls later it still waits for the second node.
     tokio::time::sleep(job::POLL * 2).await;
     let s = status(&jobs.get("cleanup-job").await.unwrap());
@@ -235,8 +232,11 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     .await;
     assert_eq!((s.nodes_completed, s.nodes_total), (Some(2), Some(2)));
     assert_eq!(s.progress.as_deref(), Some("2/2"));
-    assert_eq!(condition(&s, "Ready").as_deref(), Some("True"));
-    assert_eq!(condition(&s, "Progressing").as_deref(), Some("False"));
+    assert_eq!(support::condition(&s, "Ready").map(|c| c.status.as_str()), Some("True"));
+    assert_eq!(
+        support::condition(&s, "Progressing").map(|c| c.status.as_str()),
+        Some("False")
+    );
     let completed = wait_for("the JobCompleted event", Duration::from_secs(10), || async {
         let e = events(&ns.client, &ns.name, None, "cleanup-job", "JobCompleted").await;
         (!e.is_empty()).then_some(e)

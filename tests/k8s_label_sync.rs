@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -18,7 +18,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::{Context, node_label, pvc_label};
 use storageos_operator::sim::{self, Faults, NodeSeed, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::models::{Health, Labels};
-use support::{TestNamespace, events, from_json, wait_for};
+use support::{TestNamespace, from_json, wait_event, wait_for};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -89,20 +89,6 @@ async fn assert_no_writes_at_idle(sim: &SimHandle, quiet: Duration) {
     assert!(w.is_empty(), "writes at idle: {w:?}");
 }
 
-async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str, mentions: &str) -> Event {
-    wait_for(
-        &format!("a {reason} event on {name} mentioning {mentions}"),
-        WAIT,
-        || async {
-            events(client, namespace, None, name, reason)
-                .await
-                .into_iter()
-                .find(|e| e.message.as_deref().unwrap_or_default().contains(mentions))
-        },
-    )
-    .await
-}
-
 async fn patch_labels<K>(api: &Api<K>, name: &str, labels: serde_json::Value)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -135,7 +121,7 @@ async fn wait_node_labels(sim: &SimHandle, name: &str, want: &Labels) {
 
 fn k8s_node(name: &str, annotated: bool, labels: serde_json::Value) -> Node {
     let annotations = if annotated {
-        json!({"csi.volume.kubernetes.io/nodeid": json!({"csi.storageos.com": name}).to_string()})
+        support::storageos_node_annotations(name)
     } else {
         json!({})
     };

@@ -64,14 +64,9 @@ async fn node_mirror(api: &Api<StorageOSNode>, name: &str, health: &str) -> Stor
 
 fn seed(sim: &SimHandle, ns: &TestNamespace, pv: &str, pvc: &str) {
     sim.add_volume(VolumeSeed {
-        namespace: ns.name.clone(),
-        name: pv.into(),
-        pvc_name: pvc.into(),
-        pvc_namespace: ns.name.clone(),
-        master_node: NODES[0].into(),
         replicas: 1,
         size_bytes: 2 << 30,
-        ..VolumeSeed::default()
+        ..support::seed::volume(&ns.name, pv, pvc, NODES[0])
     })
     .unwrap();
 }

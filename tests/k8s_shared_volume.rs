@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Endpoints, Event, PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -17,7 +17,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::shared_volume;
 use storageos_operator::sim::{self, Faults, NodeSeed, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::{LABEL_NFS_MOUNT_ENDPOINT, Volume};
-use support::{TestNamespace, events, from_json, logs, wait_for};
+use support::{TestNamespace, from_json, logs, wait_event, wait_for};
 
 const FLAGS: &[&str] = &[
     "-volume-poll-interval",
@@ -49,13 +49,8 @@ async fn setup(prefix: &str) -> (SimHandle, TestNamespace, String) {
 /// A volume provisioned for PVC `pvc` in the test namespace, NFS-attached at `nfs` if given.
 fn seed(sim: &SimHandle, ns: &TestNamespace, pv: &str, pvc: &str, nfs: Option<&str>) -> Volume {
     sim.add_volume(VolumeSeed {
-        namespace: ns.name.clone(),
-        name: pv.into(),
-        pvc_name: pvc.into(),
-        pvc_namespace: ns.name.clone(),
-        master_node: "sv-node-a".into(),
         nfs_service_endpoint: nfs.map(str::to_string),
-        ..VolumeSeed::default()
+        ..support::seed::volume(&ns.name, pv, pvc, "sv-node-a")
     })
     .unwrap()
 }
@@ -115,16 +110,6 @@ async fn published(sim: &SimHandle, ns: &TestNamespace, pv: &str) -> Service {
             (mount_label(sim, pv)? == format!("{}:2049", cluster_ip(&svc))).then_some(svc)
         },
     )
-    .await
-}
-
-async fn wait_event(ns: &TestNamespace, object: &str, reason: &str) -> Event {
-    wait_for(&format!("event {reason} on {object}"), SETTLE, || async {
-        events(&ns.client, &ns.name, None, object, reason)
-            .await
-            .into_iter()
-            .next()
-    })
     .await
 }
 
@@ -191,7 +176,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     );
     assert_eq!(eps.owner_references(), owners, "the Endpoints are owned by the PVC too");
     assert_eq!(eps.labels().get("storageos.com/volume-id"), Some(&vol_id));
-    let created = wait_event(&ns, &pv, "Created").await;
+    let created = wait_event(&ns.client, &ns.name, &pv, "Created", "").await;
     assert_eq!(created.type_.as_deref(), Some("Normal"));
     assert_eq!(
         created.message.as_deref(),
@@ -259,7 +244,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
         requests.iter().all(|r| r.method == "GET"),
         "no mount endpoint write on failover: {requests:#?}"
     );
-    let updated = wait_event(&ns, &pv, "Updated").await;
+    let updated = wait_event(&ns.client, &ns.name, &pv, "Updated", "").await;
     assert_eq!(updated.type_.as_deref(), Some("Warning"));
     assert_eq!(
         updated.message.as_deref(),
@@ -290,7 +275,13 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     })
     .await;
     assert_eq!(cluster_ip(&svc), ip);
-    assert_eq!(wait_event(&ns, &pv, "Restored").await.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        wait_event(&ns.client, &ns.name, &pv, "Restored", "")
+            .await
+            .type_
+            .as_deref(),
+        Some("Warning")
+    );
 
     // The PVC goes: the garbage collector removes the Service and the Endpoints, and the
     // controller does not bring them back although the volume is still shared.

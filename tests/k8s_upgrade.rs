@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -346,7 +345,7 @@ impl Scene {
         let up = self.upgrades().get(name).await.unwrap();
         let status = up.status.unwrap();
         assert_eq!(status.completed, Some(true));
-        let ready = condition(&status, "Ready");
+        let ready = support::condition(&status, "Ready").unwrap();
         assert_eq!(ready.status, "True", "{ready:?}");
         let mine: Vec<ScaledApp> = status
             .scaled_apps
@@ -409,12 +408,6 @@ impl Scene {
             )
             .await;
     }
-}
-
-/// The upgrade's condition of `type_`.
-fn condition(status: &storageos_operator::crd::StorageOSUpgradeStatus, type_: &str) -> Condition {
-    let conditions = status.conditions.as_deref().unwrap_or_default();
-    conditions.iter().find(|c| c.type_ == type_).cloned().unwrap()
 }
 
 const DEPLOY: &str = "Deployment";
@@ -834,7 +827,7 @@ async fn upgrade_in_another_namespace_is_refused() {
     let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(UpgradePhase::Pending));
     assert_eq!(status.cluster, None);
-    assert_eq!(condition(&status, "Ready").status, "False");
+    assert_eq!(support::condition(&status, "Ready").unwrap().status, "False");
     assert_eq!(scene.paused_by().await, None);
     assert_eq!(scene.node_images().await.0.as_deref(), Some(OLD_IMAGE));
     scene.assert_apps_restored().await;
@@ -860,7 +853,7 @@ async fn upgrade_in_another_namespace_is_refused() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
-    let degraded = condition(&status, "Degraded");
+    let degraded = support::condition(&status, "Degraded").unwrap();
     assert_eq!(
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", "WrongNamespace")

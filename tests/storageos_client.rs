@@ -2,6 +2,9 @@
 //! error code and knob (stale versions, token expiry, injected failures and latency).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code may fail loudly
 
+#[path = "support/seed.rs"]
+mod seed;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -43,13 +46,8 @@ fn log(sim: &SimHandle) -> Vec<String> {
 
 fn seed(ns: &str, name: &str, master: &str, replicas: u8) -> VolumeSeed {
     VolumeSeed {
-        namespace: ns.into(),
-        name: name.into(),
-        pvc_name: format!("claim-{name}"),
-        pvc_namespace: ns.into(),
-        master_node: master.into(),
         replicas,
-        ..VolumeSeed::default()
+        ..seed::volume(ns, name, &format!("claim-{name}"), master)
     }
 }
 
