@@ -221,8 +221,9 @@ async fn fences_opted_in_pods_whose_volumes_are_healthy_and_nothing_else() {
     let took = offline_at.elapsed();
     eprintln!("fenced {took:?} after the node went offline (poll interval {POLL:?})");
 
-    // Let the episode retry a few times: nothing else goes, and each warning is said once.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The episode retries (every second, while the only-copy pod is left): each retry lists the
+    // StorageOS namespaces again. After three, nothing else went and each warning was said once.
+    support::after_polls(&w.sim, "GET /v2/namespaces", 3).await;
     for pod in [
         "only-copy",
         "opted-out",
@@ -269,7 +270,8 @@ async fn unknown_nodes_and_nodes_unknown_to_kubernetes_are_never_fenced() {
     w.polled().await;
     w.sim.set_health(&unknown, Health::Unknown).unwrap();
     w.sim.set_health(&ghost, Health::Offline).unwrap();
-    tokio::time::sleep(POLL * 2 + Duration::from_secs(1)).await;
+    // Two node polls after the change: the fencer has seen both healths.
+    support::after_polls(&w.sim, "GET /v2/nodes", 2).await;
     assert!(w.pod_exists("on-unknown").await);
     assert!(w.pod_exists("on-ghost").await);
     assert!(w.pod_events("on-unknown", "Fenced").await.is_empty());
@@ -341,7 +343,8 @@ async fn nothing_is_fenced_during_an_upgrade() {
     .await;
     let note = message(&suspended[0]);
     assert!(note.contains("to-v2"), "{note}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A node poll later (the episode retries every second meanwhile) nothing is fenced.
+    support::after_polls(&w.sim, "GET /v2/nodes", 1).await;
     assert!(w.pod_exists("app").await, "not fenced during the upgrade");
     assert!(w.attachment_exists(&va).await);
     assert_eq!(

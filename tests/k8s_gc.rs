@@ -69,23 +69,25 @@ async fn delete_node(client: &kube::Client, name: &str) {
 
 /// Waits until the node-delete controller's watch is live: a throwaway annotated probe Node is
 /// deleted (again, under a new name, until it is seen) and the controller reacts — it reads the
-/// StorageOS nodes (`GET /v2/nodes`) or, during an upgrade, says it waits (DeleteSuspended).
-/// A delete made before the watch's first list would never be seen, by design.
-async fn node_watch_synced(client: &kube::Client, sim: &SimHandle) {
+/// StorageOS nodes (`GET /v2/nodes`), or says it waits (DeleteSuspended, during an upgrade) or
+/// retries (DeleteRetrying, StorageOS unreachable). A delete made before the watch's first list
+/// would never be seen, by design.
+async fn node_watch_synced(client: &kube::Client, sim: Option<&SimHandle>) {
     for attempt in 0..10 {
         let probe = format!("nd-probe-{}-{attempt}", suffix());
         let objects = ClusterObjects::default();
         objects
             .node(client, &probe, support::storageos_node_annotations(&probe))
             .await;
-        let before = reads(sim, "/v2/nodes");
+        let before = sim.map_or(0, |s| reads(s, "/v2/nodes"));
         delete_node(client, &probe).await;
         let seen = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                let suspended = !events(client, "default", Some("Node"), &probe, "DeleteSuspended")
-                    .await
-                    .is_empty();
-                if reads(sim, "/v2/nodes") > before || suspended {
+                let mut said = false;
+                for reason in ["DeleteSuspended", "DeleteRetrying"] {
+                    said |= !events(client, "default", Some("Node"), &probe, reason).await.is_empty();
+                }
+                if sim.map_or(0, |s| reads(s, "/v2/nodes")) > before || said {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -99,8 +101,9 @@ async fn node_watch_synced(client: &kube::Client, sim: &SimHandle) {
     panic!("the node-delete controller never reacted to a probe Node's delete");
 }
 
-/// The same for the namespace-delete controller, with a probe Namespace.
-async fn namespace_watch_synced(client: &kube::Client, sim: &SimHandle) {
+/// The same for the namespace-delete controller, with a probe Namespace (a read of the
+/// StorageOS namespaces, or DeleteRetrying while StorageOS is unreachable).
+async fn namespace_watch_synced(client: &kube::Client, sim: Option<&SimHandle>) {
     for attempt in 0..10 {
         let probe = format!("t-nsprobe-{}-{attempt}", suffix());
         let api = Api::<Namespace>::all(client.clone());
@@ -110,10 +113,14 @@ async fn namespace_watch_synced(client: &kube::Client, sim: &SimHandle) {
         )
         .await
         .unwrap();
-        let before = reads(sim, "/v2/namespaces");
+        let before = sim.map_or(0, |s| reads(s, "/v2/namespaces"));
         api.delete(&probe, &DeleteParams::default()).await.unwrap();
         let seen = tokio::time::timeout(Duration::from_secs(10), async {
-            while reads(sim, "/v2/namespaces") <= before {
+            while sim.map_or(0, |s| reads(s, "/v2/namespaces")) <= before
+                && events(client, "default", Some("Namespace"), &probe, "DeleteRetrying")
+                    .await
+                    .is_empty()
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -131,11 +138,6 @@ fn reads(sim: &SimHandle, path: &str) -> usize {
         .iter()
         .filter(|r| r.method == "GET" && r.path == path)
         .count()
-}
-
-/// Where nothing can be observed (the StorageOS API is down): give the watches time to list.
-async fn watches_probably_synced() {
-    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 #[tokio::test]
@@ -166,7 +168,7 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
 
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(node_delete::run(ctx.clone()));
-    node_watch_synced(&client, &sim).await;
+    node_watch_synced(&client, Some(&sim)).await;
     sim.set_faults(Faults {
         fail_next: 2,
         status: 409,
@@ -198,8 +200,9 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
     let retrying = events(&client, "default", Some("Node"), &gone, "DeleteRetrying").await;
     assert_eq!(retrying.len(), 1, "said once: {retrying:?}");
 
-    // Nodes without the StorageOS annotation (or with a malformed one) are not touched.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nodes without the StorageOS annotation (or with a malformed one) are not touched: a
+    // probe deleted after them is seen, so the watch is past their deletes.
+    node_watch_synced(&client, Some(&sim)).await;
     assert!(deletes(&sim, &plain_id).is_empty());
     assert!(deletes(&sim, &broken_id).is_empty());
     assert_eq!(sim.nodes().len(), 2);
@@ -268,7 +271,9 @@ async fn garbage_collection_deletes_storageos_nodes_and_namespaces_kubernetes_la
         + 1;
     assert!(first_delete > next_list, "nothing deleted on the failed read");
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Two more passes of each collection (each lists StorageOS first) leave the rest alone.
+    support::after_polls(&sim, "GET /v2/nodes", 2).await;
+    support::after_polls(&sim, "GET /v2/namespaces", 2).await;
     let names: Vec<String> = sim.nodes().into_iter().map(|n| n.name).collect();
     assert!(names.contains(&kept) && names.contains(&online), "{names:?}");
     assert!(
@@ -302,7 +307,7 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
 
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(node_delete::run(ctx.clone()));
-    node_watch_synced(&client, &sim).await;
+    node_watch_synced(&client, Some(&sim)).await;
     delete_node(&client, &node).await;
     let suspended = wait_for("the DeleteSuspended event", SETTLE, || async {
         let e = events(&client, "default", Some("Node"), &node, "DeleteSuspended").await;
@@ -310,7 +315,8 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
     })
     .await;
     assert!(message(&suspended[0]).contains("to-v2"), "{suspended:?}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A probe deleted afterwards is seen (and suspended too): the controller is still at work.
+    node_watch_synced(&client, Some(&sim)).await;
     assert!(deletes(&sim, &node_id).is_empty(), "nothing deleted during the upgrade");
     assert_eq!(
         events(&client, "default", Some("Node"), &node, "DeleteSuspended")
@@ -366,7 +372,7 @@ async fn a_deleted_namespace_is_deleted_in_storageos_once_its_volumes_are_gone()
         .unwrap();
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(namespace_delete::run(ctx.clone()));
-    namespace_watch_synced(&client, &sim).await;
+    namespace_watch_synced(&client, Some(&sim)).await;
 
     Api::<Namespace>::all(client.clone())
         .delete(&ns.name, &DeleteParams::default())
@@ -411,21 +417,21 @@ async fn an_unreachable_api_never_stops_the_controllers() {
     sim.shutdown().await;
     let nodes = tokio::spawn(node_delete::run(ctx.clone()));
     let namespaces = tokio::spawn(namespace_delete::run(ctx.clone()));
-    watches_probably_synced().await;
+    node_watch_synced(&client, None).await;
+    namespace_watch_synced(&client, None).await;
     delete_node(&client, &node).await;
     Api::<Namespace>::all(client.clone())
         .delete(&ns.name, &DeleteParams::default())
         .await
         .unwrap();
-    // Deletes and GC passes fail with transport errors for a while.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(!nodes.is_finished() && !namespaces.is_finished());
+    // Deletes and GC passes fail with transport errors: the controllers say so and go on.
     let retrying = wait_for("the DeleteRetrying event", SETTLE, || async {
         let e = events(&client, "default", Some("Node"), &node, "DeleteRetrying").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
     assert!(message(&retrying[0]).contains("cannot reach StorageOS"), "{retrying:?}");
+    assert!(!nodes.is_finished() && !namespaces.is_finished());
     nodes.abort();
     namespaces.abort();
 }

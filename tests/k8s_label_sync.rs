@@ -81,10 +81,19 @@ fn writes(sim: &SimHandle) -> Vec<String> {
         .collect()
 }
 
-/// Waits `quiet` and asserts the simulator saw no write in that time.
-async fn assert_no_writes_at_idle(sim: &SimHandle, quiet: Duration) {
+/// A reserved label key StorageOS does not know: reported by the label syncs, never sent.
+const IDLE_PROBE: &str = "storageos.com/idle-probe";
+
+/// The StorageOS reads behind the node label resync (the shared node poll).
+const NODE_POLL: &str = "GET /v2/nodes";
+/// The StorageOS reads behind the PVC label resync (the shared volume poll).
+const VOLUME_POLL: &str = "GET /v2/namespaces/{id}/volumes";
+
+/// Asserts that the simulator saw no write over the next two polls of `route` (so across the
+/// resync passes they fed).
+async fn assert_no_writes_at_idle(sim: &SimHandle, route: &str) {
     sim.clear_requests();
-    tokio::time::sleep(quiet).await;
+    support::after_polls(sim, route, 2).await;
     let w = writes(sim);
     assert!(w.is_empty(), "writes at idle: {w:?}");
 }
@@ -271,8 +280,13 @@ async fn node_labels_sync_compute_only_and_unreserved_labels() {
         .unwrap();
     wait_node_labels(&sim, &plain, &labels(&[("zone", "b")])).await;
 
-    // Idle, across resync passes: reads only.
-    assert_no_writes_at_idle(&sim, Duration::from_secs(5)).await;
+    // Idle (the resync runs hourly here): a reconcile that has nothing to write writes nothing.
+    // An unknown reserved key is reported, never sent; its event proves the reconcile ran.
+    sim.clear_requests();
+    patch_labels(&nodes, &plain, json!({IDLE_PROBE: "x"})).await;
+    wait_event(&client, "default", &plain, "LabelNotSynced", IDLE_PROBE).await;
+    let w = writes(&sim);
+    assert!(w.is_empty(), "writes at idle: {w:?}");
     controller.abort();
 }
 
@@ -303,8 +317,9 @@ async fn node_label_resync_applies_changes_made_while_stopped() {
         node_label::run,
     )
     .await;
-    // A negative window well inside the 10 s delay.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A negative window well inside the 10 s delay: the first node poll, which the resync waits
+    // for, is done.
+    support::after_polls(&sim, NODE_POLL, 1).await;
     assert!(writes(&sim).is_empty(), "nothing before the resync delay");
     wait_node_labels(
         &sim,
@@ -312,7 +327,7 @@ async fn node_label_resync_applies_changes_made_while_stopped() {
         &labels(&[("storageos.com/computeonly", "true"), ("zone", "a")]),
     )
     .await;
-    assert_no_writes_at_idle(&sim, Duration::from_secs(3)).await;
+    assert_no_writes_at_idle(&sim, NODE_POLL).await;
     controller.abort();
 }
 
@@ -531,8 +546,14 @@ async fn pvc_labels_sync_replicas_failure_mode_and_unreserved_labels() {
         .collect();
     assert_eq!(attempts, vec![(409, true), (409, true), (202, false)]);
 
-    // Idle with create-time-only class parameters and a PVC label: no retries, no writes.
-    assert_no_writes_at_idle(&sim, Duration::from_secs(5)).await;
+    // Idle with create-time-only class parameters and a PVC label: no retries, no writes (the
+    // resync runs hourly here). A reconcile that has nothing to write writes nothing; an unknown
+    // reserved key is reported, never sent, and its event proves the reconcile ran.
+    sim.clear_requests();
+    patch_labels(&pvcs, "data", json!({IDLE_PROBE: "x"})).await;
+    wait_event(&ns.client, &ns.name, "data", "LabelNotSynced", IDLE_PROBE).await;
+    let w = writes(&sim);
+    assert!(w.is_empty(), "writes at idle: {w:?}");
     controller.abort();
 }
 
@@ -572,7 +593,7 @@ async fn pvc_label_resync_matches_pv_names_and_skips_a_changed_class() {
     )
     .await;
     wait_volume(&sim, &ns.name, &pv1, &[("tier", Some("gold"))]).await;
-    assert_no_writes_at_idle(&sim, Duration::from_secs(3)).await;
+    assert_no_writes_at_idle(&sim, VOLUME_POLL).await;
     assert_eq!(sim_volume_labels(&sim, &ns.name, &pv2).get("tier"), None);
 
     // A label change on the mismatching PVC: skipped with an event saying what to do.

@@ -28,6 +28,8 @@ const FLAGS: &[&str] = &[
     "10s",
 ];
 const SETTLE: Duration = Duration::from_secs(30);
+/// What the controller polls (every second, `-volume-poll-interval`).
+const VOLUME_LISTS: &str = "GET /v2/namespaces/{id}/volumes";
 /// The garbage collector and the PVC protection controller take their time.
 const GC: Duration = Duration::from_secs(90);
 
@@ -184,7 +186,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     );
 
     // Nothing for the other volumes, even after more polls.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     let all_services = ns.api::<Service>().list(&ListParams::default()).await.unwrap().items;
     assert_eq!(names(&all_services), vec![pv.clone()]);
     let all_endpoints = ns.api::<Endpoints>().list(&ListParams::default()).await.unwrap().items;
@@ -198,12 +200,8 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     let eps_rv = ns.api::<Endpoints>().get(&pv).await.unwrap().resource_version();
     let vol_version = volume(&sim, &pv).version;
     sim.clear_requests();
-    let requests = wait_for("two volume polls", Duration::from_secs(15), || async {
-        let requests = sim.requests();
-        let lists = requests.iter().filter(|r| r.path.ends_with("/volumes")).count();
-        (lists >= 2).then_some(requests)
-    })
-    .await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
+    let requests = sim.requests();
     assert!(
         requests.iter().all(|r| r.method == "GET"),
         "only reads while idle: {requests:#?}"
@@ -295,7 +293,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
         (svc.is_none() && eps.is_none()).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     assert!(ns.api::<Service>().get_opt(&pv).await.unwrap().is_none());
     assert!(ns.api::<Endpoints>().get_opt(&pv).await.unwrap().is_none());
     assert!(!controller.is_finished(), "the controller keeps running");
@@ -319,8 +317,8 @@ async fn api_outage_late_pvc_publish_retries_and_deleted_service() {
         (sim.faults().fail_next == 0).then_some(())
     })
     .await;
-    // No PVC yet: no Service.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // No PVC yet: no Service, after two polls that saw the volume.
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     assert!(ns.api::<Service>().get_opt(&pv).await.unwrap().is_none());
     assert_eq!(mount_label(&sim, &pv), None);
 
@@ -348,7 +346,7 @@ async fn api_outage_late_pvc_publish_retries_and_deleted_service() {
 
     // The NFS server stops (no endpoint): the Service and Endpoints are kept as they are.
     sim.set_nfs_endpoint(&ns.name, &pv, None).unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     let kept = ns.api::<Service>().get(&pv).await.unwrap();
     assert_eq!(kept.resource_version(), svc.resource_version());
     assert!(ns.api::<Endpoints>().get_opt(&pv).await.unwrap().is_some());

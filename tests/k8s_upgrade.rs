@@ -39,6 +39,8 @@ const TEST_NS_LABEL: &str = "storageos-operator-test";
 /// The operator as a child process; SIGKILLed when dropped.
 struct Operator {
     child: Child,
+    /// Where it serves `/metrics` (its reconcile counts).
+    metrics_port: u16,
 }
 
 impl Operator {
@@ -46,14 +48,15 @@ impl Operator {
     /// Lease, as the Deployment does.
     fn start(kubeconfig: &Path, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        let child = support::operator::run_command(kubeconfig, &sim.url(), "upgrade-test")
+        let metrics_port = support::apimanager::free_port();
+        let child = support::operator::run_command_with_metrics(kubeconfig, &sim.url(), "upgrade-test", metrics_port)
             .args(["--upgrade-step-delay", step_delay])
             .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()
             .expect("start the operator");
-        Self { child }
+        Self { child, metrics_port }
     }
 
     /// SIGKILL: no clean-up of any kind runs in the operator.
@@ -572,9 +575,24 @@ async fn upgrade_scales_apps_down_restarts_nodes_on_the_new_image_and_restores_a
         ]
     );
 
-    // Completed costs nothing: no write to the upgrade while idle.
-    let before = scene.upgrades().get("upgrade").await.unwrap().resource_version();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Completed costs nothing: a change of ours (an annotation) makes the operator reconcile the
+    // completed upgrade again (its reconcile count moves), and it writes nothing.
+    let port = operator.metrics_port;
+    let since = support::evidence::reconciles_at(port, storageos_operator::upgrade::CONTROLLER)
+        .await
+        .expect("the operator's /metrics");
+    let touched = json!({"metadata": {"annotations": {"storageos-operator-test/touched": "yes"}}});
+    let before = scene
+        .upgrades()
+        .patch(
+            "upgrade",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&touched),
+        )
+        .await
+        .unwrap()
+        .resource_version();
+    support::evidence::after_reconciles_at(port, storageos_operator::upgrade::CONTROLLER, since, 1).await;
     assert_eq!(
         scene.upgrades().get("upgrade").await.unwrap().resource_version(),
         before
@@ -842,6 +860,10 @@ async fn upgrade_in_another_namespace_is_refused() {
 
     // A writer of the tenant upgrade's status forges a later phase naming the cluster: every
     // phase re-checks the namespace, so nothing is touched.
+    let port = operator.metrics_port;
+    let since = support::evidence::reconciles_at(port, storageos_operator::upgrade::CONTROLLER)
+        .await
+        .expect("the operator's /metrics");
     tenant_upgrades
         .patch_status(
             "takeover",
@@ -851,7 +873,7 @@ async fn upgrade_in_another_namespace_is_refused() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::evidence::after_reconciles_at(port, storageos_operator::upgrade::CONTROLLER, since, 1).await;
     let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
     let degraded = support::condition(&status, "Degraded").unwrap();
     assert_eq!(

@@ -75,6 +75,11 @@ fn find_kubeconfig() -> PathBuf {
         if let Some(p) = std::env::var_os("KUBECONFIG").map(PathBuf::from).filter(|p| p.exists()) {
             return p;
         }
+        eprintln!(
+            "storageos-operator tests: KUBECONFIG is not set, so this test target starts the local \
+             control plane (hack/k8s.sh up; its first run builds it, several minutes). The fast \
+             tier needs none: see docs/development.md#the-fast-tier"
+        );
         let out = Command::new("bash")
             .arg(repo_root().join("hack/k8s.sh"))
             .arg("up")
@@ -672,6 +677,9 @@ pub fn no_kubelet_taint() -> serde_json::Value {
 }
 pub mod apimanager;
 pub mod dist;
+pub mod evidence;
+#[allow(unused_imports)]
+pub use evidence::after_polls;
 pub mod faults;
 pub mod install;
 pub mod operator;
