@@ -311,22 +311,30 @@ async fn node_label_resync_applies_changes_made_while_stopped() {
         )
         .await
         .unwrap();
+    let started = chrono::Utc::now();
     let controller = start(
         &sim,
         &["-node-label-resync-delay", "10s", "-node-label-resync-interval", "1s"],
         node_label::run,
     )
     .await;
-    // A negative window well inside the 10 s delay: the first node poll, which the resync waits
-    // for, is done.
-    support::after_polls(&sim, NODE_POLL, 1).await;
-    assert!(writes(&sim).is_empty(), "nothing before the resync delay");
     wait_node_labels(
         &sim,
         &name,
         &labels(&[("storageos.com/computeonly", "true"), ("zone", "a")]),
     )
     .await;
+    // Nothing was written before the 10 s delay (the controller started after `started`).
+    let first_write = sim
+        .requests()
+        .into_iter()
+        .find(|r| r.method != "GET" && !r.path.starts_with("/v2/auth/"))
+        .expect("the resync's writes");
+    assert!(
+        first_write.time - started >= chrono::Duration::seconds(10),
+        "written {} after the start, before the resync delay: {first_write:?}",
+        first_write.time - started
+    );
     assert_no_writes_at_idle(&sim, NODE_POLL).await;
     controller.abort();
 }
