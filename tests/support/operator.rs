@@ -43,7 +43,7 @@ pub fn run_command_with_metrics(
         .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
         .args(["--identity", identity])
         // Tests put their clusters in namespaces of their own; the trusted-namespaces rule has
-        // tests of its own (k8s_cluster, k8s_job, k8s_upgrade).
+        // tests of its own (k8s/cluster, k8s/job, k8s/upgrade).
         .args(["--watch-namespaces", "*"])
         .env("KUBECONFIG", kubeconfig);
     cmd

@@ -6,12 +6,12 @@
 //! Every test has its own simulator, so the controllers of one test only ever delete in it;
 //! Kubernetes Nodes are the test's own, with unique names.
 //!
-//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s_upgrade.rs switches it on,
+//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s/upgrade.rs switches it on,
 //! so every test here holds the cross-process [`support::cluster_lock`] the upgrade and cluster
 //! tests hold: the tests run one at a time, and never during an upgrade test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,12 +3,12 @@
 //! and VolumeAttachments, and its own simulator that knows only its nodes and volumes, so the
 //! fencer of one test never touches another test's pods.
 //!
-//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s_upgrade.rs switches it on,
+//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s/upgrade.rs switches it on,
 //! so every test here holds the cross-process [`support::cluster_lock`] the upgrade and cluster
 //! tests hold: the tests run one at a time, and never during an upgrade test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! nodes and other tests' objects are unknown to the simulator, so the controllers leave them be.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

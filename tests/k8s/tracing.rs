@@ -12,7 +12,7 @@
 //! - An endpoint that is no URL leaves tracing off with an error naming it; the process runs on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

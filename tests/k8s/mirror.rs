@@ -2,7 +2,7 @@
 //! (nodes and volumes in kubectl) on the real control plane with an in-process simulator.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

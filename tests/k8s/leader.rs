@@ -1,7 +1,7 @@
 //! Integration tier: one leader at a time on a real Lease; the next takes over on release.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! Each test runs its own controller restricted to its own namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::Write;

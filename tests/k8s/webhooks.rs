@@ -4,7 +4,7 @@
 //! Service in a cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -748,6 +748,17 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
         let pvcs = pvcs.clone();
         async move { pvcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await }
     };
+    // The second policy becomes active on its own time too: until it refuses a key change.
+    wait_for(
+        "the immutability policy to refuse a key change",
+        Duration::from_secs(30),
+        || async {
+            let name = format!("storageos-volume-key-{}", support::suffix());
+            let change = json!({"metadata": {"annotations": {SECRET_NAME_ANNOTATION: name}}});
+            matches!(patched("with-keys", change).await, Err(kube::Error::Api(_))).then_some(())
+        },
+    )
+    .await;
     for (name, change) in [
         (
             "with-keys",

@@ -3,7 +3,7 @@
 //! test, synced to the kwok node pods so the cluster becomes Running.
 //!
 //! Only one StorageOSCluster can be active per Kubernetes cluster, so each test holds the
-//! cross-process [`support::cluster_lock`] (as tests/k8s_cluster.rs does) and clears clusters
+//! cross-process [`support::cluster_lock`] (as tests/k8s/cluster.rs does) and clears clusters
 //! and upgrades left behind by killed test runs before it creates its own.
 //!
 //! Killing the operator inside a phase is made deterministic with `run --upgrade-step-delay`:
@@ -12,7 +12,7 @@
 //! taken.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};

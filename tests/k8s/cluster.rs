@@ -5,7 +5,7 @@
 //! One scenario, run in order: only one cluster may be active per Kubernetes cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Integration tier: server-side apply, change detection and pruning against a real apiserver.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

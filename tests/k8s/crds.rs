@@ -2,7 +2,7 @@
 //! apply unchanged, and invalid ones are rejected at admission with their message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use kube::api::{Api, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};

@@ -7,7 +7,7 @@
 //! restarts, the Go-only leftovers go, and a restarted operator writes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! and only the Lease holder runs the controllers; another replica takes over when it stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
