@@ -62,6 +62,7 @@ cargo clippy --no-default-features --lib --bins -- -D warnings
 faults_log=$(mktemp)
 cargo test --test k8s_faults --no-fail-fast >"$faults_log" 2>&1 &
 faults_pid=$!
+# Every test target but the fault matrix and the integration binary: one file tests/NAME.rs each.
 targets=()
 for f in tests/*.rs; do
   name=$(basename "$f" .rs)
@@ -69,6 +70,15 @@ for f in tests/*.rs; do
 done
 rest=0
 cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
+# The integration binary (tests/k8s/main.rs, one module per scenario) runs one scenario at a
+# time, as when each was a binary of its own: scenarios share the plane's cluster-scoped objects,
+# its audit log and its webhook configurations, and the idle checks count every write of an
+# identity. `--skip _NAME::` keeps `apply::` from also selecting `partial_apply::`.
+for f in tests/k8s/*.rs; do
+  module=$(basename "$f" .rs)
+  [[ $module == main ]] && continue
+  cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" "$module::" --skip "_$module::" || rest=$?
+done
 faults=0
 wait "$faults_pid" || faults=$?
 echo "---- the fault matrix (tests/k8s_faults.rs) ----"

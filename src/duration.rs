@@ -132,7 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn l4_durations_are_bounded_at_parse_time() {
+    fn durations_are_bounded_at_parse_time() {
         let e = parse_flag("99999999h").unwrap_err();
         assert!(e.contains("longer than ten years"), "{e}");
         assert!(parse("18446744073709551615").is_err());

@@ -22,7 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use storageos_operator::cluster::PAUSED_BY_ANNOTATION;
 use storageos_operator::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, UpgradePhase};
-use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::sim::{self, Faults, SimHandle, Simulator};
 use storageos_operator::storageos::Health;
 use storageos_operator::upgrade::apps::REPLICAS_ANNOTATION;
 use storageos_operator::upgrade::nodes::{NODE_DAEMONSET, node_image};
@@ -374,13 +374,7 @@ impl Fencing {
     /// Registers the StorageOS volume of `claim` (PV `pv`), its master on `master`.
     fn volume(&self, claim: &str, pv: &str, master: &str) {
         self.sim
-            .add_volume(VolumeSeed {
-                namespace: self.ns.name.clone(),
-                name: pv.into(),
-                pvc_name: claim.into(),
-                master_node: master.into(),
-                ..VolumeSeed::default()
-            })
+            .add_volume(support::seed::volume(&self.ns.name, pv, claim, master))
             .unwrap();
     }
 

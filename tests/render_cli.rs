@@ -125,7 +125,7 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
 #[test]
 fn render_refuses_what_the_apiserver_refuses_with_its_message() {
     // Each invalid StorageOSCluster example names the message the apiserver gives
-    // (tests/k8s_crds.rs checks that against a real apiserver); render gives the same.
+    // (tests/k8s/crds.rs checks that against a real apiserver); render gives the same.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
     let mut checked = 0;
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -76,7 +76,7 @@ fn defaults_render_the_go_operator_shape() {
             w["clientConfig"].get("caBundle").is_none(),
             "caBundle belongs to the api-manager"
         );
-        // Only PVCs asking for encryption fail closed (H3).
+        // Only PVCs asking for encryption fail closed.
         let policy = if w["name"] == "encrypted-pvc-mutator.storageos.com" {
             "Fail"
         } else {
@@ -181,7 +181,7 @@ fn disable_fencing_removes_the_fencer_rbac_and_turns_the_fencer_off() {
     assert!(find(&without, "ClusterRole", "storageos:pod-fencer").is_none());
     assert!(find(&without, "ClusterRoleBinding", "storageos:pod-fencer").is_none());
     assert_eq!(with.len(), without.len() + 2);
-    // L1: the api-manager's own fencer is turned off too.
+    // The api-manager's own fencer is turned off too.
     assert!(api_manager_args(&without).contains(&"--enable-node-fencing=false".to_string()));
     assert!(!api_manager_args(&with).iter().any(|a| a.contains("fencing")));
 }
@@ -444,7 +444,7 @@ fn with_cr_labels(labels: &[(&str, &str)]) -> Vec<Value> {
 }
 
 #[test]
-fn m1_cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label() {
+fn cluster_labelled_aggregate_to_view_renders_no_clusterrole_with_that_label() {
     let objs = with_cr_labels(&[
         ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
         ("rbac.authorization.k8s.io/aggregate-to-admin", "true"),
@@ -499,7 +499,7 @@ fn cr_labels_never_reach_rbac_objects() {
 }
 
 #[test]
-fn m6_the_pod_mutator_skips_system_namespaces_and_pods_without_pvcs() {
+fn the_pod_mutator_skips_system_namespaces_and_pods_without_pvcs() {
     let objs = objects("custom-namespace");
     let mwc = get(&objs, "MutatingWebhookConfiguration", "storageos-mutating-webhook");
     let hooks = mwc["webhooks"].as_array().unwrap();
@@ -517,7 +517,7 @@ fn m6_the_pod_mutator_skips_system_namespaces_and_pods_without_pvcs() {
             .contains("persistentVolumeClaim")
     );
     assert_eq!(pods["failurePolicy"], "Ignore");
-    // H3: PVCs whose label asks for encryption fail closed, every other PVC fails open.
+    // PVCs whose label asks for encryption fail closed, every other PVC fails open.
     let plain = hook("pvc-mutator.storageos.com");
     let encrypted = hook("encrypted-pvc-mutator.storageos.com");
     assert_eq!(

@@ -422,9 +422,9 @@ async fn faults_and_the_request_log_over_http() {
     assert_eq!(log, json!([]));
 }
 
-/// L8: the request log keeps small bodies, never large ones (it holds up to 10,000 requests).
+/// The request log keeps small bodies, never large ones (it holds up to 10,000 requests).
 #[tokio::test]
-async fn l8_large_request_bodies_are_not_kept_in_the_log() {
+async fn large_request_bodies_are_not_kept_in_the_log() {
     let api = Api::start().await;
     let token = api.login().await;
     let small = json!({"name": "small"});

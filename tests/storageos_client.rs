@@ -2,6 +2,9 @@
 //! error code and knob (stale versions, token expiry, injected failures and latency).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code may fail loudly
 
+#[path = "support/seed.rs"]
+mod seed;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -43,13 +46,8 @@ fn log(sim: &SimHandle) -> Vec<String> {
 
 fn seed(ns: &str, name: &str, master: &str, replicas: u8) -> VolumeSeed {
     VolumeSeed {
-        namespace: ns.into(),
-        name: name.into(),
-        pvc_name: format!("claim-{name}"),
-        pvc_namespace: ns.into(),
-        master_node: master.into(),
         replicas,
-        ..VolumeSeed::default()
+        ..seed::volume(ns, name, &format!("claim-{name}"), master)
     }
 }
 
@@ -624,9 +622,9 @@ async fn failover_moves_the_master_and_the_nfs_endpoint() {
     let _: BTreeMap<String, String> = lonely.unreserved_labels();
 }
 
-/// L6: a response larger than the client's cap is refused, not buffered; a small one is read.
+/// A response larger than the client's cap is refused, not buffered; a small one is read.
 #[tokio::test]
-async fn l6_responses_over_the_size_cap_are_refused() {
+async fn responses_over_the_size_cap_are_refused() {
     let sim = sim().await;
     for i in 0..50 {
         sim.add_node(&format!("node-with-a-long-name-{i:03}"), Health::Online)

@@ -8,8 +8,12 @@
 //! the scan below finds those outside the few modules allowed to.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod scan;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use scan::rust_files;
 
 use storageos_operator::reasons::ALL;
 
@@ -155,17 +159,6 @@ fn escape(line: &str) -> Option<&'static str> {
         }
     }
     None
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 #[test]

@@ -517,7 +517,7 @@ mod tests {
     fn invalid_values_are_rejected_with_a_clear_message() {
         let e = parse("-api-retry-interval=5minutes").unwrap_err().to_string();
         assert!(e.contains("api-retry-interval") && e.contains("unknown unit"), "{e}");
-        // L4: durations that would overflow clock arithmetic, or spin, are refused.
+        // Durations that would overflow clock arithmetic, or spin, are refused.
         let e = parse("-webhook-cert-validity=99999999h").unwrap_err().to_string();
         assert!(e.contains("webhook-cert-validity") && e.contains("ten years"), "{e}");
         let e = parse("-node-fencer-retry-interval=0s").unwrap_err().to_string();

@@ -407,10 +407,10 @@ async fn lead(ctx: Arc<Context>, elect: bool) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    /// M5: a webhook server task that ends, however it ends, is an error the process exits
+    /// A webhook server task that ends, however it ends, is an error the process exits
     /// with (non-zero, via main), naming why.
     #[tokio::test]
-    async fn m5_a_webhook_server_that_ends_makes_the_process_exit_with_an_error() {
+    async fn a_webhook_server_that_ends_makes_the_process_exit_with_an_error() {
         let returned = tokio::spawn(async { Ok::<(), https::Error>(()) }).await;
         let e = webhook_server_ended(returned);
         assert!(matches!(e, Error::WebhookServerStopped(_)), "{e:?}");

@@ -217,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn l5_a_line_longer_than_a_read_never_stalls_the_cursor() {
+    fn a_line_longer_than_a_read_never_stalls_the_cursor() {
         let mut c = LogCursor::default();
         let long = format!("{T1} {}", "x".repeat(2 << 20));
         // Each read returns the first MiB of the long line only.

@@ -148,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn m1_reserved_cr_labels_never_reach_children() {
+    fn reserved_cr_labels_never_reach_children() {
         let cr = set(&[
             ("rbac.authorization.k8s.io/aggregate-to-view", "true"),
             ("kubernetes.io/role", "x"),
@@ -170,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn l2_long_names_get_a_valid_stable_label_value() {
+    fn long_names_get_a_valid_stable_label_value() {
         let long = format!("{}.x", "a".repeat(80));
         let v = label_value(&long);
         assert!(v.len() <= MAX_LABEL_VALUE, "{v}");

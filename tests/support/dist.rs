@@ -1,4 +1,4 @@
-//! What the distribution tests share (`dist_chart`, `dist_image`, `k8s_helm`): running a tool
+//! What the distribution tests share (`dist_chart`, `dist_image`, `k8s/helm`): running a tool
 //! and failing with its output, and the tools the project's scripts build or install
 //! (`hack/tools.sh`), found where those scripts cache them.
 

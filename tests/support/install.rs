@@ -1,4 +1,4 @@
-//! What the install tests share (`k8s_install`: deploy/operator.yaml; `k8s_olm`: the OLM
+//! What the install tests share (`k8s/install`: deploy/operator.yaml; `k8s/olm`: the OLM
 //! bundle): kubectl against the plane, the operator binary started with exactly the args and env
 //! of an installed Deployment's container, the example cluster cleaned up on drop, and its
 //! readiness.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, PersistentVolume, ServiceAccount};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
@@ -74,6 +75,11 @@ fn find_kubeconfig() -> PathBuf {
         if let Some(p) = std::env::var_os("KUBECONFIG").map(PathBuf::from).filter(|p| p.exists()) {
             return p;
         }
+        eprintln!(
+            "storageos-operator tests: KUBECONFIG is not set, so this test target starts the local \
+             control plane (hack/k8s.sh up; its first run builds it, several minutes). The fast \
+             tier needs none: see docs/development.md#the-fast-tier"
+        );
         let out = Command::new("bash")
             .arg(repo_root().join("hack/k8s.sh"))
             .arg("up")
@@ -578,6 +584,22 @@ pub async fn events(client: &Client, namespace: &str, kind: Option<&str>, name: 
         .collect()
 }
 
+/// Waits (up to 30 s) for an event about `name` in `namespace` with this reason whose message
+/// contains `mentions` (any message when empty).
+pub async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str, mentions: &str) -> Event {
+    wait_for(
+        &format!("a {reason} event on {name} mentioning {mentions:?}"),
+        Duration::from_secs(30),
+        || async {
+            events(client, namespace, None, name, reason)
+                .await
+                .into_iter()
+                .find(|e| message(e).contains(mentions))
+        },
+    )
+    .await
+}
+
 /// Names of the ClusterRoleBindings with a subject in `namespace` (a ServiceAccount there given
 /// cluster-wide rights).
 #[allow(dead_code)]
@@ -598,6 +620,31 @@ pub async fn cluster_role_bindings_naming(client: &Client, namespace: &str) -> V
         .collect()
 }
 
+/// A status with Kubernetes conditions (the StorageOSCluster's, Job's and StorageOSUpgrade's).
+pub trait Conditions {
+    fn conditions(&self) -> &[Condition];
+}
+
+macro_rules! conditions_of {
+    ($($status:ty),*) => {$(
+        impl Conditions for $status {
+            fn conditions(&self) -> &[Condition] {
+                self.conditions.as_deref().unwrap_or_default()
+            }
+        }
+    )*};
+}
+conditions_of!(
+    storageos_operator::crd::StorageOSClusterStatus,
+    storageos_operator::crd::JobStatus,
+    storageos_operator::crd::StorageOSUpgradeStatus
+);
+
+/// The condition of type `type_` in `status`, if it has one.
+pub fn condition<'a>(status: &'a impl Conditions, type_: &str) -> Option<&'a Condition> {
+    status.conditions().iter().find(|c| c.type_ == type_)
+}
+
 /// The message of an event.
 pub fn message(e: &Event) -> String {
     e.message.clone().unwrap_or_default()
@@ -606,6 +653,19 @@ pub fn message(e: &Event) -> String {
 /// Names of the objects in a list.
 pub fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
     items.iter().map(ResourceExt::name_any).collect()
+}
+
+/// The annotations of a Node whose StorageOS CSI node plugin registered it as `node_id`, built
+/// from the product's own names (and checked against `storageos::kube::runs_storageos`).
+pub fn storageos_node_annotations(node_id: &str) -> serde_json::Value {
+    use storageos_operator::storageos::kube::{CSI_DRIVER, CSI_NODE_ANNOTATION, runs_storageos};
+    let value = json!({ CSI_DRIVER: node_id }).to_string();
+    let annotations = std::collections::BTreeMap::from([(CSI_NODE_ANNOTATION.to_string(), value)]);
+    assert!(
+        runs_storageos(&annotations),
+        "{annotations:?} names the StorageOS CSI driver"
+    );
+    json!(annotations)
 }
 
 /// The taint key of Nodes that tests create without a kubelet.
@@ -620,7 +680,11 @@ pub fn no_kubelet_taint() -> serde_json::Value {
 }
 pub mod apimanager;
 pub mod dist;
+pub mod evidence;
+#[allow(unused_imports)]
+pub use evidence::after_polls;
 pub mod faults;
 pub mod install;
 pub mod operator;
 pub mod real_node;
+pub mod seed;

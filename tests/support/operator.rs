@@ -27,12 +27,23 @@ pub fn api_of(client: &kube::Client, obj: &serde_json::Value) -> kube::Api<kube:
 /// `sim_url`, electing a leader on the install's Lease under `identity` as a replica of the
 /// Deployment does; metrics on a free port.
 pub fn run_command(kubeconfig: &std::path::Path, sim_url: &str, identity: &str) -> std::process::Command {
+    run_command_with_metrics(kubeconfig, sim_url, identity, 0)
+}
+
+/// [`run_command`] serving `/metrics` on `metrics_port` (0: any free port, unknown to the test).
+pub fn run_command_with_metrics(
+    kubeconfig: &std::path::Path,
+    sim_url: &str,
+    identity: &str,
+    metrics_port: u16,
+) -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_storageos-operator"));
-    cmd.args(["run", "--metrics-addr", "127.0.0.1:0", "--storageos-endpoint", sim_url])
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    cmd.args(["run", "--metrics-addr", &metrics_addr, "--storageos-endpoint", sim_url])
         .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
         .args(["--identity", identity])
         // Tests put their clusters in namespaces of their own; the trusted-namespaces rule has
-        // tests of its own (k8s_cluster, k8s_job, k8s_upgrade).
+        // tests of its own (k8s/cluster, k8s/job, k8s/upgrade).
         .args(["--watch-namespaces", "*"])
         .env("KUBECONFIG", kubeconfig);
     cmd

@@ -446,7 +446,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn h3_a_long_pvc_name_gets_its_keys_with_a_valid_label() {
+    async fn a_long_pvc_name_gets_its_keys_with_a_valid_label() {
         let f = Fake::default();
         let long = "p".repeat(200);
         let mut p = on();
@@ -459,7 +459,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn h3_failures_of_an_encrypted_pvc_never_fail_open() {
+    async fn failures_of_an_encrypted_pvc_never_fail_open() {
         let f = Fake {
             fail_create: true,
             ..Default::default()

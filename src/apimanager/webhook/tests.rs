@@ -81,7 +81,7 @@ async fn review(lookups: Fake, path: &str, object: Value, dry_run: bool, deadlin
 }
 
 #[tokio::test]
-async fn m6_an_undecodable_object_is_admitted_unchanged_and_counted() {
+async fn an_undecodable_object_is_admitted_unchanged_and_counted() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "data"}, "spec": {"containers": 5}});
     let (r, failed) = review(with_class(), "/pods", pod, false, DEADLINE).await;
     assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1), "{r}");
@@ -110,7 +110,7 @@ async fn an_undecodable_pvc_whose_label_asks_for_encryption_is_denied() {
 }
 
 #[tokio::test]
-async fn m5_a_hung_lookup_is_answered_within_the_deadline() {
+async fn a_hung_lookup_is_answered_within_the_deadline() {
     let slow = || Fake {
         slow: Some(Duration::from_secs(600)),
         ..with_class()
@@ -183,7 +183,7 @@ fn broken_plain() -> Fake {
 }
 
 #[tokio::test]
-async fn h3_an_encrypted_pvc_is_denied_to_retry_never_admitted_without_keys() {
+async fn an_encrypted_pvc_is_denied_to_retry_never_admitted_without_keys() {
     for lookups in [
         broken_plain(),
         Fake {

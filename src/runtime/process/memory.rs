@@ -58,13 +58,4 @@ mod tests {
         };
         assert_eq!(trimming(work).await, 42);
     }
-
-    #[test]
-    fn a_trim_after_freeing_a_large_burst_does_not_disturb_what_is_live() {
-        let live: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 4096]).collect();
-        let burst: Vec<Vec<u8>> = (0..4096).map(|_| vec![7u8; 4096]).collect();
-        drop(burst);
-        trim();
-        assert!(live.iter().enumerate().all(|(i, v)| v.iter().all(|b| *b == i as u8)));
-    }
 }

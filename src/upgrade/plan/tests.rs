@@ -115,7 +115,7 @@ fn an_unsupported_path_is_refused_before_anything_and_goes_ahead_once_forced() {
 }
 
 #[test]
-fn h4_an_upgrade_in_another_namespace_touches_nothing() {
+fn an_upgrade_in_another_namespace_touches_nothing() {
     let o = Observed {
         other_namespace: Some("storageos/storageos".into()),
         ..Default::default()

@@ -135,7 +135,7 @@ mod tests {
     }
 
     #[test]
-    fn m7_more_than_half_offline_holds_fencing_and_resumes_afterwards() {
+    fn more_than_half_offline_holds_fencing_and_resumes_afterwards() {
         use Health::*;
         assert_eq!(
             too_many_offline(&nodes(&[

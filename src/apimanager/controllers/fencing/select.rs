@@ -196,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn m7_a_master_reported_online_on_the_offline_node_is_not_fenced() {
+    fn a_master_reported_online_on_the_offline_node_is_not_fenced() {
         let on = |node: &str| Volume {
             name: "pv1".into(),
             master: Master {

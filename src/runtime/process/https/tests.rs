@@ -62,7 +62,7 @@ fn the_release_build_unwinds_on_panic() {
 }
 
 #[tokio::test]
-async fn m5_idle_connections_are_closed_and_never_starve_a_request() {
+async fn idle_connections_are_closed_and_never_starve_a_request() {
     let limits = Limits {
         handshake: Duration::from_millis(300),
         headers: Duration::from_millis(300),

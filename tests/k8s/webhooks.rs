@@ -4,7 +4,7 @@
 //! Service in a cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -524,7 +524,7 @@ async fn pvc_encryption_keys_through_real_admission() {
 /// denied with a message to retry (never admitted without keys), and the failure is counted;
 /// one that does not is admitted with its class annotation.
 #[tokio::test]
-async fn h3_pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets() {
+async fn pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets() {
     let ns = TestNamespace::new("enc-forbidden").await;
     let client = ns.client.clone();
     let user = format!("system:serviceaccount:{}:default", ns.name);
@@ -607,7 +607,7 @@ async fn h3_pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets(
 /// be) asking for encryption gets its keys through real admission: the Secret's PVC label is a
 /// valid (hashed) value and the full name is in its annotation.
 #[tokio::test]
-async fn h3_a_200_character_encrypted_pvc_gets_its_keys_through_real_admission() {
+async fn a_200_character_encrypted_pvc_gets_its_keys_through_real_admission() {
     let ns = TestNamespace::new("enc-long").await;
     let client = ns.client.clone();
     let mut registry = Registry::default();
@@ -748,6 +748,17 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
         let pvcs = pvcs.clone();
         async move { pvcs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await }
     };
+    // The second policy becomes active on its own time too: until it refuses a key change.
+    wait_for(
+        "the immutability policy to refuse a key change",
+        Duration::from_secs(30),
+        || async {
+            let name = format!("storageos-volume-key-{}", support::suffix());
+            let change = json!({"metadata": {"annotations": {SECRET_NAME_ANNOTATION: name}}});
+            matches!(patched("with-keys", change).await, Err(kube::Error::Api(_))).then_some(())
+        },
+    )
+    .await;
     for (name, change) in [
         (
             "with-keys",

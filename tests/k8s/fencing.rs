@@ -3,12 +3,12 @@
 //! and VolumeAttachments, and its own simulator that knows only its nodes and volumes, so the
 //! fencer of one test never touches another test's pods.
 //!
-//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s_upgrade.rs switches it on,
+//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s/upgrade.rs switches it on,
 //! so every test here holds the cross-process [`support::cluster_lock`] the upgrade and cluster
 //! tests hold: the tests run one at a time, and never during an upgrade test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::fencing;
 use storageos_operator::reasons;
-use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::sim::{self, Faults, SimHandle, Simulator};
 use storageos_operator::storageos::Health;
 use support::{
     ClusterObjects, TestNamespace, end_maintenance, events, from_json, message, start_maintenance, suffix, wait_for,
@@ -103,13 +103,7 @@ impl World {
             .unwrap();
         if storageos {
             self.sim
-                .add_volume(VolumeSeed {
-                    namespace: self.ns.name.clone(),
-                    name: pv.clone(),
-                    pvc_name: claim.into(),
-                    master_node: master.into(),
-                    ..VolumeSeed::default()
-                })
+                .add_volume(support::seed::volume(&self.ns.name, &pv, claim, master))
                 .unwrap();
         }
         pv
@@ -227,8 +221,9 @@ async fn fences_opted_in_pods_whose_volumes_are_healthy_and_nothing_else() {
     let took = offline_at.elapsed();
     eprintln!("fenced {took:?} after the node went offline (poll interval {POLL:?})");
 
-    // Let the episode retry a few times: nothing else goes, and each warning is said once.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The episode retries (every second, while the only-copy pod is left): each retry lists the
+    // StorageOS namespaces again. After three, nothing else went and each warning was said once.
+    support::after_polls(&w.sim, "GET /v2/namespaces", 3).await;
     for pod in [
         "only-copy",
         "opted-out",
@@ -275,7 +270,8 @@ async fn unknown_nodes_and_nodes_unknown_to_kubernetes_are_never_fenced() {
     w.polled().await;
     w.sim.set_health(&unknown, Health::Unknown).unwrap();
     w.sim.set_health(&ghost, Health::Offline).unwrap();
-    tokio::time::sleep(POLL * 2 + Duration::from_secs(1)).await;
+    // Two node polls after the change: the fencer has seen both healths.
+    support::after_polls(&w.sim, "GET /v2/nodes", 2).await;
     assert!(w.pod_exists("on-unknown").await);
     assert!(w.pod_exists("on-ghost").await);
     assert!(w.pod_events("on-unknown", "Fenced").await.is_empty());
@@ -347,7 +343,8 @@ async fn nothing_is_fenced_during_an_upgrade() {
     .await;
     let note = message(&suspended[0]);
     assert!(note.contains("to-v2"), "{note}");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A node poll later (the episode retries every second meanwhile) nothing is fenced.
+    support::after_polls(&w.sim, "GET /v2/nodes", 1).await;
     assert!(w.pod_exists("app").await, "not fenced during the upgrade");
     assert!(w.attachment_exists(&va).await);
     assert_eq!(
@@ -488,7 +485,7 @@ async fn put_back(admin: &Client, role: &str, rules: &[k8s_openapi::api::rbac::v
 /// API fault: nothing is fenced, and the StorageOSCluster gets one FencingHeld warning. Once at
 /// most half are offline again, a node still offline is fenced.
 #[tokio::test]
-async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
+async fn more_than_half_offline_fences_nothing_until_it_heals() {
     let _lock = support::exclusive().await;
     let w = World::new("fence-mass").await;
     let cluster: storageos_operator::crd::StorageOSCluster = from_json(json!({
@@ -562,7 +559,7 @@ async fn m7_more_than_half_offline_fences_nothing_until_it_heals() {
 /// `spec.disableFencing` renders `--enable-node-fencing=false`: the fencer does not run, and an
 /// opted-in pod on an offline node stays.
 #[tokio::test]
-async fn l1_disable_fencing_turns_the_fencer_off() {
+async fn disable_fencing_turns_the_fencer_off() {
     let _lock = support::exclusive().await;
     let (w, lost, _) = World::one_pod_on_a_node_to_lose("fence-off").await;
     let flags: Vec<&str> = FLAGS.iter().copied().chain(["-enable-node-fencing=false"]).collect();

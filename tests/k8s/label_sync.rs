@@ -3,14 +3,14 @@
 //! nodes and other tests' objects are unknown to the simulator, so the controllers leave them be.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -18,7 +18,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::{Context, node_label, pvc_label};
 use storageos_operator::sim::{self, Faults, NodeSeed, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::models::{Health, Labels};
-use support::{TestNamespace, events, from_json, wait_for};
+use support::{TestNamespace, from_json, wait_event, wait_for};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -81,26 +81,21 @@ fn writes(sim: &SimHandle) -> Vec<String> {
         .collect()
 }
 
-/// Waits `quiet` and asserts the simulator saw no write in that time.
-async fn assert_no_writes_at_idle(sim: &SimHandle, quiet: Duration) {
+/// A reserved label key StorageOS does not know: reported by the label syncs, never sent.
+const IDLE_PROBE: &str = "storageos.com/idle-probe";
+
+/// The StorageOS reads behind the node label resync (the shared node poll).
+const NODE_POLL: &str = "GET /v2/nodes";
+/// The StorageOS reads behind the PVC label resync (the shared volume poll).
+const VOLUME_POLL: &str = "GET /v2/namespaces/{id}/volumes";
+
+/// Asserts that the simulator saw no write over the next two polls of `route` (so across the
+/// resync passes they fed).
+async fn assert_no_writes_at_idle(sim: &SimHandle, route: &str) {
     sim.clear_requests();
-    tokio::time::sleep(quiet).await;
+    support::after_polls(sim, route, 2).await;
     let w = writes(sim);
     assert!(w.is_empty(), "writes at idle: {w:?}");
-}
-
-async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str, mentions: &str) -> Event {
-    wait_for(
-        &format!("a {reason} event on {name} mentioning {mentions}"),
-        WAIT,
-        || async {
-            events(client, namespace, None, name, reason)
-                .await
-                .into_iter()
-                .find(|e| e.message.as_deref().unwrap_or_default().contains(mentions))
-        },
-    )
-    .await
 }
 
 async fn patch_labels<K>(api: &Api<K>, name: &str, labels: serde_json::Value)
@@ -135,7 +130,7 @@ async fn wait_node_labels(sim: &SimHandle, name: &str, want: &Labels) {
 
 fn k8s_node(name: &str, annotated: bool, labels: serde_json::Value) -> Node {
     let annotations = if annotated {
-        json!({"csi.volume.kubernetes.io/nodeid": json!({"csi.storageos.com": name}).to_string()})
+        support::storageos_node_annotations(name)
     } else {
         json!({})
     };
@@ -285,8 +280,13 @@ async fn node_labels_sync_compute_only_and_unreserved_labels() {
         .unwrap();
     wait_node_labels(&sim, &plain, &labels(&[("zone", "b")])).await;
 
-    // Idle, across resync passes: reads only.
-    assert_no_writes_at_idle(&sim, Duration::from_secs(5)).await;
+    // Idle (the resync runs hourly here): a reconcile that has nothing to write writes nothing.
+    // An unknown reserved key is reported, never sent; its event proves the reconcile ran.
+    sim.clear_requests();
+    patch_labels(&nodes, &plain, json!({IDLE_PROBE: "x"})).await;
+    wait_event(&client, "default", &plain, "LabelNotSynced", IDLE_PROBE).await;
+    let w = writes(&sim);
+    assert!(w.is_empty(), "writes at idle: {w:?}");
     controller.abort();
 }
 
@@ -311,22 +311,31 @@ async fn node_label_resync_applies_changes_made_while_stopped() {
         )
         .await
         .unwrap();
+    let started = chrono::Utc::now();
     let controller = start(
         &sim,
         &["-node-label-resync-delay", "10s", "-node-label-resync-interval", "1s"],
         node_label::run,
     )
     .await;
-    // A negative window well inside the 10 s delay.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(writes(&sim).is_empty(), "nothing before the resync delay");
     wait_node_labels(
         &sim,
         &name,
         &labels(&[("storageos.com/computeonly", "true"), ("zone", "a")]),
     )
     .await;
-    assert_no_writes_at_idle(&sim, Duration::from_secs(3)).await;
+    // Nothing was written before the 10 s delay (the controller started after `started`).
+    let first_write = sim
+        .requests()
+        .into_iter()
+        .find(|r| r.method != "GET" && !r.path.starts_with("/v2/auth/"))
+        .expect("the resync's writes");
+    assert!(
+        first_write.time - started >= chrono::Duration::seconds(10),
+        "written {} after the start, before the resync delay: {first_write:?}",
+        first_write.time - started
+    );
+    assert_no_writes_at_idle(&sim, NODE_POLL).await;
     controller.abort();
 }
 
@@ -545,8 +554,14 @@ async fn pvc_labels_sync_replicas_failure_mode_and_unreserved_labels() {
         .collect();
     assert_eq!(attempts, vec![(409, true), (409, true), (202, false)]);
 
-    // Idle with create-time-only class parameters and a PVC label: no retries, no writes.
-    assert_no_writes_at_idle(&sim, Duration::from_secs(5)).await;
+    // Idle with create-time-only class parameters and a PVC label: no retries, no writes (the
+    // resync runs hourly here). A reconcile that has nothing to write writes nothing; an unknown
+    // reserved key is reported, never sent, and its event proves the reconcile ran.
+    sim.clear_requests();
+    patch_labels(&pvcs, "data", json!({IDLE_PROBE: "x"})).await;
+    wait_event(&ns.client, &ns.name, "data", "LabelNotSynced", IDLE_PROBE).await;
+    let w = writes(&sim);
+    assert!(w.is_empty(), "writes at idle: {w:?}");
     controller.abort();
 }
 
@@ -586,7 +601,7 @@ async fn pvc_label_resync_matches_pv_names_and_skips_a_changed_class() {
     )
     .await;
     wait_volume(&sim, &ns.name, &pv1, &[("tier", Some("gold"))]).await;
-    assert_no_writes_at_idle(&sim, Duration::from_secs(3)).await;
+    assert_no_writes_at_idle(&sim, VOLUME_POLL).await;
     assert_eq!(sim_volume_labels(&sim, &ns.name, &pv2).get("tier"), None);
 
     // A label change on the mismatching PVC: skipped with an event saying what to do.

@@ -6,7 +6,7 @@
 //! Each test runs its own controller restricted to its own namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -26,16 +26,19 @@ use storageos_operator::job;
 use storageos_operator::reasons::{HOST_PATH_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED};
 use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
 use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
+use support::evidence::Reconciles;
 use support::{TestNamespace, events, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Starts a Job controller for `ns` only; it stops when the test's runtime ends.
-async fn controller(ns: &TestNamespace) {
+/// Starts a Job controller for `ns` only; it stops when the test's runtime ends. Its reconcile
+/// count is the proof it ran (a Job in progress is reconciled every `job::POLL`).
+async fn controller(ns: &TestNamespace) -> Reconciles {
     support::install_crds(&ns.client).await;
-    let metrics = ReconcileMetrics::register(&mut Registry::default());
+    let (reconciles, metrics) = Reconciles::new(job::CONTROLLER);
     let ctx = Arc::new(job::Context::new(support::operator_client().await, metrics).in_namespace(&ns.name));
     tokio::spawn(job::run(ctx, std::future::pending()));
+    reconciles
 }
 
 /// The cleanup Job of `deploy/examples` (the seed README's, mounting only
@@ -58,15 +61,6 @@ fn cleanup_job(name: &str, extra: serde_json::Value) -> Job {
 
 fn status(j: &Job) -> JobStatus {
     j.status.clone().unwrap_or_default()
-}
-
-fn condition(s: &JobStatus, type_: &str) -> Option<String> {
-    s.conditions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
 }
 
 async fn wait_progress(jobs: &Api<Job>, name: &str, progress: &str) -> JobStatus {
@@ -155,7 +149,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     let test_start = chrono::Utc::now();
     let ns = TestNamespace::new("job-cleanup").await;
     let client = ns.client.clone();
-    controller(&ns).await;
+    let reconciles = controller(&ns).await;
     let dir = tempfile::tempdir().unwrap();
 
     // Select two of the fake nodes, by a label only this test uses.
@@ -214,10 +208,16 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     .await;
     let s = wait_progress(&jobs, "cleanup-job", "1/2").await;
     assert_eq!(s.completed, Some(false));
-    assert_eq!(condition(&s, "Ready").as_deref(), Some("False"));
-    assert_eq!(condition(&s, "Progressing").as_deref(), Some("True"));
-    // Several polls later it still waits for the second node.
-    tokio::time::sleep(job::POLL * 2).await;
+    assert_eq!(
+        support::condition(&s, "Ready").map(|c| c.status.as_str()),
+        Some("False")
+    );
+    assert_eq!(
+        support::condition(&s, "Progressing").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    // Two reconciles later it still waits for the second node.
+    reconciles.after(2).await;
     let s = status(&jobs.get("cleanup-job").await.unwrap());
     assert_eq!((s.completed, s.progress.as_deref()), (Some(false), Some("1/2")));
     assert!(
@@ -235,8 +235,11 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
     .await;
     assert_eq!((s.nodes_completed, s.nodes_total), (Some(2), Some(2)));
     assert_eq!(s.progress.as_deref(), Some("2/2"));
-    assert_eq!(condition(&s, "Ready").as_deref(), Some("True"));
-    assert_eq!(condition(&s, "Progressing").as_deref(), Some("False"));
+    assert_eq!(support::condition(&s, "Ready").map(|c| c.status.as_str()), Some("True"));
+    assert_eq!(
+        support::condition(&s, "Progressing").map(|c| c.status.as_str()),
+        Some("False")
+    );
     let completed = wait_for("the JobCompleted event", Duration::from_secs(10), || async {
         let e = events(&ns.client, &ns.name, None, "cleanup-job", "JobCompleted").await;
         (!e.is_empty()).then_some(e)
@@ -247,9 +250,19 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
 
     // Idle: no more writes to the Job, no second event, the spec never written, and no pod log
     // read any more (docs/features.md: logs are no longer read once the Job is done).
-    let before = jobs.get("cleanup-job").await.unwrap();
+    // A change of ours (an annotation) makes the controller reconcile the completed Job again:
+    // it reads no log and writes nothing.
     let idle_from = chrono::Utc::now();
-    tokio::time::sleep(job::POLL * 2).await;
+    let touched = json!({"metadata": {"annotations": {"storageos-operator-test/touched": "yes"}}});
+    let since = reconciles.count();
+    let before = jobs
+        .patch("cleanup-job", &PatchParams::default(), &Patch::Merge(&touched))
+        .await
+        .unwrap();
+    wait_for("a reconcile of the touched Job", SETTLE, || async {
+        (reconciles.count() > since).then_some(())
+    })
+    .await;
     let log_reads: Vec<String> = support::identity::audited(support::identity::OPERATOR, idle_from)
         .into_iter()
         .filter(|r| r.starts_with("get pods/log") && r.contains(&format!(" {}/", ns.name)))
@@ -304,7 +317,7 @@ async fn cleanup_job_completes_only_when_every_selected_pod_printed_the_word() {
 #[tokio::test]
 async fn two_jobs_in_one_namespace_never_see_each_others_pods() {
     let ns = TestNamespace::new("job-two").await;
-    controller(&ns).await;
+    let reconciles = controller(&ns).await;
     let dir = tempfile::tempdir().unwrap();
     let nodes = Api::<Node>::all(ns.client.clone())
         .list(&ListParams::default().labels("type=kwok"))
@@ -336,7 +349,7 @@ async fn two_jobs_in_one_namespace_never_see_each_others_pods() {
     let s = wait_progress(&jobs, "first", &all).await;
     assert_eq!(s.completed, Some(true));
     assert_eq!(s.nodes_total, Some(nodes), "the first Job counted the other Job's pods");
-    tokio::time::sleep(job::POLL * 2).await;
+    reconciles.after(2).await;
     let s = status(&jobs.get("second").await.unwrap());
     assert_eq!(s.completed, Some(false));
     assert_eq!(s.progress, Some(format!("0/{nodes}")));

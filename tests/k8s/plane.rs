@@ -2,7 +2,7 @@
 //! Running, storage binding, garbage collection, namespace deletion, admission webhooks.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

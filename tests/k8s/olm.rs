@@ -8,7 +8,7 @@
 //! RBAC behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -430,7 +430,7 @@ const GO_CSV: &str = "storageosoperator.v2.4.1";
 /// deleting the Go CSV keeps the CRDs and the StorageOSCluster; this bundle then installs, and
 /// the operator, trusting the cluster's namespace (the Subscription's `spec.config.env`), runs
 /// that same cluster (same UID) and takes the Go operator's node DaemonSet over without
-/// restarting its pods (the full set of Go objects is `tests/k8s_adoption.rs`).
+/// restarting its pods (the full set of Go objects is `tests/k8s/adoption.rs`).
 #[tokio::test]
 async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
     let _lock = support::cluster_lock();

@@ -5,7 +5,7 @@
 //! One scenario, run in order: only one cluster may be active per Kubernetes cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -548,12 +548,12 @@ async fn versions_by_selector(client: &kube::Client, selector: &str) -> Vec<Stri
     out
 }
 
-/// M2 and L2: a cluster with a 70-character name (its label values are hashed) installs; when
+/// A cluster with a 70-character name (its label values are hashed) installs; when
 /// its etcd TLS source Secret goes missing, the copy the node pods mount is kept (no apply, no
 /// prune) and the cluster says why; deleting the cluster finishes (the finalizer's selector is
 /// valid).
 #[tokio::test]
-async fn m2_missing_etcd_tls_source_never_prunes_the_copy_and_l2_long_names_delete() {
+async fn missing_etcd_tls_source_never_prunes_the_copy_and_long_names_delete() {
     let _lock = support::cluster_lock();
     let ns = TestNamespace::new("etcd-tls").await;
     let client = ns.client.clone();

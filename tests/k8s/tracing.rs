@@ -12,7 +12,7 @@
 //! - An endpoint that is no URL leaves tracing off with an error naming it; the process runs on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,7 +31,7 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
 use serde_json::json;
 use storageos_operator::crd::StorageOSCluster;
-use storageos_operator::sim::{self, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::sim::{self, SimHandle, Simulator};
 use storageos_operator::storageos::Health;
 use support::apimanager::free_port;
 use support::{ClusterObjects, TestNamespace, from_json, suffix, wait_for};
@@ -430,14 +430,8 @@ async fn fencing_world(ns: &TestNamespace, sim: &SimHandle) -> FencingWorld {
         .create(&PostParams::default(), &pvc)
         .await
         .unwrap();
-    sim.add_volume(VolumeSeed {
-        namespace: ns.name.clone(),
-        name: pv.clone(),
-        pvc_name: "data".into(),
-        master_node: healthy.clone(),
-        ..VolumeSeed::default()
-    })
-    .unwrap();
+    sim.add_volume(support::seed::volume(&ns.name, &pv, "data", &healthy))
+        .unwrap();
     let pod: Pod = from_json(json!({
         "metadata": {"name": "app", "labels": {"storageos.com/fenced": "true"}},
         "spec": {"nodeName": lost, "containers": [{"name": "app", "image": "registry.invalid/app:1"}],

@@ -7,7 +7,7 @@
 //! the cluster (resource policy `keep`); installing again adopts it with its UID and node pods.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Integration tier: server-side apply, change detection and pruning against a real apiserver.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 
@@ -190,10 +190,10 @@ async fn immutable_storage_class_fields_are_replaced_but_workloads_are_not() {
     assert!(uid_before.is_some(), "the DaemonSet must still exist");
 }
 
-/// M4: a StorageClass someone else made under the name we render (a common name like `fast`)
+/// A StorageClass someone else made under the name we render (a common name like `fast`)
 /// is neither force-applied over nor deleted and recreated when it differs in immutable fields.
 #[tokio::test]
-async fn m4_a_foreign_storage_class_is_never_taken_over_or_replaced() {
+async fn a_foreign_storage_class_is_never_taken_over_or_replaced() {
     let ns = TestNamespace::new("foreign-sc").await;
     let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> = kube::Api::all(ns.client.clone());
     let name = format!("{}-fast", ns.name);
@@ -227,10 +227,10 @@ async fn m4_a_foreign_storage_class_is_never_taken_over_or_replaced() {
     let _ = classes.delete(&name, &DeleteParams::default()).await;
 }
 
-/// M8, L7: an object that carries our labels but that we never wrote (copied with kubectl, a
+/// An object that carries our labels but that we never wrote (copied with kubectl, a
 /// restored backup) is never pruned nor deleted; ours with the same labels is.
 #[tokio::test]
-async fn m8_a_user_object_with_our_labels_is_never_pruned() {
+async fn a_user_object_with_our_labels_is_never_pruned() {
     let ns = TestNamespace::new("foreign-cm").await;
     let applier = Applier::new(ns.client.clone(), APPLY_OWNERSHIP);
     let owner = ns.name.clone();

@@ -6,12 +6,12 @@
 //! Every test has its own simulator, so the controllers of one test only ever delete in it;
 //! Kubernetes Nodes are the test's own, with unique names.
 //!
-//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s_upgrade.rs switches it on,
+//! Maintenance (an upgrade in progress) is cluster-wide and tests/k8s/upgrade.rs switches it on,
 //! so every test here holds the cross-process [`support::cluster_lock`] the upgrade and cluster
 //! tests hold: the tests run one at a time, and never during an upgrade test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::{namespace_delete, node_delete};
 use storageos_operator::sim::{self, Faults, RequestRecord, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::Health;
+use storageos_operator::storageos::kube::{CSI_DRIVER, CSI_NODE_ANNOTATION};
 use support::{ClusterObjects, TestNamespace, end_maintenance, events, message, start_maintenance, suffix, wait_for};
 
 const NO_GC: &[&str] = &["-node-delete-gc-interval", "0s", "-namespace-delete-gc-interval", "0s"];
@@ -43,10 +44,6 @@ async fn simulator(lock: Duration) -> SimHandle {
     })
     .await
     .unwrap()
-}
-
-fn storageos_annotation(name: &str) -> serde_json::Value {
-    json!({"csi.volume.kubernetes.io/nodeid": json!({"csi.storageos.com": name}).to_string()})
 }
 
 /// The DELETE requests for `path_part` (a node or namespace ID), oldest first.
@@ -72,21 +69,25 @@ async fn delete_node(client: &kube::Client, name: &str) {
 
 /// Waits until the node-delete controller's watch is live: a throwaway annotated probe Node is
 /// deleted (again, under a new name, until it is seen) and the controller reacts — it reads the
-/// StorageOS nodes (`GET /v2/nodes`) or, during an upgrade, says it waits (DeleteSuspended).
-/// A delete made before the watch's first list would never be seen, by design.
-async fn node_watch_synced(client: &kube::Client, sim: &SimHandle) {
+/// StorageOS nodes (`GET /v2/nodes`), or says it waits (DeleteSuspended, during an upgrade) or
+/// retries (DeleteRetrying, StorageOS unreachable). A delete made before the watch's first list
+/// would never be seen, by design.
+async fn node_watch_synced(client: &kube::Client, sim: Option<&SimHandle>) {
     for attempt in 0..10 {
         let probe = format!("nd-probe-{}-{attempt}", suffix());
         let objects = ClusterObjects::default();
-        objects.node(client, &probe, storageos_annotation(&probe)).await;
-        let before = reads(sim, "/v2/nodes");
+        objects
+            .node(client, &probe, support::storageos_node_annotations(&probe))
+            .await;
+        let before = sim.map_or(0, |s| reads(s, "/v2/nodes"));
         delete_node(client, &probe).await;
         let seen = tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                let suspended = !events(client, "default", Some("Node"), &probe, "DeleteSuspended")
-                    .await
-                    .is_empty();
-                if reads(sim, "/v2/nodes") > before || suspended {
+                let mut said = false;
+                for reason in ["DeleteSuspended", "DeleteRetrying"] {
+                    said |= !events(client, "default", Some("Node"), &probe, reason).await.is_empty();
+                }
+                if sim.map_or(0, |s| reads(s, "/v2/nodes")) > before || said {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -100,8 +101,9 @@ async fn node_watch_synced(client: &kube::Client, sim: &SimHandle) {
     panic!("the node-delete controller never reacted to a probe Node's delete");
 }
 
-/// The same for the namespace-delete controller, with a probe Namespace.
-async fn namespace_watch_synced(client: &kube::Client, sim: &SimHandle) {
+/// The same for the namespace-delete controller, with a probe Namespace (a read of the
+/// StorageOS namespaces, or DeleteRetrying while StorageOS is unreachable).
+async fn namespace_watch_synced(client: &kube::Client, sim: Option<&SimHandle>) {
     for attempt in 0..10 {
         let probe = format!("t-nsprobe-{}-{attempt}", suffix());
         let api = Api::<Namespace>::all(client.clone());
@@ -111,10 +113,14 @@ async fn namespace_watch_synced(client: &kube::Client, sim: &SimHandle) {
         )
         .await
         .unwrap();
-        let before = reads(sim, "/v2/namespaces");
+        let before = sim.map_or(0, |s| reads(s, "/v2/namespaces"));
         api.delete(&probe, &DeleteParams::default()).await.unwrap();
         let seen = tokio::time::timeout(Duration::from_secs(10), async {
-            while reads(sim, "/v2/namespaces") <= before {
+            while sim.map_or(0, |s| reads(s, "/v2/namespaces")) <= before
+                && events(client, "default", Some("Namespace"), &probe, "DeleteRetrying")
+                    .await
+                    .is_empty()
+            {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
@@ -134,11 +140,6 @@ fn reads(sim: &SimHandle, path: &str) -> usize {
         .count()
 }
 
-/// Where nothing can be observed (the StorageOS API is down): give the watches time to list.
-async fn watches_probably_synced() {
-    tokio::time::sleep(Duration::from_secs(2)).await;
-}
-
 #[tokio::test]
 async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() {
     let _lock = support::exclusive().await;
@@ -150,14 +151,12 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
         format!("nd-{id}-plain"),
         format!("nd-{id}-broken"),
     );
-    objects.node(&client, &gone, storageos_annotation(&gone)).await;
+    objects
+        .node(&client, &gone, support::storageos_node_annotations(&gone))
+        .await;
     objects.node(&client, &plain, json!({})).await;
     objects
-        .node(
-            &client,
-            &broken,
-            json!({"csi.volume.kubernetes.io/nodeid": "csi.storageos.com"}),
-        )
+        .node(&client, &broken, json!({CSI_NODE_ANNOTATION: CSI_DRIVER}))
         .await;
     // Offline now, so locked for 3 s (423), then deletable.
     let sim = simulator(Duration::from_secs(3)).await;
@@ -169,7 +168,7 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
 
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(node_delete::run(ctx.clone()));
-    node_watch_synced(&client, &sim).await;
+    node_watch_synced(&client, Some(&sim)).await;
     sim.set_faults(Faults {
         fail_next: 2,
         status: 409,
@@ -201,8 +200,9 @@ async fn a_deleted_storageos_node_is_deleted_in_storageos_through_409_and_423() 
     let retrying = events(&client, "default", Some("Node"), &gone, "DeleteRetrying").await;
     assert_eq!(retrying.len(), 1, "said once: {retrying:?}");
 
-    // Nodes without the StorageOS annotation (or with a malformed one) are not touched.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nodes without the StorageOS annotation (or with a malformed one) are not touched: a
+    // probe deleted after them is seen, so the watch is past their deletes.
+    node_watch_synced(&client, Some(&sim)).await;
     assert!(deletes(&sim, &plain_id).is_empty());
     assert!(deletes(&sim, &broken_id).is_empty());
     assert_eq!(sim.nodes().len(), 2);
@@ -271,7 +271,9 @@ async fn garbage_collection_deletes_storageos_nodes_and_namespaces_kubernetes_la
         + 1;
     assert!(first_delete > next_list, "nothing deleted on the failed read");
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Two more passes of each collection (each lists StorageOS first) leave the rest alone.
+    support::after_polls(&sim, "GET /v2/nodes", 2).await;
+    support::after_polls(&sim, "GET /v2/namespaces", 2).await;
     let names: Vec<String> = sim.nodes().into_iter().map(|n| n.name).collect();
     assert!(names.contains(&kept) && names.contains(&online), "{names:?}");
     assert!(
@@ -296,14 +298,16 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
     let node = format!("nd-{}-maint", suffix());
-    objects.node(&client, &node, storageos_annotation(&node)).await;
+    objects
+        .node(&client, &node, support::storageos_node_annotations(&node))
+        .await;
     let sim = simulator(Duration::ZERO).await;
     let node_id = sim.add_node(&node, Health::Offline).unwrap().id;
     start_maintenance(&ns, "to-v2").await;
 
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(node_delete::run(ctx.clone()));
-    node_watch_synced(&client, &sim).await;
+    node_watch_synced(&client, Some(&sim)).await;
     delete_node(&client, &node).await;
     let suspended = wait_for("the DeleteSuspended event", SETTLE, || async {
         let e = events(&client, "default", Some("Node"), &node, "DeleteSuspended").await;
@@ -311,7 +315,8 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
     })
     .await;
     assert!(message(&suspended[0]).contains("to-v2"), "{suspended:?}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A probe deleted afterwards is seen (and suspended too): the controller is still at work.
+    node_watch_synced(&client, Some(&sim)).await;
     assert!(deletes(&sim, &node_id).is_empty(), "nothing deleted during the upgrade");
     assert_eq!(
         events(&client, "default", Some("Node"), &node, "DeleteSuspended")
@@ -367,7 +372,7 @@ async fn a_deleted_namespace_is_deleted_in_storageos_once_its_volumes_are_gone()
         .unwrap();
     let ctx = support::api_manager_context(&sim, NO_GC).await;
     let controller = tokio::spawn(namespace_delete::run(ctx.clone()));
-    namespace_watch_synced(&client, &sim).await;
+    namespace_watch_synced(&client, Some(&sim)).await;
 
     Api::<Namespace>::all(client.clone())
         .delete(&ns.name, &DeleteParams::default())
@@ -404,27 +409,29 @@ async fn an_unreachable_api_never_stops_the_controllers() {
     let client = ns.client.clone();
     let objects = ClusterObjects::default();
     let node = format!("nd-{}-down", suffix());
-    objects.node(&client, &node, storageos_annotation(&node)).await;
+    objects
+        .node(&client, &node, support::storageos_node_annotations(&node))
+        .await;
     let sim = simulator(Duration::ZERO).await;
     let ctx = support::api_manager_context(&sim, FAST_GC).await;
     sim.shutdown().await;
     let nodes = tokio::spawn(node_delete::run(ctx.clone()));
     let namespaces = tokio::spawn(namespace_delete::run(ctx.clone()));
-    watches_probably_synced().await;
+    node_watch_synced(&client, None).await;
+    namespace_watch_synced(&client, None).await;
     delete_node(&client, &node).await;
     Api::<Namespace>::all(client.clone())
         .delete(&ns.name, &DeleteParams::default())
         .await
         .unwrap();
-    // Deletes and GC passes fail with transport errors for a while.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(!nodes.is_finished() && !namespaces.is_finished());
+    // Deletes and GC passes fail with transport errors: the controllers say so and go on.
     let retrying = wait_for("the DeleteRetrying event", SETTLE, || async {
         let e = events(&client, "default", Some("Node"), &node, "DeleteRetrying").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
     assert!(message(&retrying[0]).contains("cannot reach StorageOS"), "{retrying:?}");
+    assert!(!nodes.is_finished() && !namespaces.is_finished());
     nodes.abort();
     namespaces.abort();
 }

@@ -1,18 +1,18 @@
 //! Integration tier: one leader at a time on a real Lease; the next takes over on release.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use storageos_operator::runtime::kube::leader::{Leadership, Timing};
 use support::TestNamespace;
 
 #[tokio::test]
 async fn only_one_replica_leads_and_another_takes_over_on_release() {
     let ns = TestNamespace::new("lease").await;
-    // A lease far longer than the 4 s check, so a slow renewal on a loaded machine cannot
-    // hand it over early.
+    // The holder renews 3 s before its 10 s run out.
     let timing = Timing {
         duration_secs: 10,
         grace_secs: 3,
@@ -21,11 +21,20 @@ async fn only_one_replica_leads_and_another_takes_over_on_release() {
         .await
         .unwrap();
 
+    let leases = ns.api::<Lease>();
+    let renewed = || async { leases.get("test-lease").await.ok()?.spec?.renew_time };
+    let acquired = renewed().await.expect("the holder's renewTime");
+
     let client = ns.client.clone();
     let name = ns.name.clone();
     let second =
         tokio::spawn(async move { Leadership::acquire(client, &name, "test-lease", "replica-b", timing).await });
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Until the holder has renewed (so the second candidate has tried against a live lease for
+    // most of a lease term), the second does not lead.
+    support::wait_for("the holder to renew its lease", Duration::from_secs(30), || async {
+        renewed().await.filter(|t| *t > acquired).map(|_| ())
+    })
+    .await;
     assert!(
         !second.is_finished(),
         "a second replica became leader while the first held the lease"
@@ -38,10 +47,6 @@ async fn only_one_replica_leads_and_another_takes_over_on_release() {
     let _second = second
         .unwrap()
         .unwrap_or_else(|e| panic!("second replica failed: {e:?}"));
-    let lease = ns
-        .api::<k8s_openapi::api::coordination::v1::Lease>()
-        .get("test-lease")
-        .await
-        .unwrap();
+    let lease = leases.get("test-lease").await.unwrap();
     assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("replica-b"));
 }

@@ -3,7 +3,7 @@
 //! test, synced to the kwok node pods so the cluster becomes Running.
 //!
 //! Only one StorageOSCluster can be active per Kubernetes cluster, so each test holds the
-//! cross-process [`support::cluster_lock`] (as tests/k8s_cluster.rs does) and clears clusters
+//! cross-process [`support::cluster_lock`] (as tests/k8s/cluster.rs does) and clears clusters
 //! and upgrades left behind by killed test runs before it creates its own.
 //!
 //! Killing the operator inside a phase is made deterministic with `run --upgrade-step-delay`:
@@ -12,7 +12,7 @@
 //! taken.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -40,6 +39,8 @@ const TEST_NS_LABEL: &str = "storageos-operator-test";
 /// The operator as a child process; SIGKILLed when dropped.
 struct Operator {
     child: Child,
+    /// Where it serves `/metrics` (its reconcile counts).
+    metrics_port: u16,
 }
 
 impl Operator {
@@ -47,14 +48,15 @@ impl Operator {
     /// Lease, as the Deployment does.
     fn start(kubeconfig: &Path, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        let child = support::operator::run_command(kubeconfig, &sim.url(), "upgrade-test")
+        let metrics_port = support::apimanager::free_port();
+        let child = support::operator::run_command_with_metrics(kubeconfig, &sim.url(), "upgrade-test", metrics_port)
             .args(["--upgrade-step-delay", step_delay])
             .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()
             .expect("start the operator");
-        Self { child }
+        Self { child, metrics_port }
     }
 
     /// SIGKILL: no clean-up of any kind runs in the operator.
@@ -346,7 +348,7 @@ impl Scene {
         let up = self.upgrades().get(name).await.unwrap();
         let status = up.status.unwrap();
         assert_eq!(status.completed, Some(true));
-        let ready = condition(&status, "Ready");
+        let ready = support::condition(&status, "Ready").unwrap();
         assert_eq!(ready.status, "True", "{ready:?}");
         let mine: Vec<ScaledApp> = status
             .scaled_apps
@@ -409,12 +411,6 @@ impl Scene {
             )
             .await;
     }
-}
-
-/// The upgrade's condition of `type_`.
-fn condition(status: &storageos_operator::crd::StorageOSUpgradeStatus, type_: &str) -> Condition {
-    let conditions = status.conditions.as_deref().unwrap_or_default();
-    conditions.iter().find(|c| c.type_ == type_).cloned().unwrap()
 }
 
 const DEPLOY: &str = "Deployment";
@@ -579,9 +575,24 @@ async fn upgrade_scales_apps_down_restarts_nodes_on_the_new_image_and_restores_a
         ]
     );
 
-    // Completed costs nothing: no write to the upgrade while idle.
-    let before = scene.upgrades().get("upgrade").await.unwrap().resource_version();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Completed costs nothing: a change of ours (an annotation) makes the operator reconcile the
+    // completed upgrade again (its reconcile count moves), and it writes nothing.
+    let port = operator.metrics_port;
+    let since = support::evidence::reconciles_at(port, storageos_operator::upgrade::CONTROLLER)
+        .await
+        .expect("the operator's /metrics");
+    let touched = json!({"metadata": {"annotations": {"storageos-operator-test/touched": "yes"}}});
+    let before = scene
+        .upgrades()
+        .patch(
+            "upgrade",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&touched),
+        )
+        .await
+        .unwrap()
+        .resource_version();
+    support::evidence::after_reconciles_at(port, storageos_operator::upgrade::CONTROLLER, since, 1).await;
     assert_eq!(
         scene.upgrades().get("upgrade").await.unwrap().resource_version(),
         before
@@ -811,7 +822,7 @@ async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpau
 /// the node image is unchanged and no puller is made, also once its status is forged to a later
 /// phase naming the cluster; it does not block the cluster's own.
 #[tokio::test]
-async fn h4_upgrade_in_another_namespace_is_refused() {
+async fn upgrade_in_another_namespace_is_refused() {
     let (scene, operator) = Scene::new("upgrade-ns").await;
     let tenant = TestNamespace::new("tenant").await;
     let tenant_upgrades: Api<StorageOSUpgrade> = tenant.api();
@@ -834,7 +845,7 @@ async fn h4_upgrade_in_another_namespace_is_refused() {
     let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(UpgradePhase::Pending));
     assert_eq!(status.cluster, None);
-    assert_eq!(condition(&status, "Ready").status, "False");
+    assert_eq!(support::condition(&status, "Ready").unwrap().status, "False");
     assert_eq!(scene.paused_by().await, None);
     assert_eq!(scene.node_images().await.0.as_deref(), Some(OLD_IMAGE));
     scene.assert_apps_restored().await;
@@ -849,6 +860,10 @@ async fn h4_upgrade_in_another_namespace_is_refused() {
 
     // A writer of the tenant upgrade's status forges a later phase naming the cluster: every
     // phase re-checks the namespace, so nothing is touched.
+    let port = operator.metrics_port;
+    let since = support::evidence::reconciles_at(port, storageos_operator::upgrade::CONTROLLER)
+        .await
+        .expect("the operator's /metrics");
     tenant_upgrades
         .patch_status(
             "takeover",
@@ -858,9 +873,9 @@ async fn h4_upgrade_in_another_namespace_is_refused() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::evidence::after_reconciles_at(port, storageos_operator::upgrade::CONTROLLER, since, 1).await;
     let status = tenant_upgrades.get("takeover").await.unwrap().status.unwrap();
-    let degraded = condition(&status, "Degraded");
+    let degraded = support::condition(&status, "Degraded").unwrap();
     assert_eq!(
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", "WrongNamespace")

@@ -5,7 +5,7 @@
 //! cluster as Ready=False naming it, and giving it back recovers without a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

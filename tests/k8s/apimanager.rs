@@ -4,7 +4,7 @@
 //! and only the Lease holder runs the controllers; another replica takes over when it stops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -273,8 +273,10 @@ async fn only_the_lease_holder_runs_controllers_and_another_replica_takes_over()
         (node_polls(&sim_a) > 0).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Over two more of the leader's polls, the follower (alive and ready) polls nothing.
+    support::after_polls(&sim_a, "GET /v2/nodes", 2).await;
     assert_eq!(node_polls(&sim_b), 0, "the follower ran a controller");
+    assert_eq!(readyz(b.metrics_port).await, Some(200), "the follower is still serving");
 
     // The leader stops: it releases the lease and the follower takes over the controllers.
     assert!(a.stop().await.success());

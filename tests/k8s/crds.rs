@@ -2,7 +2,7 @@
 //! apply unchanged, and invalid ones are rejected at admission with their message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use kube::api::{Api, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -163,7 +163,7 @@ async fn a_job_with_hostpath_root_or_var_lib_is_rejected_at_admission() {
 /// `spec.namespace` cannot change once set (the running StorageOS would be pruned and another
 /// started on the same nodes); other fields still can.
 #[tokio::test]
-async fn m3_spec_namespace_cannot_change_once_set() {
+async fn spec_namespace_cannot_change_once_set() {
     let ns = TestNamespace::new("immutable-ns").await;
     support::install_crds(&ns.client).await;
     let (_, doc) = load(

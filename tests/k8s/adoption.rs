@@ -7,7 +7,7 @@
 //! restarts, the Go-only leftovers go, and a restarted operator writes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -306,18 +306,6 @@ async fn node_pods(ns: &TestNamespace) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn condition(c: &StorageOSCluster, type_: &str) -> Option<(String, String, String)> {
-    let cond = c
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|x| x.type_ == type_)?
-        .clone();
-    Some((cond.status, cond.reason, cond.message))
-}
-
 /// Undoes what a failed run would leave behind: the cluster's finalizer (its operator is gone)
 /// and the worker label on the nodes.
 struct Cleanup {
@@ -464,8 +452,8 @@ async fn adopt(case: Case) {
     let running = wait_for("the adopted cluster to be 3/3 Running and Ready", SETTLE, || async {
         let c = clusters.get(&cr_name).await.ok()?;
         let s = c.status.clone()?;
-        let ready = condition(&c, "Ready")?;
-        (s.phase.as_deref() == Some("Running") && s.ready.as_deref() == Some("3/3") && ready.0 == "True").then_some(c)
+        let ready = support::condition(&s, "Ready")?.status == "True";
+        (s.phase.as_deref() == Some("Running") && s.ready.as_deref() == Some("3/3") && ready).then_some(c)
     })
     .await;
 
@@ -572,8 +560,10 @@ async fn adopt(case: Case) {
     );
 
     // The Go defaults in spec.images were replaced by ours, and the status says so.
-    let (status, _, message) = condition(&running, "GoDefaultImagesReplaced").expect("the replaced images condition");
-    assert_eq!(status, "True");
+    let replaced = support::condition(running.status.as_ref().unwrap(), "GoDefaultImagesReplaced")
+        .expect("the replaced images condition");
+    assert_eq!(replaced.status, "True");
+    let message = &replaced.message;
     assert!(
         message.contains("spec.images.apiManagerContainer storageos/api-manager:v1.1.2"),
         "{message}"

@@ -2,16 +2,15 @@
 //! (nodes and volumes in kubectl) on the real control plane with an in-process simulator.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
-use storageos_operator::apimanager::controllers::{self, mirror};
+use storageos_operator::apimanager::controllers::mirror;
 use storageos_operator::crd::{StorageOSNode, StorageOSVolume};
 use storageos_operator::sim::{self, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::models::Health;
@@ -65,14 +64,9 @@ async fn node_mirror(api: &Api<StorageOSNode>, name: &str, health: &str) -> Stor
 
 fn seed(sim: &SimHandle, ns: &TestNamespace, pv: &str, pvc: &str) {
     sim.add_volume(VolumeSeed {
-        namespace: ns.name.clone(),
-        name: pv.into(),
-        pvc_name: pvc.into(),
-        pvc_namespace: ns.name.clone(),
-        master_node: NODES[0].into(),
         replicas: 1,
         size_bytes: 2 << 30,
-        ..VolumeSeed::default()
+        ..support::seed::volume(&ns.name, pv, pvc, NODES[0])
     })
     .unwrap();
 }
@@ -236,66 +230,5 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     controller.abort();
     for name in NODES {
         let _ = nodes.delete(name, &DeleteParams::default()).await;
-    }
-}
-
-/// `GET /v2/namespaces/<id>/volumes` → `GET /v2/namespaces/{id}/volumes`.
-fn route(method: &str, path: &str) -> String {
-    let templated: Vec<&str> = path
-        .split('/')
-        .map(|seg| {
-            if seg.len() == 36 && seg.matches('-').count() == 4 {
-                "{id}"
-            } else {
-                seg
-            }
-        })
-        .collect();
-    format!("{method} {}", templated.join("/"))
-}
-
-/// StorageOS requests of every api-manager controller over one idle minute, by route: 3 nodes,
-/// one namespace holding two volumes (one shared), six namespaces whose volumes are gone. The
-/// node and namespace GCs are off (hourly by default; they would delete the test's namespaces).
-/// A measurement, printed for docs and reviews: `cargo test --test k8s_mirror -- --ignored
-/// --nocapture storageos_reads_at_idle`.
-#[tokio::test]
-#[ignore = "a one-minute measurement"]
-async fn storageos_reads_at_idle() {
-    logs();
-    let sim = Simulator::start(sim::Config::default()).await.unwrap();
-    for n in ["idle-a", "idle-b", "idle-c"] {
-        sim.add_node(n, Health::Online).unwrap();
-    }
-    for (name, nfs) in [("pvc-idle-1", None), ("pvc-idle-2", Some("10.0.0.1:25000"))] {
-        sim.add_volume(VolumeSeed {
-            namespace: "idle-app".into(),
-            name: name.into(),
-            pvc_name: name.into(),
-            master_node: "idle-a".into(),
-            replicas: 1,
-            nfs_service_endpoint: nfs.map(str::to_string),
-            ..VolumeSeed::default()
-        })
-        .unwrap();
-    }
-    for i in 0..6 {
-        sim.add_namespace(&format!("idle-empty-{i}")).unwrap();
-    }
-    let flags = ["-namespace-delete-gc-interval", "0s", "-node-delete-gc-interval", "0s"];
-    let ctx = support::api_manager_context(&sim, &flags).await;
-    let all = tokio::spawn(controllers::run(ctx));
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    sim.clear_requests();
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    let mut by_route: BTreeMap<String, usize> = BTreeMap::new();
-    for r in sim.requests() {
-        *by_route.entry(route(&r.method, &r.path)).or_default() += 1;
-    }
-    all.abort();
-    let total: usize = by_route.values().sum();
-    println!("StorageOS requests in one idle minute: {total}");
-    for (route, n) in &by_route {
-        println!("  {n:4}  {route}");
     }
 }

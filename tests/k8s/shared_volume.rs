@@ -5,11 +5,11 @@
 //! StorageOS faults.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Endpoints, Event, PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -17,7 +17,7 @@ use serde_json::json;
 use storageos_operator::apimanager::controllers::shared_volume;
 use storageos_operator::sim::{self, Faults, NodeSeed, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::{LABEL_NFS_MOUNT_ENDPOINT, Volume};
-use support::{TestNamespace, events, from_json, logs, wait_for};
+use support::{TestNamespace, from_json, logs, wait_event, wait_for};
 
 const FLAGS: &[&str] = &[
     "-volume-poll-interval",
@@ -28,6 +28,8 @@ const FLAGS: &[&str] = &[
     "10s",
 ];
 const SETTLE: Duration = Duration::from_secs(30);
+/// What the controller polls (every second, `-volume-poll-interval`).
+const VOLUME_LISTS: &str = "GET /v2/namespaces/{id}/volumes";
 /// The garbage collector and the PVC protection controller take their time.
 const GC: Duration = Duration::from_secs(90);
 
@@ -49,13 +51,8 @@ async fn setup(prefix: &str) -> (SimHandle, TestNamespace, String) {
 /// A volume provisioned for PVC `pvc` in the test namespace, NFS-attached at `nfs` if given.
 fn seed(sim: &SimHandle, ns: &TestNamespace, pv: &str, pvc: &str, nfs: Option<&str>) -> Volume {
     sim.add_volume(VolumeSeed {
-        namespace: ns.name.clone(),
-        name: pv.into(),
-        pvc_name: pvc.into(),
-        pvc_namespace: ns.name.clone(),
-        master_node: "sv-node-a".into(),
         nfs_service_endpoint: nfs.map(str::to_string),
-        ..VolumeSeed::default()
+        ..support::seed::volume(&ns.name, pv, pvc, "sv-node-a")
     })
     .unwrap()
 }
@@ -115,16 +112,6 @@ async fn published(sim: &SimHandle, ns: &TestNamespace, pv: &str) -> Service {
             (mount_label(sim, pv)? == format!("{}:2049", cluster_ip(&svc))).then_some(svc)
         },
     )
-    .await
-}
-
-async fn wait_event(ns: &TestNamespace, object: &str, reason: &str) -> Event {
-    wait_for(&format!("event {reason} on {object}"), SETTLE, || async {
-        events(&ns.client, &ns.name, None, object, reason)
-            .await
-            .into_iter()
-            .next()
-    })
     .await
 }
 
@@ -191,7 +178,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     );
     assert_eq!(eps.owner_references(), owners, "the Endpoints are owned by the PVC too");
     assert_eq!(eps.labels().get("storageos.com/volume-id"), Some(&vol_id));
-    let created = wait_event(&ns, &pv, "Created").await;
+    let created = wait_event(&ns.client, &ns.name, &pv, "Created", "").await;
     assert_eq!(created.type_.as_deref(), Some("Normal"));
     assert_eq!(
         created.message.as_deref(),
@@ -199,7 +186,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     );
 
     // Nothing for the other volumes, even after more polls.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     let all_services = ns.api::<Service>().list(&ListParams::default()).await.unwrap().items;
     assert_eq!(names(&all_services), vec![pv.clone()]);
     let all_endpoints = ns.api::<Endpoints>().list(&ListParams::default()).await.unwrap().items;
@@ -213,12 +200,8 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     let eps_rv = ns.api::<Endpoints>().get(&pv).await.unwrap().resource_version();
     let vol_version = volume(&sim, &pv).version;
     sim.clear_requests();
-    let requests = wait_for("two volume polls", Duration::from_secs(15), || async {
-        let requests = sim.requests();
-        let lists = requests.iter().filter(|r| r.path.ends_with("/volumes")).count();
-        (lists >= 2).then_some(requests)
-    })
-    .await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
+    let requests = sim.requests();
     assert!(
         requests.iter().all(|r| r.method == "GET"),
         "only reads while idle: {requests:#?}"
@@ -259,7 +242,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
         requests.iter().all(|r| r.method == "GET"),
         "no mount endpoint write on failover: {requests:#?}"
     );
-    let updated = wait_event(&ns, &pv, "Updated").await;
+    let updated = wait_event(&ns.client, &ns.name, &pv, "Updated", "").await;
     assert_eq!(updated.type_.as_deref(), Some("Warning"));
     assert_eq!(
         updated.message.as_deref(),
@@ -290,7 +273,13 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
     })
     .await;
     assert_eq!(cluster_ip(&svc), ip);
-    assert_eq!(wait_event(&ns, &pv, "Restored").await.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        wait_event(&ns.client, &ns.name, &pv, "Restored", "")
+            .await
+            .type_
+            .as_deref(),
+        Some("Warning")
+    );
 
     // The PVC goes: the garbage collector removes the Service and the Endpoints, and the
     // controller does not bring them back although the volume is still shared.
@@ -304,7 +293,7 @@ async fn shared_volume_service_failover_hand_edits_and_pvc_deletion() {
         (svc.is_none() && eps.is_none()).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     assert!(ns.api::<Service>().get_opt(&pv).await.unwrap().is_none());
     assert!(ns.api::<Endpoints>().get_opt(&pv).await.unwrap().is_none());
     assert!(!controller.is_finished(), "the controller keeps running");
@@ -328,8 +317,8 @@ async fn api_outage_late_pvc_publish_retries_and_deleted_service() {
         (sim.faults().fail_next == 0).then_some(())
     })
     .await;
-    // No PVC yet: no Service.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // No PVC yet: no Service, after two polls that saw the volume.
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     assert!(ns.api::<Service>().get_opt(&pv).await.unwrap().is_none());
     assert_eq!(mount_label(&sim, &pv), None);
 
@@ -357,7 +346,7 @@ async fn api_outage_late_pvc_publish_retries_and_deleted_service() {
 
     // The NFS server stops (no endpoint): the Service and Endpoints are kept as they are.
     sim.set_nfs_endpoint(&ns.name, &pv, None).unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    support::after_polls(&sim, VOLUME_LISTS, 2).await;
     let kept = ns.api::<Service>().get(&pv).await.unwrap();
     assert_eq!(kept.resource_version(), svc.resource_version());
     assert!(ns.api::<Endpoints>().get_opt(&pv).await.unwrap().is_some());

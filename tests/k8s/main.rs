@@ -1,0 +1,32 @@
+//! Integration tier against the local control plane (`hack/k8s.sh`): one test binary, one
+//! module per scenario, so the shared support and the crate link once instead of once per
+//! scenario. `tests/k8s_faults.rs` and `tests/k8s_real_node.rs` stay binaries of their own: each
+//! starts a plane of its own for the whole process.
+//!
+//! Run one scenario with `cargo test --test k8s <module>::`, for example
+//! `cargo test --test k8s fencing::`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod adoption;
+mod apimanager;
+mod apply;
+mod cluster;
+mod crds;
+mod fencing;
+mod gc;
+mod helm;
+mod install;
+mod job;
+mod label_sync;
+mod leader;
+mod mirror;
+mod olm;
+mod partial_apply;
+mod plane;
+mod plugin;
+mod shared_volume;
+mod tracing;
+mod upgrade;
+mod webhooks;
