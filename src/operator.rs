@@ -12,7 +12,7 @@ use crate::job;
 use crate::render;
 use crate::runtime::kube::leader::{self, Leadership};
 use crate::runtime::kube::metrics::ReconcileMetrics;
-use crate::runtime::process::health::Health;
+use crate::runtime::process::health::HealthServer;
 use crate::runtime::process::signal;
 use crate::storageos::ApiMetrics;
 use crate::upgrade;
@@ -128,7 +128,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         api: api_metrics,
         cluster: cluster_metrics,
     } = register_metrics(&mut registry);
-    let health = Health::new(registry);
+    let health = HealthServer::new(registry);
 
     health
         .spawn_server(&args.metrics_addr)

@@ -2,7 +2,7 @@
 //! table ([`ALL`]).
 //!
 //! A [`Reason`] can only be made here, and the condition setters (`runtime::conditions`) and the
-//! event publisher (`runtime::controller::Kit::event`) take nothing else, so no reason exists
+//! event publisher (`runtime::controller::ControllerKit::event`) take nothing else, so no reason exists
 //! outside the table. docs/troubleshooting.md has one section per reason, saying what it means
 //! and what to do; `tests/troubleshooting_doc.rs` fails when a reason has none (or a section
 //! names a reason that does not exist), and when code builds a condition or an event around the

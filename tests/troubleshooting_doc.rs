@@ -2,7 +2,7 @@
 //! (`storageos_operator::reasons::ALL`) and none for a reason that does not exist; and no code
 //! builds a condition or an event around the table.
 //!
-//! The table is closed by types: `runtime::conditions` and `Kit::event` take only a `Reason`,
+//! The table is closed by types: `runtime::conditions` and `ControllerKit::event` take only a `Reason`,
 //! which only `src/reasons.rs` can make. What types cannot see is code that builds a condition or
 //! an event object itself, assigns a reason string, or matches one by name (a field selector);
 //! the scan below finds those outside the few modules allowed to.

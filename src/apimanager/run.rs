@@ -21,7 +21,7 @@ use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
 use crate::runtime::kube::leader::{self, Leadership};
 use crate::runtime::kube::metrics::ReconcileMetrics;
-use crate::runtime::process::health::Health;
+use crate::runtime::process::health::HealthServer;
 use crate::runtime::process::https::{self, CertSlot};
 use crate::runtime::process::signal;
 use crate::storageos::{self, ApiMetrics};
@@ -193,7 +193,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         helper: helper_metrics,
         reconcile: reconcile_metrics,
     } = register_metrics(&mut registry);
-    let health = Health::new(registry);
+    let health = HealthServer::new(registry);
 
     let metrics_addr = args.metrics_socket_addr();
     health

@@ -14,7 +14,7 @@ use crate::crd::StorageOSCluster;
 use crate::reasons::Reason;
 use crate::render::DefaultImages;
 use crate::runtime::kube::apply::Applier;
-use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::runtime::kube::trusted::TrustedNamespaces;
 use crate::storageos;
@@ -44,7 +44,7 @@ pub struct Context {
     pub client: Client,
     pub applier: Applier,
     /// Events, backoff and reconcile metrics.
-    pub kit: Kit,
+    pub kit: ControllerKit,
     pub config: OperatorConfig,
     pub api_metrics: Option<storageos::ApiMetrics>,
     /// `storageos_cluster_ready` (unregistered unless [`Context::with_cluster_metrics`]).
@@ -79,7 +79,7 @@ impl Context {
     ) -> Self {
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
-            kit: Kit::new(client.clone(), CONTROLLER, metrics),
+            kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
             client,
             config,
             api_metrics,

@@ -47,7 +47,7 @@ pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
-use crate::runtime::kube::controller::{self, Kit, Reconciler};
+use crate::runtime::kube::controller::{self, ControllerKit, Reconciler};
 
 /// The cluster a child belongs to, from its labels. A long cluster name is hashed in the label
 /// (see [`label_value`]), so the name is looked up among the known clusters.
@@ -92,7 +92,7 @@ impl Reconciler for Context {
     type Error = Error;
     const NAME: &'static str = CONTROLLER;
 
-    fn kit(&self) -> &Kit {
+    fn kit(&self) -> &ControllerKit {
         &self.kit
     }
 

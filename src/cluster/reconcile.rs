@@ -492,7 +492,7 @@ async fn update_status(
     let previous = cluster.status.clone().unwrap_or_default();
     let now = now();
     let images = plan.images.to_container_images();
-    let mut status = cluster_status::compute(&cluster_status::Observation {
+    let mut status = cluster_status::compute(&cluster_status::ClusterObservation {
         selected: &selected,
         pods_ready_on,
         api_nodes: api_nodes.as_deref(),

@@ -30,7 +30,7 @@ pub mod phase {
 }
 
 /// What the status is computed from.
-pub struct Observation<'a> {
+pub struct ClusterObservation<'a> {
     /// Names of the nodes selected to run StorageOS.
     pub selected: &'a [String],
     /// Nodes whose node DaemonSet pod is Ready ([`pod_ready_nodes`]).
@@ -72,7 +72,7 @@ fn summarise(names: &[String]) -> String {
 }
 
 /// The status for `obs`.
-pub fn compute(obs: &Observation<'_>) -> StorageOSClusterStatus {
+pub fn compute(obs: &ClusterObservation<'_>) -> StorageOSClusterStatus {
     let pods_ready = &obs.pods_ready_on;
     let online: BTreeMap<&str, Health> = match &obs.api_nodes {
         Ok(nodes) => nodes.iter().map(|n| (n.name.as_str(), n.health)).collect(),
@@ -204,7 +204,7 @@ mod tests {
     ) -> StorageOSClusterStatus {
         let selected: Vec<String> = selected.iter().map(|s| s.to_string()).collect();
         let now = now();
-        compute(&Observation {
+        compute(&ClusterObservation {
             selected: &selected,
             pods_ready_on: pod_ready_nodes(pods),
             api_nodes,

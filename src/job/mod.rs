@@ -30,7 +30,7 @@ use kube::{Client, Resource, ResourceExt};
 use crate::crd::Job;
 use crate::reasons::Reason;
 use crate::runtime::kube::apply::{self, Applier};
-use crate::runtime::kube::controller::{self, Kit, Reconciler, controlling_owner};
+use crate::runtime::kube::controller::{self, ControllerKit, Reconciler, controlling_owner};
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::runtime::kube::trusted::TrustedNamespaces;
 use daemonset::JOB_LABEL;
@@ -65,7 +65,7 @@ pub struct Context {
     pub client: Client,
     pub applier: Applier,
     /// Events, backoff and reconcile metrics.
-    pub kit: Kit,
+    pub kit: ControllerKit,
     /// Only Jobs in this namespace (all namespaces when None).
     namespace: Option<String>,
     /// The host paths a Job may mount.
@@ -84,7 +84,7 @@ impl Context {
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
-            kit: Kit::new(client.clone(), CONTROLLER, metrics),
+            kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
             client,
             namespace: None,
             host_paths: hostpath::AllowList::default(),
@@ -166,7 +166,7 @@ impl Reconciler for Context {
     type Error = Error;
     const NAME: &'static str = CONTROLLER;
 
-    fn kit(&self) -> &Kit {
+    fn kit(&self) -> &ControllerKit {
         &self.kit
     }
 

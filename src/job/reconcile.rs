@@ -161,7 +161,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
 
     let previous = job.status.clone().unwrap_or_default();
     let now = now();
-    let mut next = status::compute(&status::Observation {
+    let mut next = status::compute(&status::JobObservation {
         desired: desired_pods,
         pods: &views,
         previous: Some(&previous),

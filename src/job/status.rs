@@ -21,7 +21,7 @@ pub struct PodView {
 
 /// What a status computation needs.
 #[derive(Clone, Debug)]
-pub struct Observation<'a> {
+pub struct JobObservation<'a> {
     /// `desiredNumberScheduled` of the DaemonSet, when its status is current (its
     /// `observedGeneration` caught up with its spec); None otherwise.
     pub desired: Option<i32>,
@@ -44,7 +44,7 @@ pub fn is_complete(desired: Option<i32>, pods: &[PodView]) -> bool {
 }
 
 /// The status to write. Completion is final: a completed Job stays completed.
-pub fn compute(o: &Observation) -> JobStatus {
+pub fn compute(o: &JobObservation) -> JobStatus {
     let previous = o.previous.cloned().unwrap_or_default();
     if previous.completed == Some(true) {
         return previous;
@@ -93,7 +93,7 @@ mod tests {
     }
 
     fn obs<'a>(desired: Option<i32>, pods: &'a [PodView], previous: Option<&'a JobStatus>, now: &'a Time) -> JobStatus {
-        compute(&Observation {
+        compute(&JobObservation {
             desired,
             pods,
             previous,

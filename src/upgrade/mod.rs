@@ -34,7 +34,7 @@ use kube::{Client, ResourceExt};
 
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::runtime::kube::apply::{self, Applier, FIELD_MANAGER};
-use crate::runtime::kube::controller::{self as kit, Kit, Reconciler, controlling_owner};
+use crate::runtime::kube::controller::{self as kit, ControllerKit, Reconciler, controlling_owner};
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::runtime::kube::trusted::TrustedNamespaces;
 
@@ -66,7 +66,7 @@ pub struct Context {
     pub client: Client,
     pub applier: Applier,
     /// Events, backoff and reconcile metrics.
-    pub kit: Kit,
+    pub kit: ControllerKit,
     /// Pause before each step (demos and tests; zero in production).
     pub(crate) step_delay: Duration,
     /// The namespaces whose upgrades are honoured (every namespace unless set).
@@ -77,7 +77,7 @@ impl Context {
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
-            kit: Kit::new(client.clone(), CONTROLLER, metrics),
+            kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
             client,
             step_delay: Duration::ZERO,
             trusted: TrustedNamespaces::Any,
@@ -139,7 +139,7 @@ impl Reconciler for Context {
     type Error = Error;
     const NAME: &'static str = CONTROLLER;
 
-    fn kit(&self) -> &Kit {
+    fn kit(&self) -> &ControllerKit {
         &self.kit
     }
 

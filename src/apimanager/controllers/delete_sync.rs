@@ -38,7 +38,7 @@ use crate::apimanager::controllers::config::DeleteSyncConfig;
 use crate::apimanager::maintenance::Maintenance;
 use crate::reasons;
 use crate::runtime::kube::cache;
-use crate::runtime::kube::controller::{Kit, backoff_delay};
+use crate::runtime::kube::controller::{ControllerKit, backoff_delay};
 use crate::storageos;
 
 /// How often a delete suspended by maintenance (or by not knowing whether there is
@@ -315,7 +315,7 @@ async fn delete_entry<M: DeleteSync>(ctx: &Context, entry: &Entry) -> Result<boo
 /// One attempt at a queued delete, with its events (each warning once per queued delete).
 async fn attempt<M: DeleteSync>(
     ctx: Arc<Context>,
-    kit: Arc<Kit>,
+    kit: Arc<ControllerKit>,
     name: String,
     q: Queued<M::Object>,
 ) -> (String, DeleteOutcome) {
@@ -381,7 +381,7 @@ async fn attempt<M: DeleteSync>(
 type Running = FuturesUnordered<Pin<Box<dyn Future<Output = (String, DeleteOutcome)> + Send>>>;
 
 /// The watch and the queued deletes, until dropped.
-async fn watch_and_delete<M: DeleteSync>(ctx: Arc<Context>, kit: Arc<Kit>) {
+async fn watch_and_delete<M: DeleteSync>(ctx: Arc<Context>, kit: Arc<ControllerKit>) {
     let api = Api::<PartialObjectMeta<M::Object>>::all(ctx.kube.clone());
     let mut events = watcher(api, cache::every()).default_backoff().boxed();
     let workers = usize::from(M::config(&ctx).workers.max(1));
@@ -409,7 +409,7 @@ async fn watch_and_delete<M: DeleteSync>(ctx: Arc<Context>, kit: Arc<Kit>) {
 
 /// One garbage collection pass: StorageOS objects without a Kubernetes object are deleted once
 /// (errors are logged; the next pass tries again).
-async fn collect_garbage<M: DeleteSync>(ctx: &Context, kit: &Kit) {
+async fn collect_garbage<M: DeleteSync>(ctx: &Context, kit: &ControllerKit) {
     // StorageOS first: an object created between the two reads is then in both lists.
     let storageos = match M::list(ctx).await {
         Ok(l) => l,

@@ -28,7 +28,7 @@ use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
 use super::storageos_poll::{ApiSource, StorageOSPoll};
 use crate::runtime::kube::cache::Shared;
-use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::storageos;
 
@@ -97,8 +97,8 @@ impl Context {
     }
 
     /// Events, backoff and reconcile metrics for the controller called `name`.
-    pub fn kit(&self, name: &'static str) -> Kit {
-        Kit::reporting_as(self.kube.clone(), name, self.reconcile_metrics.clone(), EVENT_SOURCE)
+    pub fn kit(&self, name: &'static str) -> ControllerKit {
+        ControllerKit::reporting_as(self.kube.clone(), name, self.reconcile_metrics.clone(), EVENT_SOURCE)
     }
 
     /// Whether an upgrade holds the cluster in maintenance. `Err` means "cannot tell": do

@@ -40,7 +40,7 @@ pub fn is_controlled_by<C: ResourceExt>(child: &C, uid: Option<&String>) -> bool
 }
 
 /// Drives a controller's result stream until the controller stops. Reconcile failures are
-/// logged where their backoff is decided ([`Kit::retry_after_error`]); the rest (watch and
+/// logged where their backoff is decided ([`ControllerKit::retry_after_error`]); the rest (watch and
 /// queue errors, which the watch retries) is logged here at debug level.
 pub async fn drain<T, E: Display>(controller: &'static str, results: impl futures::Stream<Item = Result<T, E>>) {
     use futures::StreamExt;
@@ -88,7 +88,7 @@ impl kube::runtime::utils::Backoff for TriggerBackoff {
 }
 
 /// One controller's events, backoff and metrics.
-pub struct Kit {
+pub struct ControllerKit {
     name: &'static str,
     recorder: Recorder,
     metrics: ReconcileMetrics,
@@ -100,14 +100,14 @@ fn key<K: ResourceExt>(obj: &K) -> (String, String) {
     (obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
-impl Kit {
+impl ControllerKit {
     /// The kit of controller `name` (the metrics label and log field), reporting events as
     /// `storageos-operator`.
     pub fn new(client: Client, name: &'static str, metrics: ReconcileMetrics) -> Self {
         Self::reporting_as(client, name, metrics, "storageos-operator")
     }
 
-    /// Like [`Kit::new`], with events reported by `component` (the api-manager's controllers
+    /// Like [`ControllerKit::new`], with events reported by `component` (the api-manager's controllers
     /// report as `storageos-api-manager`, as the Go api-manager did).
     pub fn reporting_as(client: Client, name: &'static str, metrics: ReconcileMetrics, component: &str) -> Self {
         let reporter = Reporter {
@@ -148,7 +148,7 @@ impl Kit {
         self.measure(obj, reconcile).await
     }
 
-    /// [`Kit::timed`] for work on `obj` that is not a controller's reconcile (a fencing pass, a
+    /// [`ControllerKit::timed`] for work on `obj` that is not a controller's reconcile (a fencing pass, a
     /// queued delete): the same metrics, span and failure bookkeeping, and the work's own
     /// result.
     pub async fn measure<K: ResourceExt, T, E: Display>(
@@ -199,7 +199,7 @@ impl Kit {
 }
 
 /// A metadata-only object from JSON metadata, for tests of watch mappers.
-/// A controller built on the kit: its context holds the [`Kit`] and says how to reconcile and
+/// A controller built on the kit: its context holds the [`ControllerKit`] and says how to reconcile and
 /// what to forget of deleted objects. [`run`] does the rest the same way for every controller.
 pub trait Reconciler: Send + Sync + Sized + 'static {
     /// The kind reconciled.
@@ -210,7 +210,7 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     const NAME: &'static str;
 
     /// Events, backoff and metrics.
-    fn kit(&self) -> &Kit;
+    fn kit(&self) -> &ControllerKit;
 
     /// One reconcile of `obj`.
     fn reconcile(obj: Arc<Self::Object>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Self::Error>> + Send;
@@ -237,7 +237,7 @@ pub fn forget_deleted<R: Reconciler>(ctx: &R, live: &[Arc<R::Object>]) {
 }
 
 /// Runs `controller` until `shutdown` resolves: each reconcile is timed and traced
-/// ([`Kit::timed`]), a failure retried with the kit's backoff, deleted objects forgotten
+/// ([`ControllerKit::timed`]), a failure retried with the kit's backoff, deleted objects forgotten
 /// before each reconcile.
 pub async fn run<R: Reconciler>(
     controller: Controller<R::Object>,

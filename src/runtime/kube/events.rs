@@ -66,13 +66,13 @@ impl Recorder {
         Ok(())
     }
 
-    async fn create(&self, ev: &Event, regarding: &ObjectReference) -> Result<Seen, kube::Error> {
+    async fn create(&self, ev: &Event, regarding: &ObjectReference) -> Result<RecentEvent, kube::Error> {
         let event = build(&self.reporter, ev, regarding, Timestamp::now());
         let namespace = event.namespace().unwrap_or_default();
         let created = Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
             .create(&PostParams::default(), &event)
             .await?;
-        Ok(Seen {
+        Ok(RecentEvent {
             name: created.name_any(),
             namespace,
             count: 1,
@@ -80,7 +80,7 @@ impl Recorder {
         })
     }
 
-    async fn add_to_series(&self, seen: &Seen) -> Result<Seen, kube::Error> {
+    async fn add_to_series(&self, seen: &RecentEvent) -> Result<RecentEvent, kube::Error> {
         let count = seen.count + 1;
         let series = EventSeries {
             count,
@@ -93,7 +93,7 @@ impl Recorder {
                 &Patch::Merge(json!({ "series": series })),
             )
             .await?;
-        Ok(Seen {
+        Ok(RecentEvent {
             count,
             at: Instant::now(),
             ..seen.clone()
@@ -148,7 +148,7 @@ fn key_of(ev: &Event, regarding: &ObjectReference) -> u64 {
 
 /// Where a recent event was written, how many times it happened, and when last.
 #[derive(Clone, Debug, PartialEq)]
-struct Seen {
+struct RecentEvent {
     name: String,
     namespace: String,
     count: i32,
@@ -158,13 +158,13 @@ struct Seen {
 /// The recent events by key: bounded in number and age, and given back when emptied.
 #[derive(Default)]
 struct Recent {
-    by_key: HashMap<u64, Seen>,
+    by_key: HashMap<u64, RecentEvent>,
 }
 
 impl Recent {
     /// The event `key` repeats, if it was published within [`REPEAT_WITHIN`] of `now`. Forgets
     /// the older ones.
-    fn repeat(&mut self, key: u64, now: Instant) -> Option<Seen> {
+    fn repeat(&mut self, key: u64, now: Instant) -> Option<RecentEvent> {
         self.by_key.retain(|_, s| now.duration_since(s.at) < REPEAT_WITHIN);
         if self.by_key.len() < self.by_key.capacity() / 4 {
             self.by_key.shrink_to_fit();
@@ -173,7 +173,7 @@ impl Recent {
     }
 
     /// Remembers `key` as published, forgetting the oldest past [`REMEMBERED`].
-    fn record(&mut self, key: u64, seen: Seen) {
+    fn record(&mut self, key: u64, seen: RecentEvent) {
         self.by_key.insert(key, seen);
         if self.by_key.len() > REMEMBERED
             && let Some(oldest) = self.by_key.iter().min_by_key(|(_, s)| s.at).map(|(k, _)| *k)
@@ -187,8 +187,8 @@ impl Recent {
 mod tests {
     use super::*;
 
-    fn seen(name: &str, at: Instant) -> Seen {
-        Seen {
+    fn seen(name: &str, at: Instant) -> RecentEvent {
+        RecentEvent {
             name: name.into(),
             namespace: "ns".into(),
             count: 1,

@@ -15,7 +15,7 @@ use super::object::{ObjectKey, live_marker, written_by_us};
 
 /// One object as the watch last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub struct LiveObject {
     /// `generation` (or `resourceVersion`), as the apply step compares it.
     pub marker: String,
     /// Our field manager wrote it (only such objects are pruned).
@@ -28,11 +28,11 @@ type Kind = (String, String);
 
 #[derive(Default)]
 struct Inner {
-    objects: HashMap<ObjectKey, Seen>,
+    objects: HashMap<ObjectKey, LiveObject>,
     /// Kinds whose watch has listed everything (since its last restart).
     listed: HashSet<Kind>,
     /// Objects of a kind being re-listed, replacing its entries once the list is complete.
-    relisting: HashMap<Kind, HashMap<ObjectKey, Seen>>,
+    relisting: HashMap<Kind, HashMap<ObjectKey, LiveObject>>,
 }
 
 /// The index; empty (every kind unlisted) until a watch feeds it.
@@ -48,8 +48,8 @@ fn key_of<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> ObjectKey {
     }
 }
 
-fn seen(meta: &ObjectMeta) -> Seen {
-    Seen {
+fn seen(meta: &ObjectMeta) -> LiveObject {
+    LiveObject {
         marker: live_marker(meta),
         written_by_us: written_by_us(meta),
         labels: meta.labels.clone().unwrap_or_default(),
@@ -103,7 +103,7 @@ impl LiveIndex {
     }
 
     /// `Some(seen)` or `Some(None)` (absent) once the kind of `key` is listed; None otherwise.
-    pub fn get(&self, key: &ObjectKey) -> Option<Option<Seen>> {
+    pub fn get(&self, key: &ObjectKey) -> Option<Option<LiveObject>> {
         let inner = self.0.read().ok()?;
         inner
             .listed

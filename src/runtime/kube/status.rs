@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::EventType;
 
 use super::conditions;
-use super::controller::Kit;
+use super::controller::ControllerKit;
 use super::object::FIELD_MANAGER;
 use crate::reasons::Reason;
 
@@ -50,7 +50,7 @@ pub trait WithConditions {
 /// writes it ([`write_if_changed`]).
 pub async fn set_not_ready<K, S>(
     api: &Api<K>,
-    kit: &Kit,
+    kit: &ControllerKit,
     obj: &K,
     previous: &S,
     mut next: S,

@@ -11,13 +11,13 @@ use prometheus_client::registry::Registry;
 
 /// Readiness (None when ready, else why not) and metrics registry shared with the handlers.
 #[derive(Clone)]
-pub struct Health {
+pub struct HealthServer {
     waiting_for: Arc<Mutex<Option<String>>>,
     registry: Arc<Registry>,
 }
 
-impl Health {
-    /// A server state that reports not-ready ("starting") until [`Health::set_ready`] is called.
+impl HealthServer {
+    /// A server state that reports not-ready ("starting") until [`HealthServer::set_ready`] is called.
     pub fn new(registry: Registry) -> Self {
         Self {
             waiting_for: Arc::new(Mutex::new(Some("starting".into()))),
@@ -75,7 +75,7 @@ pub fn limits() -> crate::runtime::process::https::Limits {
 }
 
 /// 200 "ok", or 503 with what the process waits for.
-async fn readyz(State(h): State<Health>) -> impl IntoResponse {
+async fn readyz(State(h): State<HealthServer>) -> impl IntoResponse {
     let waiting_for = match h.waiting_for.lock() {
         Ok(w) => w.clone(),
         Err(_) => Some("a poisoned readiness lock".into()),
@@ -89,7 +89,7 @@ async fn readyz(State(h): State<Health>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(h): State<Health>) -> impl IntoResponse {
+async fn metrics(State(h): State<HealthServer>) -> impl IntoResponse {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &h.registry) {
         Ok(()) => (
@@ -121,7 +121,7 @@ mod tests {
 
     #[tokio::test]
     async fn readiness_follows_the_flag_and_says_why_not() {
-        let h = Health::new(Registry::default());
+        let h = HealthServer::new(Registry::default());
         assert_eq!(get_status(h.router(), "/healthz").await, StatusCode::OK);
         assert_eq!(get_status(h.router(), "/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
         h.set_waiting_for("the webhook certificate");
@@ -141,7 +141,7 @@ mod tests {
     async fn five_thousand_idle_connections_never_keep_a_probe_waiting() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let health = Health::new(Registry::default());
+        let health = HealthServer::new(Registry::default());
         let short = crate::runtime::process::https::Limits {
             headers: std::time::Duration::from_millis(500),
             ..limits()

@@ -20,7 +20,7 @@ use crate::apimanager::controllers::Context;
 use crate::apimanager::maintenance::Maintenance;
 use crate::apimanager::metrics::FencerOutcome;
 use crate::reasons::Reason;
-use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::controller::ControllerKit;
 use crate::storageos;
 use crate::storageos::models::{Namespace, Volume};
 
@@ -80,7 +80,7 @@ pub trait FenceActions: Sync {
 /// The real thing: the apiserver and the StorageOS API.
 pub struct Live<'a> {
     pub ctx: &'a Context,
-    pub kit: &'a Kit,
+    pub kit: &'a ControllerKit,
 }
 
 impl FenceLookups for Live<'_> {

@@ -44,7 +44,7 @@ use super::snapshot::{OnSnapshot, Subscription};
 use crate::apimanager::storageos_poll::NodeSnapshot;
 use crate::crd::StorageOSCluster;
 use crate::reasons;
-use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::controller::ControllerKit;
 use crate::telemetry::spans;
 use episodes::{Episodes, Start};
 use lookups::Live;
@@ -83,7 +83,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// The fencer between node snapshots: its episodes, each a task it owns.
 struct Fencer {
     ctx: Arc<Context>,
-    kit: Arc<Kit>,
+    kit: Arc<ControllerKit>,
     config: FencerConfig,
     workers: Arc<Semaphore>,
     episodes: Episodes,
@@ -127,7 +127,7 @@ impl OnSnapshot for Fencer {
 
 /// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are
 /// offline at once.
-async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
+async fn announce_hold(ctx: &Context, kit: &ControllerKit, offline: usize, total: usize) {
     let note = format!(
         "StorageOS reports {offline} of {total} nodes offline at once: more likely a network partition or an API fault \
          than lost nodes, so no pod is fenced until at most half are offline"
@@ -153,7 +153,7 @@ async fn announce_hold(ctx: &Context, kit: &Kit, offline: usize, total: usize) {
 /// timeout has not passed.
 async fn episode(
     ctx: Arc<Context>,
-    kit: Arc<Kit>,
+    kit: Arc<ControllerKit>,
     workers: Arc<Semaphore>,
     config: FencerConfig,
     start: Start,
@@ -210,7 +210,13 @@ async fn wait_or_stop(stop: &mut watch::Receiver<bool>, retry: std::time::Durati
 }
 
 /// One pass over the node; Ok(true) when nothing is left to fence.
-async fn attempt(ctx: &Context, kit: &Kit, node: &str, id: &str, memory: &mut pass::Memory) -> Result<bool, Error> {
+async fn attempt(
+    ctx: &Context,
+    kit: &ControllerKit,
+    node: &str,
+    id: &str,
+    memory: &mut pass::Memory,
+) -> Result<bool, Error> {
     let Some(k8s_node) = Api::<Node>::all(ctx.kube.clone()).get_opt(node).await? else {
         tracing::info!(
             controller = CONTROLLER,

@@ -20,7 +20,7 @@ use crate::apimanager::controllers::config::LabelSyncConfig;
 use crate::apimanager::controllers::{Context, periodic};
 use crate::reasons;
 use crate::runtime::kube::cache::Shared;
-use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::controller::ControllerKit;
 use crate::storageos;
 
 /// The failed writes of one sync, sorted: a 400 means StorageOS will never accept the value
@@ -71,7 +71,7 @@ impl fmt::Display for Failures {
 /// What the reconciles of one label sync controller share.
 pub struct Syncing {
     pub ctx: Arc<Context>,
-    pub kit: Kit,
+    pub kit: ControllerKit,
 }
 
 impl Syncing {

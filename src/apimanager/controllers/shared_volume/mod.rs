@@ -32,7 +32,7 @@ use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
-use crate::runtime::kube::controller::Kit;
+use crate::runtime::kube::controller::ControllerKit;
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
 use desired::{Candidate, Fix, SharedVolume};
 
@@ -105,7 +105,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// The controller between volume snapshots.
 struct SharedVolumes<'a> {
     ctx: &'a Context,
-    kit: &'a Kit,
+    kit: &'a ControllerKit,
     caches: &'a Caches,
     /// IDs of invalid shared volumes already reported.
     reported: HashSet<String>,
@@ -167,7 +167,13 @@ where
 
 /// One poll: reconcile every shared volume of the snapshot. A namespace whose listing failed is
 /// reported and skipped (this controller draws no conclusion from a volume's absence).
-async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, snapshot: &VolumeSnapshot, reported: &mut HashSet<String>) {
+async fn pass(
+    ctx: &Context,
+    kit: &ControllerKit,
+    caches: &Caches,
+    snapshot: &VolumeSnapshot,
+    reported: &mut HashSet<String>,
+) {
     let started = Instant::now();
     match &snapshot.read {
         Err(e) => {
@@ -207,7 +213,7 @@ async fn pass(ctx: &Context, kit: &Kit, caches: &Caches, snapshot: &VolumeSnapsh
 }
 
 /// Reconciles one volume whose PVC exists; errors are logged and retried at the next poll.
-async fn reconcile_volume(ctx: &Context, kit: &Kit, caches: &Caches, sv: SharedVolume) {
+async fn reconcile_volume(ctx: &Context, kit: &ControllerKit, caches: &Caches, sv: SharedVolume) {
     let key = ObjectRef::new(&sv.pvc_name).within(&sv.namespace);
     let Some(pvc) = caches.pvcs.get(&key) else {
         tracing::debug!(controller = CONTROLLER, volume = %sv.id, pvc = %format!("{}/{}", sv.namespace, sv.pvc_name), "PVC not found; no Service for this shared volume");
@@ -232,7 +238,7 @@ async fn reconcile_volume(ctx: &Context, kit: &Kit, caches: &Caches, sv: SharedV
 /// written only if it differs.
 async fn ensure(
     ctx: &Context,
-    kit: &Kit,
+    kit: &ControllerKit,
     caches: &Caches,
     sv: &SharedVolume,
     owner: &OwnerReference,
