@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
 use crate::runtime::process::memory::trimming;
 #[cfg(feature = "simulator")]
-use crate::sim;
+use crate::simulate;
 use crate::{apimanager, crd, install, operator, render};
 
 /// Why a subcommand failed.
@@ -38,7 +38,7 @@ pub enum Error {
     /// `simulate` failed.
     #[cfg(feature = "simulator")]
     #[error(transparent)]
-    Simulate(#[from] sim::Error),
+    Simulate(#[from] simulate::Error),
 }
 
 /// The async runtime a subcommand runs on. The operator and the api-manager wait on the network
@@ -70,7 +70,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::ApiManager(args) => Ok(trimming(apimanager::run(*args)).await?),
         Command::Render(args) => Ok(render::run(&args)?),
         #[cfg(feature = "simulator")]
-        Command::Simulate(args) => Ok(sim::run(args).await?),
+        Command::Simulate(args) => Ok(simulate::run(args).await?),
         Command::Manifests(args) => manifests(&args),
     }
 }

@@ -72,7 +72,7 @@ pub use crate::apimanager::flags::ApiManagerArgs;
 pub use crate::operator::RunArgs;
 pub use crate::render::RenderArgs;
 #[cfg(feature = "simulator")]
-pub use crate::sim::SimulateArgs;
+pub use crate::simulate::SimulateArgs;
 pub use crate::telemetry::LogFormat;
 
 /// Arguments of `crds`.

@@ -18,7 +18,9 @@ pub mod reasons;
 pub mod render;
 pub mod runtime;
 #[cfg(feature = "simulator")]
-pub mod sim;
+pub use storageos_sim as sim;
+#[cfg(feature = "simulator")]
+pub mod simulate;
 /// The StorageOS v2 REST client (crate `storageos-client`), under the name the operator uses.
 pub use storageos_client as storageos;
 #[cfg(test)]

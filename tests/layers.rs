@@ -25,16 +25,17 @@ const FLOORS: &[(&str, u8)] = &[
     ("render", 3),
     ("runtime", 3),
     // (`storageos` is the crate `storageos-client`, re-exported under that name: below every
-    // module of `src/`, and it cannot import them.)
+    // module of `src/`, and it cannot import them. So is `sim`, the crate `storageos-sim`.)
     ("storageos", 3),
+    ("sim", 3),
     // The install manifests; the cluster controller; the prerequisite checks.
     ("install", 4),
     ("checks", 4),
     ("cluster", 4),
-    // The Job controller, the api-manager, the StorageOS simulator.
+    // The Job controller, the api-manager, the simulator's process (`simulate`).
     ("job", 5),
     ("apimanager", 5),
-    ("sim", 5),
+    ("simulate", 5),
     ("upgrade", 6),
     // Process wiring, the plugin, then the command line and dispatch.
     ("operator", 7),

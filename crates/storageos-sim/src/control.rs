@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::http::{Answer, Sh, Shared, parse};
 use super::state::{ApiError, Faults, NodeSeed, VolumeSeed};
-use crate::storageos::models::{Health, Labels};
+use storageos_client::models::{Health, Labels};
 
 /// Routes under `/_sim/`.
 pub fn routes() -> Router<Arc<Shared>> {

@@ -14,7 +14,7 @@ use axum::routing::{delete, get, post, put};
 
 use super::http::{Answer, Sh, Shared, json, ok, parse};
 use super::state::{ApiError, DeleteVersion, WriteBody};
-use crate::storageos::models::{AcceptedMessage, UserSession};
+use storageos_client::models::{AcceptedMessage, UserSession};
 
 /// Request bodies larger than this are not kept in the request log.
 pub const MAX_LOGGED_BODY: usize = 4096;

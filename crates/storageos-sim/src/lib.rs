@@ -1,6 +1,8 @@
 //! StorageOS control-plane API simulator: an in-memory, faithful subset of the v2 REST API
-//! (see docs/api-manager.md) for tests (in-process, through [`SimHandle`]) and demos
-//! (`storageos-operator simulate`, controlled over HTTP under `/_sim/`).
+//! (see the operator's docs/api-manager.md) for tests (in-process, through [`SimHandle`]) and
+//! demos (`storageos-operator simulate`, controlled over HTTP under `/_sim/`). It is its own
+//! crate so that the operator's release binary, built without the `simulator` feature, does
+//! not contain it.
 
 mod control;
 mod http;
@@ -19,40 +21,9 @@ use tokio::task::JoinHandle;
 pub use kube_sync::{NODE_POD_SELECTOR, PodView, Seen, SyncAction, plan_sync};
 pub use state::{ApiError, Faults, NodeSeed, RequestRecord, VolumeSeed};
 
-use crate::storageos::models::{Cluster, Health, Namespace, Node, Volume};
 use http::Shared;
 use state::State;
-use std::path::PathBuf;
-
-/// Arguments of `simulate`.
-#[derive(clap::Args, Debug)]
-pub struct SimulateArgs {
-    /// Address to listen on.
-    #[arg(long, env = "STORAGEOS_SIM_ADDR", default_value = "127.0.0.1:5705")]
-    pub listen: String,
-
-    /// Username the simulator accepts at login.
-    #[arg(long, default_value = "storageos")]
-    pub username: String,
-
-    /// Password the simulator accepts at login.
-    #[arg(long, default_value = "storageos")]
-    pub password: String,
-
-    /// Lifetime of issued tokens, for example `300s`, `5m` or `1h`.
-    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_flag)]
-    pub token_ttl: std::time::Duration,
-
-    /// Register a StorageOS node (online) for every Running pod of the StorageOS node
-    /// DaemonSet in the cluster this kubeconfig points at.
-    #[arg(long, conflicts_with = "in_cluster")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// The same, in the cluster the simulator runs in as a pod (its ServiceAccount needs to
-    /// list and watch pods); outside a pod, the cluster of `KUBECONFIG`.
-    #[arg(long)]
-    pub in_cluster: bool,
-}
+use storageos_client::models::{Cluster, Health, Namespace, Node, Volume};
 
 /// Why the simulator failed.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +41,6 @@ pub enum Error {
     /// A control call was refused (same status and text the `/_sim/` API would answer).
     #[error("the simulator refused the request ({status}): {message}")]
     Rejected { status: u16, message: String },
-    /// The `--kubeconfig` or `--in-cluster` mode could not connect to Kubernetes.
-    #[error(transparent)]
-    Kube(#[from] crate::runtime::kube::connect::Error),
 }
 
 impl From<ApiError> for Error {
@@ -138,7 +106,7 @@ impl Simulator {
     /// Binds `config.listen` and serves in a background task until the handle is dropped or
     /// shut down.
     pub async fn start(config: Config) -> Result<SimHandle, Error> {
-        let listener = crate::runtime::process::addr::bind(&config.listen)
+        let listener = tokio::net::TcpListener::bind(config.listen.as_str())
             .await
             .map_err(|source| Error::Bind {
                 addr: config.listen.clone(),
@@ -312,38 +280,6 @@ impl Drop for SimHandle {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// `storageos-operator simulate`: serve the simulator until interrupted.
-pub async fn run(args: SimulateArgs) -> Result<(), Error> {
-    let config = Config {
-        listen: args.listen.clone(),
-        username: args.username.clone(),
-        password: args.password.clone(),
-        token_ttl: args.token_ttl,
-        ..Config::default()
-    };
-    let kube_client = match &args.kubeconfig {
-        Some(path) => Some(crate::runtime::kube::connect::connect(Some(path), None).await?.client),
-        // In a pod without KUBECONFIG, the environment is the pod's ServiceAccount.
-        None if args.in_cluster => Some(crate::runtime::kube::connect::connect(None, None).await?.client),
-        None => None,
-    };
-    let handle = Simulator::start(config).await?;
-    tracing::info!(
-        addr = %handle.addr(),
-        username = %args.username,
-        token_ttl = ?args.token_ttl,
-        "StorageOS simulator listening; control it under /_sim/"
-    );
-    let _sync = kube_client.map(|c| {
-        tracing::info!("registering a StorageOS node for every Running StorageOS node pod");
-        handle.sync_with_kubernetes(c)
-    });
-    crate::runtime::process::signal::shutdown().await;
-    tracing::info!("stopping the simulator");
-    handle.shutdown().await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::*;
 use std::collections::BTreeSet;
 
 use super::state::{DeleteVersion, State, WriteBody};
-use crate::storageos::models::{Health, LABEL_REPLICAS, Labels};
+use storageos_client::models::{Health, LABEL_REPLICAS, Labels};
 
 fn state() -> State {
     State::new(Config::default())

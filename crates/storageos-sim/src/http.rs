@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::state::{ApiError, State};
-use crate::storageos::models::ErrorBody;
+use storageos_client::models::ErrorBody;
 
 /// State shared by every handler and the control handle.
 pub struct Shared {

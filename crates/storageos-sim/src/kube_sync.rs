@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::http::Shared;
 use super::state::NodeSeed;
-use crate::storageos::models::Health;
+use storageos_client::models::Health;
 
 /// Pod labels of the node DaemonSet (the selector the Go operator uses).
 pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";

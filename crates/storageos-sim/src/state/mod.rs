@@ -8,7 +8,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::storageos::models::{
+use storageos_client::models::{
     self, Capacity, Cluster, Health, LABEL_COMPUTE_ONLY, LABEL_CSI_PV_NAME, LABEL_CSI_PVC_NAME,
     LABEL_CSI_PVC_NAMESPACE, LABEL_FAILURE_MODE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Labels, Master, Namespace,
     Nfs, Node, Replica, SyncProgress, UserSession, Volume, is_reserved_node_label, is_reserved_volume_label,
