@@ -10,8 +10,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
 
+use super::context::Context;
+use super::error::{Error, Step};
 use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::render::labels::CLUSTER_LABEL;
@@ -129,6 +132,30 @@ async fn remove_legacy_scheduler_webhook(client: &Client) -> Result<Vec<String>,
         Err(e) => return Err(e),
     }
     Ok(removed)
+}
+
+/// Removes what only the Go operator used, once per cluster generation in this process (and
+/// again after a pass that failed).
+pub async fn remove_go_leftovers_once(cluster: &StorageOSCluster, ctx: &Context, target_ns: &str) -> Result<(), Error> {
+    let seen = (cluster.uid().unwrap_or_default(), cluster.meta().generation);
+    if ctx.go_leftovers_checked(&seen) {
+        return Ok(());
+    }
+    let leftovers = remove_go_leftovers(&ctx.client, cluster, target_ns)
+        .await
+        .step("remove the Go operator's leftovers")?;
+    for removed in leftovers {
+        tracing::info!(cluster = %cluster.name_any(), object = %removed, "removed the Go operator's leftover");
+        ctx.event(
+            cluster,
+            EventType::Normal,
+            reasons::ADOPTED,
+            format!("removed {removed}, which only the Go operator used"),
+        )
+        .await;
+    }
+    ctx.set_go_leftovers_checked(seen);
+    Ok(())
 }
 
 /// Deletes the Go-only objects of `cluster` (binding first, so no binding points at a missing

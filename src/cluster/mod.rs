@@ -10,13 +10,16 @@ pub mod finalize;
 pub mod metrics;
 pub mod node_cache;
 pub mod ownership;
+pub mod prepare;
 pub mod reconcile;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod reconcile_tests;
+pub mod rollout;
 pub mod select;
 pub mod settings_push;
 pub mod status;
+pub mod status_write;
 
 use std::collections::HashSet;
 use std::future::Future;

@@ -5,8 +5,7 @@ use kube::ResourceExt;
 
 use super::context::Context;
 use super::error::{Error, Step};
-use crate::crd::StorageOSCluster;
-use crate::render::{self, Inputs, Plan};
+use crate::render::{self, Inputs, Plan, Resolved};
 use crate::storageos;
 
 /// Why no StorageOS client could be made.
@@ -42,37 +41,32 @@ pub fn api_client(ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<storage
     )?)
 }
 
-/// The cluster settings `cluster` asks for, applied over `current`.
-pub fn desired(cluster: &StorageOSCluster, current: &storageos::Cluster) -> storageos::UpdateCluster {
+/// The cluster settings the resolved spec asks for, applied over `current`.
+pub fn desired(resolved: &Resolved, current: &storageos::Cluster) -> storageos::UpdateCluster {
     let mut update = current.to_update();
-    let off = cluster.spec.disable_telemetry.unwrap_or(false);
+    let off = resolved.disable_telemetry;
     update.disable_telemetry = off;
     update.disable_crash_reporting = off;
     update.disable_version_check = off;
-    update.log_level = if cluster.spec.debug.unwrap_or(false) {
-        "debug"
-    } else {
-        "info"
-    }
-    .into();
+    update.log_level = if resolved.debug { "debug" } else { "info" }.into();
     update
 }
 
 /// Pushes the settings when they differ from the control plane's.
-pub async fn push(cluster: &StorageOSCluster, ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<(), Error> {
+pub async fn push(ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<(), Error> {
     let client = match api_client(ctx, inputs, plan) {
         Ok(c) => c,
         Err(ClientError::Client(e)) => return Err(e).step("make a StorageOS API client"),
         Err(ClientError::NoSecret) => return Ok(()),
     };
     let current = client.get_cluster().await.step("read the StorageOS cluster settings")?;
-    let update = desired(cluster, &current);
+    let update = desired(&plan.resolved, &current);
     if update != current.to_update() {
         client
             .update_cluster(&update)
             .await
             .step("push telemetry and log level to StorageOS")?;
-        tracing::info!(cluster = %cluster.name_any(), log_level = %update.log_level,
+        tracing::info!(cluster = %inputs.cluster.name_any(), log_level = %update.log_level,
             disable_telemetry = update.disable_telemetry, "pushed cluster settings to StorageOS");
     }
     Ok(())
@@ -82,6 +76,7 @@ pub async fn push(cluster: &StorageOSCluster, ctx: &Context, inputs: &Inputs, pl
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::crd::StorageOSCluster;
     use serde_json::json;
 
     #[test]
@@ -97,7 +92,7 @@ mod tests {
             "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
         }))
         .unwrap();
-        let d = desired(&cluster, &current);
+        let d = desired(&render::resolve(&cluster.spec), &current);
         assert!(d.disable_telemetry && d.disable_crash_reporting && d.disable_version_check);
         assert_eq!(
             (d.log_level.as_str(), d.log_format.as_str(), d.version.as_str()),

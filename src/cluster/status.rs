@@ -15,6 +15,9 @@ use crate::reasons;
 use crate::runtime::kube::conditions;
 use crate::storageos::models::{Health, Node as ApiNode};
 
+/// The condition that says a cluster is paused: nothing is applied or repaired meanwhile.
+pub const PAUSED: &str = "Paused";
+
 /// Phases of a cluster.
 pub mod phase {
     /// Installing; not every node is ready yet.

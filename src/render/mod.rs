@@ -6,6 +6,7 @@
 
 mod command;
 pub mod defaults;
+mod documents;
 pub mod go_defaults;
 mod handlebars;
 pub mod images;
@@ -16,11 +17,9 @@ pub mod scheduling;
 pub mod secrets;
 mod values;
 
-use serde::Deserialize;
-use serde_json::Value;
-
 pub use command::{DEFAULT_OPERATOR_IMAGE, RenderArgs, inputs_from_files, parse_k8s_version, run, to_yaml_stream};
 pub use defaults::{Resolved, resolve};
+pub use documents::{Document, parse_document};
 pub use images::{
     DefaultImages, Images, Replaced, default_images_from_env, replaced_go_defaults, replaced_message, resolve_images,
 };
@@ -108,33 +107,6 @@ pub enum Error {
     Serialize { what: String, message: String },
 }
 
-/// One rendered YAML document before typing, with where it came from.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Document {
-    /// Template name (file `templates/<name>.yaml.hbs`).
-    pub template: &'static str,
-    /// Index of the document within the template's output, from 0.
-    pub index: usize,
-    /// The document as parsed from YAML.
-    pub value: Value,
-}
-
-/// Splits rendered text into its non-empty YAML documents.
-fn documents(template: &'static str, text: &str) -> Result<Vec<Document>, Error> {
-    let mut out = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(doc).map_err(|source| Error::Yaml {
-            template,
-            document: index,
-            source,
-        })?;
-        if !value.is_null() {
-            out.push(Document { template, index, value });
-        }
-    }
-    Ok(out)
-}
-
 /// Refuses Kubernetes versions older than [`MIN_KUBERNETES`] (pre-release suffixes such as
 /// `-gke.1` are ignored).
 fn check_version(version: Option<&semver::Version>) -> Result<(), Error> {
@@ -156,60 +128,7 @@ pub fn render_documents(inputs: &Inputs) -> Result<Vec<Document>, Error> {
         &inputs.default_images,
         &inputs.operator_image,
     );
-    render_resolved(inputs, &resolved, &images)
-}
-
-fn render_resolved(inputs: &Inputs, resolved: &Resolved, images: &Images) -> Result<Vec<Document>, Error> {
-    let hb = handlebars::registry()?;
-    let render = |name: &'static str, values: &Value| {
-        hb.render(name, values).map_err(|source| Error::Template {
-            template: name,
-            source: Box::new(source),
-        })
-    };
-
-    let scheduler_config = if resolved.disable_scheduler {
-        None
-    } else {
-        let name = handlebars::SCHEDULER_CONFIG.0;
-        let text = render(name, &values::values(inputs, resolved, images, None)?)?;
-        documents(name, &text)?; // must be valid YAML before it is stored in the ConfigMap
-        Some(text)
-    };
-    let values = values::values(inputs, resolved, images, scheduler_config.as_deref())?;
-
-    let mut out = Vec::new();
-    for (name, _) in handlebars::TEMPLATES {
-        out.extend(documents(name, &render(name, &values)?)?);
-    }
-    Ok(out)
-}
-
-/// Types one rendered document.
-pub fn parse_document(doc: Document) -> Result<Object, Error> {
-    let field = |k: &str| doc.value.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-    let (api_version, kind) = (field("apiVersion"), field("kind"));
-    let name = doc
-        .value
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    match Object::from_value(doc.value) {
-        Some(Ok(object)) => Ok(object),
-        Some(Err(source)) => Err(Error::Parse {
-            template: doc.template,
-            document: doc.index,
-            what: format!("{kind} {name}"),
-            source,
-        }),
-        None => Err(Error::UnknownKind {
-            template: doc.template,
-            document: doc.index,
-            api_version,
-            kind,
-        }),
-    }
+    documents::render(inputs, &resolved, &images)
 }
 
 /// What the build made of a cluster: its objects, and what it resolved on the way, so the
@@ -232,40 +151,25 @@ pub struct Plan {
 
 /// The plan of a StorageOSCluster. Pure: no I/O, no cluster access.
 pub fn plan(inputs: &Inputs) -> Result<Plan, Error> {
+    plan_resolved(inputs, resolve(&inputs.cluster.spec))
+}
+
+/// [`plan`], for a caller that has resolved the spec already (the cluster controller resolves
+/// it once, to check its namespaces and read its Secrets before it plans).
+pub fn plan_resolved(inputs: &Inputs, resolved: Resolved) -> Result<Plan, Error> {
     check_version(inputs.k8s_version.as_ref())?;
     let spec = &inputs.cluster.spec;
-    let resolved = resolve(spec);
     let images = resolve_images(spec.images.as_ref(), &inputs.default_images, &inputs.operator_image);
-    let mut objects: Vec<Object> = render_resolved(inputs, &resolved, &images)?
-        .into_iter()
-        .map(parse_document)
-        .collect::<Result<_, _>>()?;
-    // No CR label reaches an RBAC object: an aggregation selector on any key (a vendor's, or
-    // OLM's `olm.opgroup.permissions/aggregate-to-*`) would otherwise pull the operator's roles,
-    // Secret access included, into another role.
-    let cr_labels = inputs.cluster.metadata.labels.clone().unwrap_or_default();
-    for obj in &mut objects {
-        if matches!(
-            obj.kind(),
-            "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
-        ) && let Some(set) = obj.metadata_mut().labels.as_mut()
-        {
-            set.retain(|k, v| cr_labels.get(k) != Some(v) || labels::is_own_key(k));
-        }
-    }
+    let replaced_go_defaults =
+        replaced_go_defaults(spec.images.as_ref(), &inputs.default_images, &inputs.operator_image);
+    let tolerations = scheduling::merge_tolerations(scheduling::node_tolerations(), &resolved.tolerations);
+    let objects = documents::objects(inputs, &resolved, &images)?;
     let name = inputs.cluster.metadata.name.as_deref().unwrap_or_default();
     Ok(Plan {
         objects,
         node_pod_labels: labels::pod(name, Some("daemonset"), "storageos-daemonset"),
-        tolerations: scheduling::merge_tolerations(
-            scheduling::node_tolerations(),
-            spec.tolerations.as_deref().unwrap_or_default(),
-        ),
-        replaced_go_defaults: replaced_go_defaults(
-            spec.images.as_ref(),
-            &inputs.default_images,
-            &inputs.operator_image,
-        ),
+        tolerations,
+        replaced_go_defaults,
         resolved,
         images,
     })

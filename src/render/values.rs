@@ -111,8 +111,8 @@ fn is_under(path: &str, dir: &str) -> bool {
 
 /// The api-manager container: command and arguments. The operator's image runs the
 /// `api-manager` subcommand; a Go api-manager image runs `/manager`. Both accept the same flags.
-fn api_manager_command(r: &Resolved, image: &str) -> (Vec<String>, Vec<String>) {
-    let command = if is_go_api_manager(image) {
+fn api_manager_command(r: &Resolved, go_image: bool) -> (Vec<String>, Vec<String>) {
+    let command = if go_image {
         vec!["/manager".to_string()]
     } else {
         vec!["storageos-operator".to_string(), "api-manager".to_string()]
@@ -126,7 +126,7 @@ fn api_manager_command(r: &Resolved, image: &str) -> (Vec<String>, Vec<String>) 
         format!("--scheduler-name={scheduler}"),
     ];
     // The Go api-manager has no such flag (its fencer cannot be turned off).
-    if r.disable_fencing && !is_go_api_manager(image) {
+    if r.disable_fencing && !go_image {
         args.push("--enable-node-fencing=false".into());
     }
     if r.webhook_client_ca_config_map.is_some() {
@@ -154,10 +154,46 @@ fn restricted_pod_security(openshift: bool) -> Value {
     }
 }
 
-/// Builds the template values. `scheduler_config` is the rendered kube-scheduler configuration
-/// file (None while rendering that file itself).
-pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: Option<&str>) -> Result<Value, Error> {
+/// Builds the template values. `scheduler.config`, the rendered kube-scheduler configuration
+/// file, is null: the caller renders that file from these values, then sets it.
+pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, Error> {
+    let openshift = r.is_openshift();
+    // What the images decide, decided once: whether the api-manager is a Go image, and which
+    // configuration version the kube-scheduler reads.
+    let go_api_manager = is_go_api_manager(&images.api_manager_container);
+    let scheduler_config_version = images::scheduler_config_version(&images.kube_scheduler_container);
+    if r.webhook_client_ca_config_map.is_some() && go_api_manager {
+        return Err(Error::WebhookClientCaNeedsOurApiManager {
+            image: images.api_manager_container.clone(),
+        });
+    }
+    // A pinned old kube-scheduler reads only the config version of its release.
+    let config_api_version = match scheduler_config_version {
+        Ok(v) => v,
+        Err(_) if r.disable_scheduler => "v1",
+        Err(minor) => {
+            return Err(Error::SchedulerTooOld {
+                image: images.kube_scheduler_container.clone(),
+                minor,
+            });
+        }
+    };
     let meta = &inputs.cluster.metadata;
+    // The pieces this file builds.
+    let (am_command, am_args) = api_manager_command(r, go_api_manager);
+    let am_cluster = format!(
+        "{}/{}",
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default()
+    );
+    let am_env = api_manager_env(&am_cluster, &inputs.node_env, go_api_manager);
+    let node_config = node_config(r, &inputs.node_env);
+    let provisioner_tuning = sidecar_tuning(&r.csi, Some(("30s", 20)), "--worker-threads");
+    let attacher_tuning = sidecar_tuning(&r.csi, None, "--worker-threads");
+    let resizer_tuning = sidecar_tuning(&r.csi, None, "--workers");
+    let plugin_dir_mount = !is_under(&r.csi.plugin_dir, &r.csi.kubelet_dir);
+    let pod_security = restricted_pod_security(openshift);
+
     let cluster = meta.name.clone().unwrap_or_default();
     let cluster_ns = meta.namespace.clone().unwrap_or_default();
     let cr_labels: Labels = meta.labels.clone().unwrap_or_default();
@@ -182,28 +218,10 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             .unwrap_or(&r.node_selector_terms),
         Some(spread_over_hosts(api_manager_component.clone())),
     );
-    let api_manager_tolerations = merge_tolerations(
-        merge_tolerations(helper_tolerations(), &r.tolerations),
-        &r.api_manager_tolerations,
-    );
-    if r.webhook_client_ca_config_map.is_some() && is_go_api_manager(&images.api_manager_container) {
-        return Err(Error::WebhookClientCaNeedsOurApiManager {
-            image: images.api_manager_container.clone(),
-        });
-    }
-    let (am_command, am_args) = api_manager_command(r, &images.api_manager_container);
-    // A pinned old kube-scheduler reads only the config version of its release.
-    let config_api_version = match images::scheduler_config_version(&images.kube_scheduler_container) {
-        Ok(v) => v,
-        Err(_) if r.disable_scheduler => "v1",
-        Err(minor) => {
-            return Err(Error::SchedulerTooOld {
-                image: images.kube_scheduler_container.clone(),
-                minor,
-            });
-        }
-    };
-    let openshift = r.is_openshift();
+    // The spec's tolerations over each workload's defaults, merged once.
+    let node_pod_tolerations = merge_tolerations(node_tolerations(), &r.tolerations);
+    let helper_pod_tolerations = merge_tolerations(helper_tolerations(), &r.tolerations);
+    let api_manager_tolerations = merge_tolerations(helper_pod_tolerations.clone(), &r.api_manager_tolerations);
 
     let credentials = match &inputs.secret {
         Some(secret) => secrets::credential_values(secret, r.ingress_enabled && r.ingress_tls)?,
@@ -258,27 +276,27 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "csi": {
             "kubeletDir": r.csi.kubelet_dir,
             "pluginDir": r.csi.plugin_dir,
-            "pluginDirMount": !is_under(&r.csi.plugin_dir, &r.csi.kubelet_dir),
+            "pluginDirMount": plugin_dir_mount,
             "deviceDir": r.csi.device_dir,
             "registrarSocketDir": r.csi.registrar_socket_dir,
             "registrationDir": r.csi.registration_dir,
             "registrationPathArg": format!("--kubelet-registration-path={}", r.csi.kubelet_registration_path),
             "statefulset": r.csi.statefulset,
             "helperServiceAccount": if r.csi.statefulset { "storageos-statefulset-sa" } else { "storageos-csi-helper-sa" },
-            "provisionerTuning": sidecar_tuning(&r.csi, Some(("30s", 20)), "--worker-threads"),
-            "attacherTuning": sidecar_tuning(&r.csi, None, "--worker-threads"),
-            "resizerTuning": sidecar_tuning(&r.csi, None, "--workers"),
+            "provisionerTuning": provisioner_tuning,
+            "attacherTuning": attacher_tuning,
+            "resizerTuning": resizer_tuning,
         },
         "node": {
-            "config": node_config(r, &inputs.node_env),
+            "config": node_config,
             "resources": r.resources,
             "sharedDir": r.shared_dir,
             "deviceDirEnv": r.shared_dir.as_ref().map(|s| format!("{s}/devices")),
-            "tolerations": merge_tolerations(node_tolerations(), &r.tolerations),
+            "tolerations": node_pod_tolerations,
             "affinity": node_affinity,
         },
         "helper": {
-            "tolerations": merge_tolerations(helper_tolerations(), &r.tolerations),
+            "tolerations": helper_pod_tolerations,
             "affinity": node_affinity,
         },
         "etcdTls": r.etcd_tls_secret_ref.is_some(),
@@ -287,18 +305,14 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
         "apiManager": {
             "command": am_command,
             "args": am_args,
-            "env": api_manager_env(
-                &format!("{}/{}", meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default()),
-                &inputs.node_env,
-                is_go_api_manager(&images.api_manager_container),
-            ),
+            "env": am_env,
             "affinity": api_manager_affinity,
             "tolerations": api_manager_tolerations,
-            "podSecurityContext": restricted_pod_security(openshift),
+            "podSecurityContext": pod_security,
             // Our api-manager serves /healthz and /readyz (ready once serving webhooks with its
             // certificate, which needs no StorageOS) on the metrics port; the Go image's probe
             // endpoints differ, so it keeps none.
-            "probes": !is_go_api_manager(&images.api_manager_container),
+            "probes": !go_api_manager,
             "webhookClientCA": r.webhook_client_ca_config_map.as_ref().map(|name| json!({
                 "configMap": name,
                 "dir": WEBHOOK_CLIENT_CA_DIR,
@@ -316,8 +330,8 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images, scheduler_config: 
             "legacyConfig": config_api_version != "v1",
             "name": SCHEDULER_NAME,
             "urlPrefix": format!("{}/v2/k8s/scheduler", r.api_endpoint()),
-            "config": scheduler_config,
-            "podSecurityContext": restricted_pod_security(openshift),
+            "config": Value::Null,
+            "podSecurityContext": pod_security,
         },
         "openshift": openshift,
         "fencing": !r.disable_fencing,

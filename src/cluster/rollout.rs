@@ -1,0 +1,100 @@
+//! Writing a plan: apply every object in waves, then, only when all of them applied, prune what
+//! is no longer wanted and remove what only the Go operator used.
+
+use kube::{Resource, ResourceExt};
+
+use super::adopt;
+use super::context::Context;
+use super::error::Error;
+use super::ownership::{children_selector, owned_kinds};
+use super::prepare::{Refusal, Then};
+use crate::crd::StorageOSCluster;
+use crate::render::Plan;
+use crate::runtime::kube::apply;
+
+/// Applies the plan and prunes; a refusal (Ready=False naming the objects, then a failed pass)
+/// when an object was not applied. Nothing is pruned then: pruning could delete something still
+/// wanted (a half-applied switch of the CSI strategy, say) until a pass applies everything.
+pub async fn roll_out(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) -> Result<Result<(), Refusal>, Error> {
+    let name = cluster.name_any();
+    let values = plan
+        .objects
+        .iter()
+        .map(|o| o.to_value())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| apply::Error::from(crate::runtime::kube::object::Malformed("a serialisable object")))?;
+    // Owned by the cluster where they share its namespace.
+    let owner = cluster.controller_owner_ref(&());
+    let cluster_ns = cluster.namespace().unwrap_or_default();
+    let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
+    let report = ctx.applier.apply_all(&values, owner_in, apply_wave).await;
+    if !report.failures.is_empty() {
+        let message = report.failed_message();
+        let failed = Error::ApplyFailed {
+            failed: report.failures.len(),
+            message: message.clone(),
+        };
+        let reason = report.failed_reason();
+        return Ok(Err(Refusal {
+            reason,
+            message,
+            then: Then::Fail(failed),
+        }));
+    }
+    let pruned = ctx
+        .applier
+        .prune(&owned_kinds(), &children_selector(cluster), &report.keep)
+        .await?;
+    for key in &pruned {
+        tracing::info!(cluster = %name, object = %key, "pruned");
+    }
+    adopt::remove_go_leftovers_once(cluster, ctx, &plan.resolved.namespace).await?;
+    if report.written > 0 || !pruned.is_empty() {
+        tracing::info!(cluster = %name, written = report.written, pruned = pruned.len(), "applied cluster objects");
+    }
+    Ok(Ok(()))
+}
+
+/// The wave a kind is applied in. A fresh cluster's ~40 applies take one round trip each, so
+/// they go a few at once (docs/benchmarks.md), in waves: Namespaces (the other objects may live
+/// in them), then everything but role bindings and workloads, then role bindings (the apiserver
+/// checks a binding against its role, which must exist by then), then the workloads: their pods
+/// start with their RBAC, Services and config in place, and the burst of node pods a DaemonSet
+/// brings does not slow the other applies down.
+fn apply_wave(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        // A policy binding with a parameter is authorized against its policy, which must exist.
+        "ClusterRoleBinding" | "RoleBinding" | "ValidatingAdmissionPolicyBinding" => 2,
+        "DaemonSet" | "Deployment" | "StatefulSet" => LAST_WAVE,
+        _ => 1,
+    }
+}
+
+/// The wave of the workloads, applied last.
+const LAST_WAVE: u8 = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_come_first_bindings_after_roles_and_workloads_last() {
+        let order = [
+            "Namespace",
+            "ClusterRole",
+            "Service",
+            "ClusterRoleBinding",
+            "RoleBinding",
+            "DaemonSet",
+        ];
+        let waves: Vec<u8> = order.iter().map(|k| apply_wave(k)).collect();
+        assert!(waves.windows(2).all(|w| w[0] <= w[1]), "{waves:?}");
+        assert!(apply_wave("ClusterRole") < apply_wave("ClusterRoleBinding"));
+        assert!(apply_wave("ValidatingAdmissionPolicy") < apply_wave("ValidatingAdmissionPolicyBinding"));
+        for workload in ["DaemonSet", "Deployment", "StatefulSet"] {
+            assert_eq!(apply_wave(workload), LAST_WAVE);
+        }
+        assert!(apply_wave("ConfigMap") < LAST_WAVE && apply_wave("Secret") < LAST_WAVE);
+    }
+}

@@ -1,0 +1,185 @@
+//! Writing a StorageOSCluster's status: Ready=False for a pass that stopped, and the status a
+//! pass that applied everything observes (selected nodes, ready node pods, StorageOS nodes).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use super::context::Context;
+use super::error::{Error, Step};
+use super::ownership::selector;
+use super::prepare::{Refusal, Then};
+use super::status::{self as cluster_status, PAUSED, phase};
+use super::{adopt, select, settings_push};
+use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
+use crate::reasons::{self, Reason};
+use crate::render::{self, Inputs, Plan};
+use crate::runtime::kube::conditions::{self, now};
+use crate::runtime::kube::status;
+
+/// Puts a refusal on the status (Ready=False, one Warning event), then returns what it says.
+pub async fn refuse(
+    cluster: &StorageOSCluster,
+    api: &Api<StorageOSCluster>,
+    ctx: &Context,
+    refusal: Refusal,
+) -> Result<Action, Error> {
+    not_ready(cluster, api, ctx, refusal.reason, refusal.message).await?;
+    match refusal.then {
+        Then::Wait(action) => Ok(action),
+        Then::Fail(e) => Err(e),
+    }
+}
+
+pub async fn write_status(
+    ctx: &Context,
+    api: &Api<StorageOSCluster>,
+    cluster: &StorageOSCluster,
+    previous: &StorageOSClusterStatus,
+    status: StorageOSClusterStatus,
+) -> Result<(), Error> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
+    status::write_if_changed(api, cluster, previous, &status)
+        .await
+        .step("write the status")?;
+    Ok(())
+}
+
+/// Sets Ready=False with `reason`, emits a Warning event the first time, and writes status.
+pub async fn not_ready(
+    cluster: &StorageOSCluster,
+    api: &Api<StorageOSCluster>,
+    ctx: &Context,
+    reason: Reason,
+    message: String,
+) -> Result<(), Error> {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    if status.phase.is_none() {
+        status.phase = Some(phase::CREATING.into());
+    }
+    let reasons = (reason, reasons::FAILED_CREATION);
+    let status = status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
+        .await
+        .step("write the status")?;
+    let namespace = cluster.namespace().unwrap_or_default();
+    ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
+    Ok(())
+}
+
+impl status::WithConditions for StorageOSClusterStatus {
+    fn conditions_mut(&mut self) -> &mut Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>> {
+        &mut self.conditions
+    }
+}
+
+/// The controller's Node and node pod caches once both have listed everything; None when the
+/// controller does not run them (a reconcile called on its own) or they are not filled within
+/// a minute: status then lists from the apiserver.
+async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
+    let caches = ctx.caches.get()?;
+    let ready =
+        async { caches.nodes.wait_until_ready().await.is_ok() && caches.node_pods.wait_until_ready().await.is_ok() };
+    match tokio::time::timeout(Duration::from_secs(60), ready).await {
+        Ok(true) => Some(caches.clone()),
+        _ => None,
+    }
+}
+
+/// Observes and writes the status of a cluster whose plan is applied.
+pub async fn update_status(
+    cluster: &StorageOSCluster,
+    api: &Api<StorageOSCluster>,
+    ctx: &Context,
+    inputs: &Inputs,
+    plan: &Plan,
+) -> Result<StorageOSClusterStatus, Error> {
+    let target_ns = plan.resolved.namespace.clone();
+    let caches = ready_caches(ctx).await;
+    // From the caches, shared (their objects are slimmed: `node_cache`); else listed.
+    let nodes: Vec<Arc<Node>> = match &caches {
+        Some(c) => c.nodes.state(),
+        None => Api::<Node>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+            .step("list the Nodes")?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
+    };
+    let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &plan.tolerations);
+    let pod_labels = &plan.node_pod_labels;
+    let pods_ready_on = match &caches {
+        Some(c) => cluster_status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
+            p.namespace().as_deref() == Some(target_ns.as_str())
+                && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
+        })),
+        None => cluster_status::pod_ready_nodes(
+            &Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
+                .list(&ListParams::default().labels(&selector(pod_labels)))
+                .await
+                .step("list the StorageOS node pods")?
+                .items,
+        ),
+    };
+    let api_nodes = match settings_push::api_client(ctx, inputs, plan) {
+        Ok(client) => client.list_nodes().await.map_err(settings_push::ClientError::from),
+        Err(e) => Err(e),
+    };
+    let previous = cluster.status.clone().unwrap_or_default();
+    let now = now();
+    let images = plan.images.to_container_images();
+    let mut status = cluster_status::compute(&cluster_status::ClusterObservation {
+        selected: &selected,
+        pods_ready_on,
+        api_nodes: api_nodes.as_deref(),
+        previous: Some(&previous),
+        generation: cluster.meta().generation,
+        images,
+        now: &now,
+    });
+    let news = adopt::note_replaced_images(
+        status.conditions.get_or_insert_with(Vec::new),
+        render::replaced_message(&plan.replaced_go_defaults),
+        cluster.meta().generation,
+        &now,
+    );
+    if let Some(message) = news {
+        ctx.event(cluster, EventType::Normal, reasons::GO_DEFAULT_IMAGES_REPLACED, message)
+            .await;
+    }
+    // Only a cluster that was paused carries the condition; it now says it is not.
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    if conds.iter().any(|c| c.type_ == PAUSED) {
+        let generation = cluster.meta().generation;
+        conditions::set(
+            conds,
+            PAUSED,
+            false,
+            reasons::RESUMED,
+            "the cluster is reconciled again",
+            generation,
+            &now,
+        );
+    }
+    if status.ready != previous.ready {
+        let ready = status.ready.clone().unwrap_or_default();
+        let all = status.phase.as_deref() == Some(phase::RUNNING);
+        let note = if all {
+            format!("{ready} StorageOS nodes are functional. Cluster healthy")
+        } else {
+            format!("{ready} StorageOS nodes are functional")
+        };
+        let type_ = if all { EventType::Normal } else { EventType::Warning };
+        ctx.event(cluster, type_, reasons::CHANGED_STATUS, note).await;
+    }
+    write_status(ctx, api, cluster, &previous, status.clone()).await?;
+    Ok(status)
+}
