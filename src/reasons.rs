@@ -127,6 +127,16 @@ reasons! {
         "Ready=False: the Secret with the StorageOS API credentials (spec.secretRefName) does not exist.";
     ETCD_TLS_SECRET_NOT_FOUND = "EtcdTLSSecretNotFound", Condition, "StorageOSCluster",
         "Ready=False: the Secret with the etcd TLS client certificate (spec.tlsEtcdSecretRefName) does not exist.";
+    ETCD_HEALTHY = "EtcdHealthy", Condition, "StorageOSCluster",
+        "KVBackendReachable=True: every endpoint of spec.kvBackend.address answers etcd's health check from the operator, with the configured TLS.";
+    KV_BACKEND_NOT_SET = "KVBackendNotSet", ConditionAndEvent, "StorageOSCluster",
+        "KVBackendReachable=False: spec.kvBackend.address is empty or not a list of http(s)://HOST:PORT endpoints.";
+    ETCD_UNREACHABLE = "EtcdUnreachable", ConditionAndEvent, "StorageOSCluster",
+        "KVBackendReachable=False: an etcd endpoint does not answer its health check from the operator (connection refused, no such host, timeout, unhealthy).";
+    ETCD_TLS_INVALID = "EtcdTLSInvalid", ConditionAndEvent, "StorageOSCluster",
+        "KVBackendReachable=False: the etcd TLS Secret is incomplete or not PEM, or the TLS handshake with etcd failed (a CA that did not sign etcd's certificate, a host name the certificate does not name, a client certificate etcd refuses).";
+    ETCD_CLIENT_CERT_EXPIRED = "EtcdClientCertExpired", ConditionAndEvent, "StorageOSCluster",
+        "KVBackendReachable=False: the etcd client certificate (etcd-client.crt) has expired.";
     INVALID_SPEC = "InvalidSpec", ConditionAndEvent, "StorageOSCluster, Job",
         "Ready=False: the spec passed admission but cannot be built into objects; the message says which field.";
     APPLY_FAILED = "ApplyFailed", ConditionAndEvent, "StorageOSCluster, Job",

@@ -28,22 +28,24 @@ const FLOORS: &[(&str, u8)] = &[
     // module of `src/`, and it cannot import them. So is `sim`, the crate `storageos-sim`.)
     ("storageos", 3),
     ("sim", 3),
-    // The install manifests; the cluster controller; the prerequisite checks.
+    // The install manifests; the prerequisite checks.
     ("install", 4),
     ("checks", 4),
-    ("cluster", 4),
-    // The Job controller, the api-manager, the simulator's process (`simulate`).
-    ("job", 5),
+    // The cluster controller (it keeps checking its prerequisites); the api-manager; the
+    // simulator's process (`simulate`).
+    ("cluster", 5),
     ("apimanager", 5),
     ("simulate", 5),
-    ("upgrade", 6),
+    // The Job controller (it reads the cluster's), then the StorageOSUpgrade controller.
+    ("job", 6),
+    ("upgrade", 7),
     // Process wiring, the plugin, then the command line and dispatch.
-    ("operator", 7),
-    ("plugin", 7),
-    ("cli", 8),
-    ("app", 9),
+    ("operator", 8),
+    ("plugin", 8),
+    ("cli", 9),
+    ("app", 10),
     // Unit tests of the StorageOS client against the operator's own servers (test-only).
-    ("storageos_tests", 9),
+    ("storageos_tests", 10),
 ];
 
 /// File loops that are known and being removed (each names its files, sorted). Empty this list,

@@ -60,6 +60,8 @@ async fn metrics_of_both() -> BTreeSet<String> {
     m.reconcile.observe("storageoscluster", ReconcileResult::Error, 0.1);
     let status: StorageOSClusterStatus = serde_json::from_value(serde_json::json!({})).unwrap();
     m.cluster.observe("default", "storageos", &status);
+    m.cluster
+        .observe_kv_backend("default", "storageos", true, Some(1_900_000_000));
     client_with(m.api).login().await.unwrap();
     prometheus_client::encoding::text::encode(&mut text, &operator).unwrap();
 

@@ -3,6 +3,7 @@
 //! are the library the operator's own continuous checks share with it.
 
 pub mod cluster;
+pub mod etcd;
 pub mod kubernetes;
 pub mod nodes;
 

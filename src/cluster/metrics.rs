@@ -1,5 +1,7 @@
 //! `storageos_cluster_ready{cluster_namespace,name}`: 1 while a StorageOSCluster's Ready
-//! condition is True, else 0, so that an alert can fire on a cluster that stays not Ready.
+//! condition is True, else 0, so that an alert can fire on a cluster that stays not Ready; and
+//! the kv backend check: `storageos_cluster_kv_backend_reachable` and
+//! `storageos_operator_etcd_client_cert_expiry_timestamp_seconds`.
 //!
 //! The cluster's namespace is `cluster_namespace`, not `namespace`: prometheus-operator gives
 //! every scraped series the `namespace` of its target (the operator's own namespace), which
@@ -23,6 +25,8 @@ struct ClusterLabels {
 #[derive(Clone, Default)]
 pub struct ClusterMetrics {
     ready: Family<ClusterLabels, Gauge>,
+    kv_backend_reachable: Family<ClusterLabels, Gauge>,
+    etcd_client_cert_expiry: Family<ClusterLabels, Gauge>,
 }
 
 impl ClusterMetrics {
@@ -34,7 +38,37 @@ impl ClusterMetrics {
             "1 while the StorageOSCluster's Ready condition is True, else 0",
             m.ready.clone(),
         );
+        registry.register(
+            "storageos_cluster_kv_backend_reachable",
+            "1 while every etcd endpoint of the StorageOSCluster answers the operator's health check, else 0",
+            m.kv_backend_reachable.clone(),
+        );
+        registry.register(
+            "storageos_operator_etcd_client_cert_expiry_timestamp_seconds",
+            "When the etcd client certificate of the StorageOSCluster expires (Unix time)",
+            m.etcd_client_cert_expiry.clone(),
+        );
         m
+    }
+
+    /// Records the kv backend check of `namespace/name`: reachable or not, and when its
+    /// client certificate expires (no series without TLS).
+    pub fn observe_kv_backend(&self, namespace: &str, name: &str, reachable: bool, cert_expiry: Option<i64>) {
+        let labels = ClusterLabels {
+            cluster_namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.kv_backend_reachable
+            .get_or_create(&labels)
+            .set(i64::from(reachable));
+        match cert_expiry {
+            Some(at) => {
+                self.etcd_client_cert_expiry.get_or_create(&labels).set(at);
+            }
+            None => {
+                self.etcd_client_cert_expiry.remove(&labels);
+            }
+        }
     }
 
     /// Records the Ready condition of `namespace/name` as written in `status`.
@@ -55,10 +89,13 @@ impl ClusterMetrics {
     /// Removes the series of `namespace/name` (a deleted cluster, or one that is not honoured),
     /// so no alert fires for a cluster that is not there.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.ready.remove(&ClusterLabels {
+        let labels = ClusterLabels {
             cluster_namespace: namespace.into(),
             name: name.into(),
-        });
+        };
+        self.ready.remove(&labels);
+        self.kv_backend_reachable.remove(&labels);
+        self.etcd_client_cert_expiry.remove(&labels);
     }
 }
 

@@ -7,6 +7,7 @@ pub mod adopt;
 pub mod context;
 pub mod error;
 pub mod finalize;
+pub mod kv_backend;
 pub mod metrics;
 pub mod node_cache;
 pub mod ownership;

@@ -15,7 +15,7 @@ use super::error::{Error, Step};
 use super::ownership::selector;
 use super::prepare::{Refusal, Then};
 use super::status::{self as cluster_status, PAUSED, phase};
-use super::{adopt, select, settings_push};
+use super::{adopt, kv_backend, select, settings_push};
 use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
 use crate::reasons::{self, Reason};
 use crate::render::{self, Inputs, Plan};
@@ -168,6 +168,33 @@ pub async fn update_status(
             generation,
             &now,
         );
+    }
+    // The kv backend, checked on every pass and shown beside Ready (it does not change it).
+    let kv = kv_backend::check(&plan.resolved, inputs.etcd_tls_secret.as_ref(), chrono::Utc::now()).await;
+    let was_reachable = previous
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == kv_backend::CONDITION)
+        .map(|c| (c.status == "True", c.reason.clone()));
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    let generation = cluster.meta().generation;
+    conditions::set(
+        conds,
+        kv_backend::CONDITION,
+        kv.reachable,
+        kv.reason,
+        &kv.message,
+        generation,
+        &now,
+    );
+    let namespace = cluster.namespace().unwrap_or_default();
+    let expiry = kv.cert_not_after.map(|at| at.timestamp());
+    ctx.cluster_metrics
+        .observe_kv_backend(&namespace, &cluster.name_any(), kv.reachable, expiry);
+    if !kv.reachable && was_reachable != Some((false, kv.reason.to_string())) {
+        ctx.event(cluster, EventType::Warning, kv.reason, kv.message.clone())
+            .await;
     }
     if status.ready != previous.ready {
         let ready = status.ready.clone().unwrap_or_default();

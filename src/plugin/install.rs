@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 
 use super::apply::{self, Applier, Outcome, describe};
 use super::wait::{self, Look, Waited};
-use super::{etcd, eval_etcd, progress};
+use super::{eval_etcd, progress};
+use crate::checks::etcd;
 use crate::crd::StorageOSCluster;
 use crate::render::{DEFAULT_OPERATOR_IMAGE, MIN_KUBERNETES};
 use crate::runtime::kube::apply::ObjectKey;

@@ -9,7 +9,6 @@
 pub mod apply;
 pub mod bundle;
 pub mod connect;
-pub mod etcd;
 pub mod eval_etcd;
 pub mod install;
 pub mod preflight;

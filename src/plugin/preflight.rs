@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 
-use super::etcd;
+use crate::checks::etcd;
 pub use crate::checks::{Check, Verdict};
 use crate::checks::{
     check, host_ports, kubernetes_version, leftovers, node_checks, pass, pod_security, storage_conflicts,

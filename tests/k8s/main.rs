@@ -19,6 +19,7 @@ mod gc;
 mod helm;
 mod install;
 mod job;
+mod kv_backend;
 mod label_sync;
 mod leader;
 mod mirror;

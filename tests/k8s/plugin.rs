@@ -857,23 +857,6 @@ async fn include_etcd_installs_an_evaluation_etcd_and_uninstall_removes_only_tha
     assert!(out.contains("namespace/storageos-etcd deleted"), "{out}");
 }
 
-/// The etcd binary `hack/k8s.sh` built (hack/versions.env's ETCD_VERSION).
-fn etcd_binary() -> PathBuf {
-    let versions = std::fs::read_to_string(support::repo_root().join("hack/versions.env")).unwrap();
-    let version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("ETCD_VERSION="))
-        .unwrap()
-        .trim()
-        .to_string();
-    support::kubectl()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join(format!("etcd-{version}/etcd"))
-}
-
 /// An etcd serving https only: preflight passes with its TLS Secret, and fails without it.
 #[tokio::test]
 async fn preflight_checks_an_https_etcd_with_the_tls_secret() {
@@ -903,7 +886,7 @@ async fn preflight_checks_an_https_etcd_with_the_tls_secret() {
     let url = format!("https://127.0.0.1:{client_port}");
     let d = dir.path().display();
     let _etcd = KillOnDrop(
-        Command::new(etcd_binary())
+        Command::new(support::etcd_binary())
             .args(["--data-dir", &format!("{d}/data"), "--name", "tls"])
             .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])

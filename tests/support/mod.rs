@@ -115,6 +115,23 @@ pub fn kubectl() -> PathBuf {
     cache.join(format!("bin/k8s-{version}/kubectl"))
 }
 
+/// The etcd binary `hack/k8s.sh` built (hack/versions.env's ETCD_VERSION).
+pub fn etcd_binary() -> PathBuf {
+    let versions = std::fs::read_to_string(repo_root().join("hack/versions.env")).unwrap();
+    let version = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("ETCD_VERSION="))
+        .unwrap()
+        .trim()
+        .to_string();
+    kubectl()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(format!("etcd-{version}/etcd"))
+}
+
 /// A client for the local plane.
 pub async fn client() -> Client {
     let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("read kubeconfig");

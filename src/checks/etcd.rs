@@ -1,7 +1,10 @@
-//! Is an etcd usable by StorageOS? A put, a get and a delete of one key under a private prefix
-//! (`/storageos-preflight/`), through etcd's v3 HTTP/JSON gateway, on every endpoint. The plugin
-//! runs outside the cluster, so an endpoint must be reachable from where it runs (a Service DNS
-//! name is not: use `kubectl port-forward`, or `--skip-etcd-endpoints-validation`).
+//! Is an etcd usable by StorageOS? The plugin's preflight writes: a put, a get and a delete of
+//! one key under a private prefix (`/storageos-preflight/`), through etcd's v3 HTTP/JSON gateway,
+//! on every endpoint ([`check`]). The plugin runs outside the cluster, so an endpoint must be
+//! reachable from where it runs (a Service DNS name is not: use `kubectl port-forward`, or
+//! `--skip-etcd-endpoints-validation`). The operator keeps checking, read-only: etcd's
+//! `/health` on every endpoint ([`health`]) and the client certificate's expiry
+//! ([`Tls::client_not_after`]).
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +39,20 @@ impl Tls {
             cert: take(TLS_KEYS[1])?,
             key: take(TLS_KEYS[2])?,
         })
+    }
+}
+
+impl Tls {
+    /// When the client certificate (the first of `etcd-client.crt`) expires.
+    pub fn client_not_after(&self) -> Result<chrono::DateTime<chrono::Utc>, Error> {
+        let bad = |message: String| Error::TlsPem {
+            what: "etcd-client.crt",
+            message,
+        };
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&self.cert).map_err(|e| bad(e.to_string()))?;
+        let cert = pem.parse_x509().map_err(|e| bad(e.to_string()))?;
+        let seconds = cert.validity().not_after.timestamp();
+        chrono::DateTime::from_timestamp(seconds, 0).ok_or_else(|| bad(format!("expiry {seconds} out of range")))
     }
 }
 
@@ -100,18 +117,7 @@ pub fn parse_endpoints(list: &str) -> Result<Vec<String>, Error> {
 /// With `tls`, etcd's certificate must be signed by its CA and the client presents its
 /// certificate.
 pub async fn check(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Result<Duration, Error> {
-    let mut builder = reqwest::Client::builder().timeout(timeout);
-    if let Some(tls) = tls {
-        let pem = |what, e: reqwest::Error| Error::TlsPem {
-            what,
-            message: without_url(&e),
-        };
-        let ca = reqwest::Certificate::from_pem_bundle(&tls.ca).map_err(|e| pem("etcd-client-ca.crt", e))?;
-        let identity = reqwest::Identity::from_pem(&[tls.cert.as_slice(), b"\n", tls.key.as_slice()].concat())
-            .map_err(|e| pem("etcd-client.crt/etcd-client.key", e))?;
-        builder = builder.tls_certs_only(ca).identity(identity);
-    }
-    let http = builder.build().map_err(Error::Client)?;
+    let http = http_client(timeout, tls)?;
     let key = format!("{PREFIX}{:016x}", rand::random::<u64>());
     let value = format!("written by kubectl storageos preflight at {}", chrono::Utc::now());
     let started = Instant::now();
@@ -165,6 +171,49 @@ pub async fn check(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Resu
         });
     }
     Ok(started.elapsed())
+}
+
+/// An HTTP client for etcd: with `tls`, etcd's certificate must be signed by its CA and the
+/// client presents its certificate.
+fn http_client(timeout: Duration, tls: Option<&Tls>) -> Result<reqwest::Client, Error> {
+    let mut builder = reqwest::Client::builder().timeout(timeout);
+    if let Some(tls) = tls {
+        let pem = |what, e: reqwest::Error| Error::TlsPem {
+            what,
+            message: without_url(&e),
+        };
+        let ca = reqwest::Certificate::from_pem_bundle(&tls.ca).map_err(|e| pem("etcd-client-ca.crt", e))?;
+        let identity = reqwest::Identity::from_pem(&[tls.cert.as_slice(), b"\n", tls.key.as_slice()].concat())
+            .map_err(|e| pem("etcd-client.crt/etcd-client.key", e))?;
+        builder = builder.tls_certs_only(ca).identity(identity);
+    }
+    builder.build().map_err(Error::Client)
+}
+
+/// etcd's own health check (`GET /health`, which answers `{"health":"true"}` while the member
+/// has a leader and its store works): read-only, so the operator can ask it on every pass.
+pub async fn health(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Result<(), Error> {
+    let http = http_client(timeout, tls)?;
+    let fail = |message: String| Error::Step {
+        endpoint: endpoint.to_string(),
+        step: "health check",
+        message,
+    };
+    let resp = http
+        .get(format!("{endpoint}/health"))
+        .send()
+        .await
+        .map_err(|e| fail(without_url(&e)))?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| fail(without_url(&e)))?;
+    let healthy = serde_json::from_str::<Value>(&text)
+        .ok()
+        .is_some_and(|v| v["health"].as_str() == Some("true"));
+    if status.is_success() && healthy {
+        Ok(())
+    } else {
+        Err(fail(format!("HTTP {status}: {}", text.trim())))
+    }
 }
 
 /// A reqwest error as its causes (the caller names the endpoint): `tcp connect error: Connection

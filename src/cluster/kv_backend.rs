@@ -1,0 +1,258 @@
+//! Can the operator reach the etcd StorageOS is configured with? Checked on every pass, read
+//! only: the address parses, the TLS Secret holds PEM, its client certificate has not expired,
+//! and etcd's `/health` answers healthy on every endpoint. Reported as the condition
+//! `KVBackendReachable` (and an event when it turns False), with metrics; it never stops the
+//! rest of the pass (StorageOS itself reports what it cannot reach).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::checks::etcd::{self, Tls};
+use crate::reasons::{self, Reason};
+use crate::render::Resolved;
+
+/// The condition type.
+pub const CONDITION: &str = "KVBackendReachable";
+
+/// How long one endpoint may take to answer.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the check found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub reachable: bool,
+    pub reason: Reason,
+    pub message: String,
+    /// When the client certificate expires, with TLS.
+    pub cert_not_after: Option<DateTime<Utc>>,
+}
+
+impl Outcome {
+    fn refused(reason: Reason, message: String, cert_not_after: Option<DateTime<Utc>>) -> Self {
+        Self {
+            reachable: false,
+            reason,
+            message,
+            cert_not_after,
+        }
+    }
+}
+
+/// Checks the kv backend of `resolved`, with `tls_secret` (the etcd TLS Secret, read by the
+/// pass) when TLS is configured.
+pub async fn check(resolved: &Resolved, tls_secret: Option<&Secret>, now: DateTime<Utc>) -> Outcome {
+    let endpoints = match etcd::parse_endpoints(&resolved.etcd_endpoints) {
+        Ok(e) => e,
+        Err(etcd::Error::NoEndpoints) => {
+            return Outcome::refused(
+                reasons::KV_BACKEND_NOT_SET,
+                "spec.kvBackend.address is empty: set it to the etcd endpoints StorageOS keeps its state in, for example http://storageos-etcd.storageos-etcd:2379".into(),
+                None,
+            );
+        }
+        Err(e) => {
+            return Outcome::refused(
+                reasons::KV_BACKEND_NOT_SET,
+                format!("spec.kvBackend.address: {e}"),
+                None,
+            );
+        }
+    };
+    let secret_name = resolved
+        .etcd_tls_secret_ref
+        .as_ref()
+        .map(|(name, ns)| format!("{ns}/{name}"))
+        .unwrap_or_default();
+    let tls = match (&resolved.etcd_tls_secret_ref, tls_secret) {
+        (Some(_), Some(secret)) => match Tls::from_secret(secret) {
+            Ok(tls) => Some(tls),
+            Err(e) => return Outcome::refused(reasons::ETCD_TLS_INVALID, format!("Secret {secret_name}: {e}"), None),
+        },
+        _ => None,
+    };
+    let not_after = match tls.as_ref().map(Tls::client_not_after).transpose() {
+        Ok(at) => at,
+        Err(e) => return Outcome::refused(reasons::ETCD_TLS_INVALID, format!("Secret {secret_name}: {e}"), None),
+    };
+    if let Some(at) = not_after.filter(|at| *at <= now) {
+        return Outcome::refused(
+            reasons::ETCD_CLIENT_CERT_EXPIRED,
+            format!(
+                "the etcd client certificate etcd-client.crt of Secret {secret_name} expired at {}: issue a new one from the etcd CA and replace etcd-client.crt and etcd-client.key",
+                at.to_rfc3339()
+            ),
+            not_after,
+        );
+    }
+    for endpoint in &endpoints {
+        if let Err(e) = etcd::health(endpoint, TIMEOUT, tls.as_ref()).await {
+            let (reason, message) = explain(&e, tls.is_some(), &secret_name);
+            return Outcome::refused(reason, message, not_after);
+        }
+    }
+    let valid = not_after
+        .map(|at| format!("; the client certificate is valid until {}", at.to_rfc3339()))
+        .unwrap_or_default();
+    Outcome {
+        reachable: true,
+        reason: reasons::ETCD_HEALTHY,
+        message: format!("etcd answers healthy at {}{valid}", endpoints.join(", ")),
+        cert_not_after: not_after,
+    }
+}
+
+/// The reason and the message (what failed, and what to fix) of a failed health check.
+fn explain(e: &etcd::Error, tls: bool, secret: &str) -> (Reason, String) {
+    let text = e.to_string();
+    if is_tls_failure(&text) {
+        let fix = if tls {
+            format!(
+                "put the CA that signed etcd's serving certificate in etcd-client-ca.crt of Secret {secret}, use an address whose host that certificate names, and a client certificate etcd accepts"
+            )
+        } else {
+            "etcd serves TLS: set spec.tlsEtcdSecretRefName to a Secret with etcd-client-ca.crt, etcd-client.crt and etcd-client.key".to_string()
+        };
+        return (
+            reasons::ETCD_TLS_INVALID,
+            format!("TLS with etcd failed: {text}; {fix}"),
+        );
+    }
+    (
+        reasons::ETCD_UNREACHABLE,
+        format!(
+            "{text}; check spec.kvBackend.address and that etcd runs and is reachable from the operator's namespace"
+        ),
+    )
+}
+
+/// Whether an error text is a TLS failure (rustls' words for a refused certificate or handshake).
+fn is_tls_failure(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    [
+        "certificate",
+        "handshake",
+        "tls",
+        "unknownissuer",
+        "notvalidforname",
+        "alert",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use k8s_openapi::ByteString;
+    use serde_json::json;
+
+    use super::*;
+    use crate::crd::StorageOSCluster;
+
+    fn resolved(spec: serde_json::Value) -> Resolved {
+        let c: StorageOSCluster = serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "s", "namespace": "ops"}, "spec": spec
+        }))
+        .unwrap();
+        crate::render::resolve(&c.spec)
+    }
+
+    /// A self-signed certificate valid from `from` to `to` (Unix seconds), and its key.
+    fn cert(from: i64, to: i64) -> (String, String) {
+        let mut params = rcgen::CertificateParams::new(vec!["etcd-client".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(1970, 1, 1) + time::Duration::seconds(from);
+        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + time::Duration::seconds(to);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let c = params.self_signed(&key).unwrap();
+        (c.pem(), key.serialize_pem())
+    }
+
+    fn tls_secret(cert: &str, key: &str) -> Secret {
+        let data = [
+            ("etcd-client-ca.crt", cert),
+            ("etcd-client.crt", cert),
+            ("etcd-client.key", key),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect();
+        Secret {
+            data: Some(data),
+            ..Secret::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_empty_or_malformed_address_says_what_to_set() {
+        let now = Utc::now();
+        let empty = check(
+            &resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops"})),
+            None,
+            now,
+        )
+        .await;
+        assert_eq!(empty.reason, reasons::KV_BACKEND_NOT_SET);
+        assert!(
+            !empty.reachable && empty.message.contains("spec.kvBackend.address is empty"),
+            "{empty:?}"
+        );
+        let bad =
+            resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops", "kvBackend": {"address": "ftp://e:1"}}));
+        let bad = check(&bad, None, now).await;
+        assert_eq!(bad.reason, reasons::KV_BACKEND_NOT_SET);
+        assert!(bad.message.contains("\"ftp://e:1\" is not an etcd endpoint"), "{bad:?}");
+    }
+
+    #[tokio::test]
+    async fn an_expired_client_certificate_is_named_before_any_call() {
+        let now = Utc::now();
+        let (c, k) = cert(now.timestamp() - 7200, now.timestamp() - 3600);
+        // Port 1 on loopback: a call would fail as unreachable, not as expired.
+        let r = resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops",
+            "kvBackend": {"address": "https://127.0.0.1:1"}, "tlsEtcdSecretRefName": "etcd"}));
+        let out = check(&r, Some(&tls_secret(&c, &k)), now).await;
+        assert_eq!(out.reason, reasons::ETCD_CLIENT_CERT_EXPIRED, "{out:?}");
+        assert!(out.message.contains("Secret ops/etcd expired at"), "{}", out.message);
+        assert!(out.cert_not_after.is_some_and(|at| at < now));
+    }
+
+    #[tokio::test]
+    async fn a_secret_without_pem_or_keys_is_a_tls_problem() {
+        let now = Utc::now();
+        let r = resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops",
+            "kvBackend": {"address": "https://127.0.0.1:1"}, "tlsEtcdSecretRefName": "etcd"}));
+        let out = check(&r, Some(&tls_secret("not pem", "not pem")), now).await;
+        assert_eq!(out.reason, reasons::ETCD_TLS_INVALID, "{out:?}");
+        assert!(out.message.contains("etcd-client.crt"), "{}", out.message);
+        let out = check(&r, Some(&Secret::default()), now).await;
+        assert_eq!(out.reason, reasons::ETCD_TLS_INVALID, "{out:?}");
+        assert!(out.message.contains("has no key"), "{}", out.message);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_names_the_endpoint() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let r = resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops",
+            "kvBackend": {"address": format!("127.0.0.1:{port}")}}));
+        let out = check(&r, None, Utc::now()).await;
+        assert_eq!(out.reason, reasons::ETCD_UNREACHABLE, "{out:?}");
+        assert!(
+            out.message
+                .contains(&format!("http://127.0.0.1:{port}: health check failed")),
+            "{}",
+            out.message
+        );
+    }
+
+    #[test]
+    fn rustls_refusals_are_tls_failures() {
+        assert!(is_tls_failure("invalid peer certificate: UnknownIssuer"));
+        assert!(is_tls_failure("received fatal alert: BadCertificate"));
+        assert!(!is_tls_failure("tcp connect error: Connection refused (os error 111)"));
+    }
+}

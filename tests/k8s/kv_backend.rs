@@ -1,0 +1,255 @@
+//! Integration tier: the cluster controller keeps checking its kv backend (`KVBackendReachable`)
+//! — the plane's own etcd, a wrong address, and a real etcd serving TLS with client
+//! certificates: the right CA, a CA that did not sign etcd's certificate, an expired client
+//! certificate.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use prometheus_client::registry::Registry;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use serde_json::json;
+use storageos_operator::cluster::{self, Context, OperatorConfig};
+use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::render::DefaultImages;
+use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
+use storageos_operator::sim::{self, Simulator};
+use support::{TestNamespace, from_json, wait_for};
+
+const SETTLE: Duration = Duration::from_secs(90);
+
+/// The plane's etcd, as its kube-apiserver was started with (`hack/k8s.sh` records the command).
+fn plane_etcd() -> String {
+    let dir = support::kubeconfig_path().parent().unwrap().to_path_buf();
+    let cmd = std::fs::read(dir.join("kube-apiserver.cmd")).unwrap();
+    let args: Vec<String> = cmd
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let at = args.iter().position(|a| a == "--etcd-servers").unwrap();
+    args[at + 1].clone()
+}
+
+fn offset(t: chrono::DateTime<chrono::Utc>) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(t.timestamp()).unwrap()
+}
+
+/// A CA (certificate PEM, issuer).
+fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let key = KeyPair::generate().unwrap();
+    let cert = p.self_signed(&key).unwrap();
+    (cert.pem(), Issuer::new(p, key))
+}
+
+/// A leaf for `purpose`, valid from `from` to `to`: (certificate PEM, key PEM).
+fn leaf(
+    issuer: &Issuer<'static, KeyPair>,
+    names: &[&str],
+    purpose: ExtendedKeyUsagePurpose,
+    valid: (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>),
+) -> (String, String) {
+    let mut p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, names[0]);
+    p.extended_key_usages = vec![purpose];
+    p.not_before = offset(valid.0);
+    p.not_after = offset(valid.1);
+    let key = KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A one-member etcd serving TLS on loopback that requires a client certificate of `ca`.
+struct TlsEtcd {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsEtcd {
+    fn start(ca_pem: &str, server: &(String, String)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let ca = write("ca.crt", ca_pem);
+        let cert = write("server.crt", &server.0);
+        let key = write("server.key", &server.1);
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("https://127.0.0.1:{client}");
+        let arg = |p: &Path| p.to_string_lossy().into_owned();
+        let child = Command::new(support::etcd_binary())
+            .args(["--data-dir", &arg(&dir.path().join("data")), "--name", "tls"])
+            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("tls=http://127.0.0.1:{peer}")])
+            .args(["--cert-file", &arg(&cert), "--key-file", &arg(&key)])
+            .args(["--trusted-ca-file", &arg(&ca), "--client-cert-auth"])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd (built by hack/k8s.sh up)");
+        Self { child, url, _dir: dir }
+    }
+}
+
+impl Drop for TlsEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_secret(name: &str, ca: &str, client: &(String, String)) -> Secret {
+    from_json(json!({
+        "metadata": {"name": name},
+        "stringData": {"etcd-client-ca.crt": ca, "etcd-client.crt": client.0, "etcd-client.key": client.1}
+    }))
+}
+
+/// Waits until the cluster's KVBackendReachable condition has `reason`; returns its message.
+async fn reachability(clusters: &Api<StorageOSCluster>, name: &str, status: &str, reason: &str) -> String {
+    wait_for(
+        &format!("KVBackendReachable={status} with reason {reason}"),
+        SETTLE,
+        || async {
+            let c = clusters.get(name).await.ok()?;
+            let cond = c
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "KVBackendReachable")?;
+            (cond.status == status && cond.reason == reason).then_some(cond.message)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_kv_backend_is_checked_and_each_failure_says_what_to_fix() {
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("kv").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let config = OperatorConfig {
+        operator_image: "registry.invalid/storageos-operator:test".into(),
+        default_images: DefaultImages::default(),
+        node_env: Default::default(),
+        storageos_endpoint: Some(sim.url()),
+        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+        operator_namespace: storageos_operator::install::NAMESPACE.into(),
+    };
+    let metrics = ReconcileMetrics::register(&mut Registry::default());
+    let ctx = Context::new(support::operator_client().await, config, metrics, None);
+    let operator = tokio::spawn(cluster::run(std::sync::Arc::new(ctx), std::future::pending()));
+    support::create_api_secret(&ns, "storageos", "storageos").await;
+
+    // The plane's own etcd (plain HTTP).
+    let clusters: Api<StorageOSCluster> = ns.api();
+    let name = "kv";
+    let cluster = json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": name, "namespace": ns.name},
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name, "namespace": ns.name,
+                 "disableTelemetry": true, "kvBackend": {"address": plane_etcd()}}
+    });
+    clusters
+        .create(&PostParams::default(), &from_json(cluster))
+        .await
+        .unwrap();
+    let ok = reachability(&clusters, name, "True", "EtcdHealthy").await;
+    assert!(ok.contains(&plane_etcd()), "{ok}");
+
+    let patch = |spec: serde_json::Value| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec})))
+                .await
+                .unwrap();
+        }
+    };
+    // A wrong address: nothing listens there.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    patch(json!({"kvBackend": {"address": nowhere}})).await;
+    let msg = reachability(&clusters, name, "False", "EtcdUnreachable").await;
+    assert!(
+        msg.contains(&nowhere) && msg.contains("check spec.kvBackend.address"),
+        "{msg}"
+    );
+    support::wait_event(&client, &ns.name, name, "EtcdUnreachable", &nowhere).await;
+
+    // A real etcd serving TLS, requiring client certificates of its CA.
+    let now = chrono::Utc::now();
+    let valid = (now - chrono::Duration::hours(1), now + chrono::Duration::days(1));
+    let (ca_pem, issuer) = ca("etcd-ca");
+    let server = leaf(&issuer, &["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth, valid);
+    let good_client = leaf(&issuer, &["storageos"], ExtendedKeyUsagePurpose::ClientAuth, valid);
+    let etcd = TlsEtcd::start(&ca_pem, &server);
+    let secrets: Api<Secret> = ns.api();
+    for (secret, ca_of) in [("etcd-good", ca_pem.clone()), ("etcd-wrong-ca", ca("other-ca").0)] {
+        secrets
+            .create(&PostParams::default(), &tls_secret(secret, &ca_of, &good_client))
+            .await
+            .unwrap();
+    }
+    let expired = leaf(
+        &issuer,
+        &["storageos"],
+        ExtendedKeyUsagePurpose::ClientAuth,
+        (now - chrono::Duration::days(2), now - chrono::Duration::days(1)),
+    );
+    secrets
+        .create(&PostParams::default(), &tls_secret("etcd-expired", &ca_pem, &expired))
+        .await
+        .unwrap();
+
+    patch(
+        json!({"kvBackend": {"address": etcd.url}, "tlsEtcdSecretRefName": "etcd-good",
+                 "tlsEtcdSecretRefNamespace": ns.name}),
+    )
+    .await;
+    let ok = reachability(&clusters, name, "True", "EtcdHealthy").await;
+    assert!(ok.contains("the client certificate is valid until"), "{ok}");
+
+    patch(json!({"tlsEtcdSecretRefName": "etcd-wrong-ca"})).await;
+    let msg = reachability(&clusters, name, "False", "EtcdTLSInvalid").await;
+    assert!(msg.contains("UnknownIssuer") || msg.contains("certificate"), "{msg}");
+    assert!(msg.contains("etcd-client-ca.crt of Secret"), "{msg}");
+
+    patch(json!({"tlsEtcdSecretRefName": "etcd-expired"})).await;
+    let msg = reachability(&clusters, name, "False", "EtcdClientCertExpired").await;
+    assert!(msg.contains("etcd-expired") && msg.contains("issue a new one"), "{msg}");
+
+    clusters.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_for("the cluster to be deleted", SETTLE, || async {
+        clusters.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    operator.abort();
+}
