@@ -127,6 +127,10 @@ reasons! {
         "Ready=False: the Secret with the StorageOS API credentials (spec.secretRefName) does not exist.";
     ETCD_TLS_SECRET_NOT_FOUND = "EtcdTLSSecretNotFound", Condition, "StorageOSCluster",
         "Ready=False: the Secret with the etcd TLS client certificate (spec.tlsEtcdSecretRefName) does not exist.";
+    ALL_NODES_ELIGIBLE = "AllNodesEligible", Condition, "StorageOSCluster",
+        "NodesEligible=True: every selected node reports an OS, architecture and kernel StorageOS runs on.";
+    NODES_INELIGIBLE = "NodesIneligible", ConditionAndEvent, "StorageOSCluster",
+        "NodesEligible=False: selected nodes report an OS, architecture or kernel StorageOS cannot run on; they are named and not counted.";
     ETCD_HEALTHY = "EtcdHealthy", Condition, "StorageOSCluster",
         "KVBackendReachable=True: every endpoint of spec.kvBackend.address answers etcd's health check from the operator, with the configured TLS.";
     KV_BACKEND_NOT_SET = "KVBackendNotSet", ConditionAndEvent, "StorageOSCluster",
@@ -173,6 +177,8 @@ reasons! {
         "GoDefaultImagesReplaced=True: image fields holding the Go operator's defaults are treated as unset.";
     GO_DEFAULT_IMAGES_REPLACED = "GoDefaultImagesReplaced", Event, "StorageOSCluster",
         "Normal: the image fields that held the Go operator's defaults now follow this operator's defaults.";
+    FOREIGN_CSI_DRIVER = "ForeignCSIDriver", Event, "StorageOSCluster",
+        "Warning: the CSIDriver csi.storageos.com existed, made by neither this operator nor the Go operator, and was taken over.";
     ADOPTED = "Adopted", Event, "StorageOSCluster",
         "Normal: an object only the Go operator used was removed while taking over its install.";
     CHANGED_STATUS = "ChangedStatus", Event, "StorageOSCluster",

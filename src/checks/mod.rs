@@ -11,7 +11,7 @@ use serde::Serialize;
 
 pub use cluster::{host_ports, leftovers, pod_security, storage_conflicts};
 pub use kubernetes::kubernetes_version;
-pub use nodes::{cpu_millis, memory_bytes, node_checks};
+pub use nodes::{cpu_millis, ineligible, memory_bytes, node_checks};
 
 /// The newest Kubernetes minor the project is tested on (hack/versions.env).
 pub const TESTED_KUBERNETES: (u64, u64) = (1, 36);
@@ -92,6 +92,23 @@ mod tests {
             }
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn only_what_a_node_reports_makes_it_ineligible() {
+        assert_eq!(ineligible(&node("amd64", "6.1.0", "4", "8Gi")), None);
+        assert_eq!(
+            ineligible(&node("arm64", "6.1.0", "4", "8Gi")).as_deref(),
+            Some("architecture arm64")
+        );
+        assert_eq!(
+            ineligible(&node("amd64", "2.6.32", "4", "8Gi")).as_deref(),
+            Some("kernel 2.6.32")
+        );
+        // kwok's and other unreadable kernel versions, and a node reporting nothing, are not excluded.
+        assert_eq!(ineligible(&node("amd64", "kwok-0.8.0", "4", "8Gi")), None);
+        assert_eq!(ineligible(&node("", "", "4", "8Gi")), None);
+        assert_eq!(ineligible(&Node::default()), None);
     }
 
     fn verdicts(checks: &[Check]) -> Vec<(String, Verdict)> {

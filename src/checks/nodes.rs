@@ -8,6 +8,29 @@ use kube::ResourceExt;
 
 use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 
+/// Why StorageOS cannot run on `node` at all, from what its kubelet reports (`nodeInfo`): an
+/// operating system other than Linux, an architecture other than amd64 (StorageOS ships amd64
+/// images only), or a kernel older than 3.x. None when it can, and when the node reports
+/// nothing (a node that does not say is not excluded).
+pub fn ineligible(node: &Node) -> Option<String> {
+    let info = node.status.as_ref()?.node_info.as_ref()?;
+    if !info.operating_system.is_empty() && info.operating_system != "linux" {
+        return Some(format!("operating system {}", info.operating_system));
+    }
+    if !info.architecture.is_empty() && info.architecture != "amd64" {
+        return Some(format!("architecture {}", info.architecture));
+    }
+    let major = info
+        .kernel_version
+        .split(['.', '-'])
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(m) if m < 3 => Some(format!("kernel {}", info.kernel_version)),
+        _ => None,
+    }
+}
+
 /// OS, architecture, kernel, runtime and allocatable resources of one node.
 pub fn node_checks(node: &Node) -> Vec<Check> {
     let name = node.name_any();

@@ -73,7 +73,7 @@ fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSClust
     store.state().iter().map(|c| ObjectRef::from_obj(c.as_ref())).collect()
 }
 
-/// What about a Node can change cluster membership: labels, taints and readiness.
+/// What about a Node can change cluster membership: labels, taints, readiness and eligibility.
 pub(crate) fn node_membership_hash(node: &Node) -> Option<u64> {
     let mut h = DefaultHasher::new();
     node.labels().hash(&mut h);
@@ -88,6 +88,7 @@ pub(crate) fn node_membership_hash(node: &Node) -> Option<u64> {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone()));
     ready.hash(&mut h);
+    crate::checks::ineligible(node).hash(&mut h);
     Some(h.finish())
 }
 

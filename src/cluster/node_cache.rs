@@ -1,11 +1,13 @@
 //! What the cluster controller keeps of Nodes and StorageOS node pods in its watch caches.
 //!
-//! Status, node selection and the membership filter read a Node's name, labels, taints and
-//! Ready status, and a node pod's labels, node name and Ready status. The rest is dropped as
+//! Status, node selection and the membership filter read a Node's name, labels, taints, Ready
+//! status and eligibility (OS, architecture, kernel), and a node pod's labels, node name and Ready status. The rest is dropped as
 //! each object arrives: a node pod's spec (containers, env, volumes) is most of its size, and
 //! the full objects of a large cluster dominated the operator's memory (docs/benchmarks.md).
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The identity and labels of an object; annotations, managedFields and the rest go.
@@ -22,7 +24,8 @@ fn slim_meta(meta: &mut ObjectMeta) {
     };
 }
 
-/// Keeps a Node's name, labels, taints and the status of its Ready condition.
+/// Keeps a Node's name, labels, taints, the status of its Ready condition and what its
+/// eligibility is decided from (OS, architecture, kernel).
 pub fn slim_node(node: &mut Node) {
     slim_meta(&mut node.metadata);
     let taints = node.spec.take().and_then(|s| s.taints);
@@ -30,11 +33,16 @@ pub fn slim_node(node: &mut Node) {
         taints,
         ..NodeSpec::default()
     });
-    let ready = node
-        .status
-        .take()
-        .and_then(|s| s.conditions)
+    let status = node.status.take().unwrap_or_default();
+    let ready = status
+        .conditions
         .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
+    let node_info = status.node_info.map(|i| NodeSystemInfo {
+        architecture: i.architecture,
+        operating_system: i.operating_system,
+        kernel_version: i.kernel_version,
+        ..NodeSystemInfo::default()
+    });
     node.status = Some(NodeStatus {
         conditions: ready.map(|c| {
             vec![NodeCondition {
@@ -43,6 +51,7 @@ pub fn slim_node(node: &mut Node) {
                 ..NodeCondition::default()
             }]
         }),
+        node_info,
         ..NodeStatus::default()
     });
 }

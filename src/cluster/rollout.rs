@@ -1,16 +1,23 @@
 //! Writing a plan: apply every object in waves, then, only when all of them applied, prune what
 //! is no longer wanted and remove what only the Go operator used.
 
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::api::Api;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use super::adopt;
 use super::context::Context;
-use super::error::Error;
-use super::ownership::{children_selector, owned_kinds};
+use super::error::{Error, Step};
+use super::ownership::{GO_FIELD_MANAGER, children_selector, owned_kinds};
 use super::prepare::{Refusal, Then};
 use crate::crd::StorageOSCluster;
+use crate::reasons;
 use crate::render::Plan;
+use crate::render::labels::MANAGED_BY;
 use crate::runtime::kube::apply;
+use crate::runtime::kube::object::FIELD_MANAGER;
+use crate::storageos::CSI_DRIVER;
 
 /// Applies the plan and prunes; a refusal (Ready=False naming the objects, then a failed pass)
 /// when an object was not applied. Nothing is pruned then: pruning could delete something still
@@ -27,6 +34,7 @@ pub async fn roll_out(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) ->
     let owner = cluster.controller_owner_ref(&());
     let cluster_ns = cluster.namespace().unwrap_or_default();
     let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
+    let foreign = foreign_csi_driver(ctx).await?;
     let report = ctx.applier.apply_all(&values, owner_in, apply_wave).await;
     if !report.failures.is_empty() {
         let message = report.failed_message();
@@ -48,11 +56,53 @@ pub async fn roll_out(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) ->
     for key in &pruned {
         tracing::info!(cluster = %name, object = %key, "pruned");
     }
+    if let Some(made_by) = foreign {
+        let message = format!(
+            "CSIDriver {CSI_DRIVER} existed, made by {made_by} (not this operator, not the Go operator): it is StorageOS's name, so it was taken over; if another StorageOS install used it, that install's volumes now go through this one"
+        );
+        tracing::warn!(cluster = %name, %message, "took over a foreign CSIDriver");
+        ctx.event(cluster, EventType::Warning, reasons::FOREIGN_CSI_DRIVER, message)
+            .await;
+    }
     adopt::remove_go_leftovers_once(cluster, ctx, &plan.resolved.namespace).await?;
     if report.written > 0 || !pruned.is_empty() {
         tracing::info!(cluster = %name, written = report.written, pruned = pruned.len(), "applied cluster objects");
     }
     Ok(Ok(()))
+}
+
+/// Who made the StorageOS CSIDriver, when it exists and neither this operator nor the Go one
+/// did (a leftover of another install, or another tool's): the appliers take that name over,
+/// so the take-over is reported.
+async fn foreign_csi_driver(ctx: &Context) -> Result<Option<String>, Error> {
+    let drivers: Api<CSIDriver> = Api::all(ctx.client.clone());
+    let Some(meta) = drivers
+        .get_metadata_opt(CSI_DRIVER)
+        .await
+        .step(format!("read CSIDriver {CSI_DRIVER}"))?
+    else {
+        return Ok(None);
+    };
+    let (key, value) = MANAGED_BY;
+    if meta.labels().get(key).is_some_and(|v| v == value) {
+        return Ok(None);
+    }
+    let managers: Vec<String> = meta
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    let ours = |m: &String| m == FIELD_MANAGER || m == GO_FIELD_MANAGER;
+    if managers.iter().any(ours) {
+        return Ok(None);
+    }
+    Ok(Some(if managers.is_empty() {
+        "an unknown writer".to_string()
+    } else {
+        managers.join(", ")
+    }))
 }
 
 /// The wave a kind is applied in. A fresh cluster's ~40 applies take one round trip each, so

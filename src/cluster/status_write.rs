@@ -1,6 +1,7 @@
 //! Writing a StorageOSCluster's status: Ready=False for a pass that stopped, and the status a
 //! pass that applied everything observes (selected nodes, ready node pods, StorageOS nodes).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,7 +115,17 @@ pub async fn update_status(
             .map(Arc::new)
             .collect(),
     };
-    let selected = select::selected_nodes(&nodes, cluster.spec.node_selector_terms.as_deref(), &plan.tolerations);
+    let chosen = select::selected_nodes(&nodes, Some(&plan.resolved.node_selector_terms), &plan.tolerations);
+    // A node StorageOS cannot run on is named and left out of the count, never waited for.
+    let ineligible: BTreeMap<&str, String> = nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, crate::checks::ineligible(n)?)))
+        .filter(|(name, _)| chosen.iter().any(|c| c == name))
+        .collect();
+    let selected: Vec<String> = chosen
+        .into_iter()
+        .filter(|n| !ineligible.contains_key(n.as_str()))
+        .collect();
     let pod_labels = &plan.node_pod_labels;
     let pods_ready_on = match &caches {
         Some(c) => cluster_status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
@@ -169,6 +180,50 @@ pub async fn update_status(
             &now,
         );
     }
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    let had_ineligible = conds.iter().any(|c| c.type_ == NODES_ELIGIBLE && c.status == "False");
+    let generation = cluster.meta().generation;
+    if ineligible.is_empty() {
+        let message = "StorageOS can run on every selected node";
+        conditions::set(
+            conds,
+            NODES_ELIGIBLE,
+            true,
+            reasons::ALL_NODES_ELIGIBLE,
+            message,
+            generation,
+            &now,
+        );
+    } else {
+        let shown: Vec<String> = ineligible
+            .iter()
+            .take(10)
+            .map(|(n, why)| format!("{n} ({why})"))
+            .collect();
+        let more = ineligible.len().saturating_sub(shown.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let message = format!(
+            "StorageOS cannot run on {}{more}: they are not counted; keep StorageOS off them with spec.nodeSelectorTerms (kubernetes.io/arch In [amd64], kubernetes.io/os In [linux])",
+            shown.join(", ")
+        );
+        conditions::set(
+            conds,
+            NODES_ELIGIBLE,
+            false,
+            reasons::NODES_INELIGIBLE,
+            &message,
+            generation,
+            &now,
+        );
+        if !had_ineligible || previous_message(&previous, NODES_ELIGIBLE) != Some(message.as_str()) {
+            ctx.event(cluster, EventType::Warning, reasons::NODES_INELIGIBLE, message)
+                .await;
+        }
+    }
     // The kv backend, checked on every pass and shown beside Ready (it does not change it).
     let kv = kv_backend::check(&plan.resolved, inputs.etcd_tls_secret.as_ref(), chrono::Utc::now()).await;
     let was_reachable = previous
@@ -209,4 +264,13 @@ pub async fn update_status(
     }
     write_status(ctx, api, cluster, &previous, status.clone()).await?;
     Ok(status)
+}
+
+/// The condition that says whether StorageOS can run on every selected node.
+pub const NODES_ELIGIBLE: &str = "NodesEligible";
+
+/// The message of condition `type_` in `status`.
+fn previous_message<'a>(status: &'a StorageOSClusterStatus, type_: &str) -> Option<&'a str> {
+    let cond = status.conditions.as_ref()?.iter().find(|c| c.type_ == type_)?;
+    Some(cond.message.as_str())
 }

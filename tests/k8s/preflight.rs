@@ -1,7 +1,8 @@
-//! Integration tier: the cluster controller keeps checking its kv backend (`KVBackendReachable`)
-//! — the plane's own etcd, a wrong address, and a real etcd serving TLS with client
-//! certificates: the right CA, a CA that did not sign etcd's certificate, an expired client
-//! certificate.
+//! Integration tier: the cluster controller keeps checking its prerequisites. Its kv backend
+//! (`KVBackendReachable`): the plane's own etcd, a wrong address, and a real etcd serving TLS
+//! with client certificates (the right CA, a CA that did not sign etcd's certificate, an expired
+//! client certificate). Its nodes (`NodesEligible`): an arm64 node is named and not counted.
+//! A foreign `csi.storageos.com` CSIDriver is taken over and reported.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::support;
@@ -10,7 +11,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use prometheus_client::registry::Registry;
 use rcgen::{
@@ -149,13 +152,8 @@ async fn reachability(clusters: &Api<StorageOSCluster>, name: &str, status: &str
     .await
 }
 
-#[tokio::test]
-async fn the_kv_backend_is_checked_and_each_failure_says_what_to_fix() {
-    let _lock = support::cluster_lock();
-    let ns = TestNamespace::new("kv").await;
-    let client = ns.client.clone();
-    support::install_crds(&client).await;
-    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+/// The cluster controller, acting as the operator's ServiceAccount, talking to `sim`.
+async fn operator(sim: &sim::SimHandle) -> tokio::task::JoinHandle<()> {
     let config = OperatorConfig {
         operator_image: "registry.invalid/storageos-operator:test".into(),
         default_images: DefaultImages::default(),
@@ -166,7 +164,36 @@ async fn the_kv_backend_is_checked_and_each_failure_says_what_to_fix() {
     };
     let metrics = ReconcileMetrics::register(&mut Registry::default());
     let ctx = Context::new(support::operator_client().await, config, metrics, None);
-    let operator = tokio::spawn(cluster::run(std::sync::Arc::new(ctx), std::future::pending()));
+    tokio::spawn(cluster::run(std::sync::Arc::new(ctx), std::future::pending()))
+}
+
+/// A StorageOSCluster in `ns` with this kv backend address.
+fn cluster_json(ns: &str, name: &str, address: &str) -> StorageOSCluster {
+    from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns, "namespace": ns,
+                 "disableTelemetry": true, "kvBackend": {"address": address}}
+    }))
+}
+
+/// Waits until the cluster is deleted.
+async fn delete_cluster(clusters: &Api<StorageOSCluster>, name: &str) {
+    clusters.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_for("the cluster to be deleted", SETTLE, || async {
+        clusters.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_kv_backend_is_checked_and_each_failure_says_what_to_fix() {
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("kv").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let operator = operator(&sim).await;
     support::create_api_secret(&ns, "storageos", "storageos").await;
 
     // The plane's own etcd (plain HTTP).
@@ -246,10 +273,96 @@ async fn the_kv_backend_is_checked_and_each_failure_says_what_to_fix() {
     let msg = reachability(&clusters, name, "False", "EtcdClientCertExpired").await;
     assert!(msg.contains("etcd-expired") && msg.contains("issue a new one"), "{msg}");
 
-    clusters.delete(name, &DeleteParams::default()).await.unwrap();
-    wait_for("the cluster to be deleted", SETTLE, || async {
-        clusters.get_opt(name).await.ok()?.is_none().then_some(())
+    delete_cluster(&clusters, name).await;
+    operator.abort();
+}
+
+/// Deletes a Node when dropped (also when the test fails).
+struct NodeGuard(String);
+
+impl Drop for NodeGuard {
+    fn drop(&mut self) {
+        let _ = Command::new(support::kubectl())
+            .args(["delete", "node", &self.0, "--ignore-not-found", "--wait=false"])
+            .env("KUBECONFIG", support::kubeconfig_path())
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn an_arm64_node_is_named_and_a_foreign_csi_driver_is_reported() {
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("eligible").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+    support::wait_no_clusters(&client, SETTLE).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let operator = operator(&sim).await;
+    support::create_api_secret(&ns, "storageos", "storageos").await;
+
+    // A kwok node that reports arm64 once kwok has initialised it.
+    let arm = format!("kwok-arm64-{}", support::suffix());
+    let _guard = NodeGuard(arm.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = from_json(json!({
+        "metadata": {"name": arm, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"kubernetes.io/arch": "arm64", "storageos-operator-test": "true"}}
+    }));
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    wait_for("kwok to initialise the node", SETTLE, || async {
+        let n = nodes.get(&arm).await.ok()?;
+        (!n.status?.node_info?.kubelet_version.is_empty()).then_some(())
     })
     .await;
+    let arch = json!({"status": {"nodeInfo": {"architecture": "arm64"}}});
+    nodes
+        .patch_status(&arm, &PatchParams::default(), &Patch::Merge(arch))
+        .await
+        .unwrap();
+
+    // A CSIDriver of StorageOS's name that someone else made (none of ours is left: no cluster).
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    let _ = drivers.delete("csi.storageos.com", &DeleteParams::default()).await;
+    wait_for("no csi.storageos.com CSIDriver", SETTLE, || async {
+        drivers.get_opt("csi.storageos.com").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let foreign: CSIDriver = from_json(json!({
+        "metadata": {"name": "csi.storageos.com"}, "spec": {"attachRequired": false}
+    }));
+    let theirs = drivers.create(&PostParams::default(), &foreign).await.unwrap();
+
+    let clusters: Api<StorageOSCluster> = ns.api();
+    let name = "eligible";
+    clusters
+        .create(&PostParams::default(), &cluster_json(&ns.name, name, &plane_etcd()))
+        .await
+        .unwrap();
+    // It is StorageOS's name: taken over, and said so.
+    let said = support::wait_event(&client, &ns.name, name, "ForeignCSIDriver", "csi.storageos.com").await;
+    assert!(
+        support::message(&said).contains("was taken over"),
+        "{}",
+        support::message(&said)
+    );
+    wait_for("the CSIDriver to be the operator's", SETTLE, || async {
+        let d = drivers.get("csi.storageos.com").await.ok()?;
+        (d.metadata.uid != theirs.metadata.uid || d.labels().contains_key("app.kubernetes.io/managed-by")).then_some(())
+    })
+    .await;
+
+    let msg = wait_for("NodesEligible=False naming the arm64 node", SETTLE, || async {
+        let c = clusters.get(name).await.ok()?;
+        let cond = c.status?.conditions?.into_iter().find(|c| c.type_ == "NodesEligible")?;
+        (cond.status == "False" && cond.reason == "NodesIneligible").then_some(cond.message)
+    })
+    .await;
+    assert!(msg.contains(&format!("{arm} (architecture arm64)")), "{msg}");
+    let c = clusters.get(name).await.unwrap();
+    let counted = c.status.unwrap().nodes.unwrap_or_default();
+    assert!(!counted.contains(&arm), "the arm64 node is counted: {counted:?}");
+    support::wait_event(&client, &ns.name, name, "NodesIneligible", &arm).await;
+
+    delete_cluster(&clusters, name).await;
     operator.abort();
 }
