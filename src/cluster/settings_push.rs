@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use super::context::Context;
 use super::error::{Error, Step};
 use crate::crd::StorageOSCluster;
-use crate::render::{self, Inputs, Plan};
+use crate::render::{Inputs, Plan};
 use crate::storageos;
 
 /// Why no StorageOS client could be made.
@@ -23,23 +23,11 @@ pub enum ClientError {
 /// The StorageOS API client of a cluster: the configured override, else the cluster's Service.
 pub fn api_client(ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<storageos::Client, ClientError> {
     let secret = inputs.secret.as_ref().ok_or(ClientError::NoSecret)?;
-    let data = secret
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    let (username, password) = render::secrets::api_credentials(&data);
     let endpoint = match &ctx.config.storageos_endpoint {
         Some(e) => e.clone(),
         None => plan.resolved.api_endpoint(),
     };
-    Ok(ctx.api_client(
-        &endpoint,
-        &String::from_utf8_lossy(&username),
-        &String::from_utf8_lossy(&password),
-    )?)
+    Ok(ctx.api_clients.for_secret(&endpoint, secret)?)
 }
 
 /// The cluster settings `cluster` asks for, applied over `current`.
