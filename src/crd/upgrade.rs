@@ -40,6 +40,7 @@ pub struct StorageOSUpgradeSpec {
     /// of phase UpgradingNodes, before the upgrade rolls back to the previous image. A Go
     /// duration such as `10m` or `1h30m`; 10 minutes when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     pub timeout: Option<String>,
 }
 
