@@ -162,15 +162,17 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             .with_host_paths(args.job_host_paths.clone())
             .with_trusted_namespaces(trusted.clone()),
     );
-    let upgrades = Arc::new(
-        upgrade::Context::new(client.clone(), metrics.clone())
-            .with_step_delay(args.upgrade_step_delay)
-            .with_trusted_namespaces(trusted.clone()),
-    );
+    let endpoint = config.storageos_endpoint.clone();
     let ctx = Arc::new(
-        Context::new(client, config, metrics, Some(api_metrics))
+        Context::new(client.clone(), config, metrics.clone(), Some(api_metrics))
             .with_cluster_metrics(cluster_metrics)
             .with_trusted_namespaces(trusted.clone()),
+    );
+    let upgrades = Arc::new(
+        upgrade::Context::new(client.clone(), metrics)
+            .with_step_delay(args.upgrade_step_delay)
+            .with_trusted_namespaces(trusted.clone())
+            .with_storageos(ctx.api_clients.clone(), endpoint),
     );
     tracing::info!(identity = %identity, trusted_namespaces = %trusted, "starting controllers");
     let controllers = async {

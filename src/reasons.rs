@@ -211,6 +211,18 @@ reasons! {
         "Phase UpgradingNodes: every StorageOS node pod restarts on the new image.";
     SCALING_UP = "ScalingUp", Condition, "StorageOSUpgrade",
         "Phase ScalingUp: the applications get their replicas back.";
+    ROLLING_BACK = "RollingBack", ConditionAndEvent, "StorageOSUpgrade",
+        "Phase RollingBack: the nodes did not prove healthy within spec.timeout; they restart on the previous image.";
+    ROLLED_BACK = "RolledBack", ConditionAndEvent, "StorageOSUpgrade",
+        "Phase RolledBack (Degraded=True): the nodes run the previous image again and the applications are restored.";
+    VOLUMES_NOT_READY = "VolumesNotReady", ConditionAndEvent, "StorageOSUpgrade",
+        "Phase Pending: a StorageOS volume is degraded or has a replica still syncing; the upgrade starts once every volume is healthy.";
+    VOLUMES_UNKNOWN = "VolumesUnknown", ConditionAndEvent, "StorageOSUpgrade",
+        "Phase Pending: the StorageOS volumes could not all be read, so whether an upgrade is safe cannot be told; the upgrade waits.";
+    DRAIN_BLOCKED = "DrainBlocked", ConditionAndEvent, "StorageOSUpgrade",
+        "Phase Pending: a cordoned node holds the last copy of a volume (a drain guard's PodDisruptionBudget); the upgrade waits.";
+    INVALID_TIMEOUT = "InvalidTimeout", ConditionAndEvent, "StorageOSUpgrade",
+        "Degraded=True: spec.timeout is not a duration.";
     FAILED = "Failed", Condition, "StorageOSUpgrade",
         "Phase Failed: the upgrade stopped; the Degraded condition says why.";
     REFUSED = "Refused", Condition, "StorageOSUpgrade",

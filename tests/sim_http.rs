@@ -356,6 +356,41 @@ async fn the_control_api_removes_a_volume_even_attached() {
     assert!(msg.contains("apps/pvc-1"), "{msg}");
 }
 
+/// The control API sets a volume's replicas syncing (and back), and keeps the image whose
+/// node pods stay offline with the other faults.
+#[tokio::test]
+async fn the_control_api_sets_replica_health_and_the_offline_image() {
+    let api = Api::start().await;
+    for n in ["n1", "n2"] {
+        api.call("POST", "/_sim/nodes", None, Some(json!({"name": n}))).await;
+    }
+    let seed = json!({"namespace": "apps", "name": "pv-1", "masterNode": "n1", "replicas": 1});
+    api.call("POST", "/_sim/volumes", None, Some(seed)).await;
+    let path = "/_sim/volumes/apps/pv-1/replicas/health";
+    let v: Value = api
+        .call("PUT", path, None, Some(json!({"health": "syncing"})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["replicas"][0]["health"], "syncing");
+    error_body(api.call("PUT", path, None, Some(json!({}))).await, 400).await;
+    let missing = "/_sim/volumes/apps/nothing/replicas/health";
+    error_body(
+        api.call("PUT", missing, None, Some(json!({"health": "ready"}))).await,
+        404,
+    )
+    .await;
+
+    let faults = json!({"offlineWithImage": "storageos/node:v9.9.9"});
+    assert_eq!(
+        api.call("PUT", "/_sim/faults", None, Some(faults)).await.status(),
+        StatusCode::OK
+    );
+    let now: Value = api.call("GET", "/_sim/faults", None, None).await.json().await.unwrap();
+    assert_eq!(now["offlineWithImage"], "storageos/node:v9.9.9");
+}
+
 #[tokio::test]
 async fn faults_and_the_request_log_over_http() {
     let api = Api::start().await;

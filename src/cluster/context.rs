@@ -1,7 +1,7 @@
 //! What every reconcile of a StorageOSCluster shares: clients, configuration, caches.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -9,6 +9,7 @@ use kube::Client;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
+use super::api_clients::ApiClients;
 use super::metrics::ClusterMetrics;
 use crate::crd::StorageOSCluster;
 use crate::reasons::Reason;
@@ -49,8 +50,9 @@ pub struct Context {
     pub api_metrics: Option<storageos::ApiMetrics>,
     /// `storageos_cluster_ready` (unregistered unless [`Context::with_cluster_metrics`]).
     pub cluster_metrics: ClusterMetrics,
-    /// One StorageOS client per (endpoint, username, password), so tokens are reused.
-    api_clients: Mutex<HashMap<(String, String, String), storageos::Client>>,
+    /// One StorageOS client per (endpoint, username, password), so tokens are reused (shared
+    /// with the upgrade controller).
+    pub api_clients: Arc<ApiClients>,
     /// The controller's caches of Nodes and node pods, once it runs (status reads them
     /// instead of listing every Node and node pod on each pass).
     pub caches: OnceLock<NodeCaches>,
@@ -77,6 +79,7 @@ impl Context {
         metrics: ReconcileMetrics,
         api_metrics: Option<storageos::ApiMetrics>,
     ) -> Self {
+        let api_clients = Arc::new(ApiClients::new(config.storageos_timeouts, api_metrics.clone()));
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
             kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
@@ -84,7 +87,7 @@ impl Context {
             config,
             api_metrics,
             cluster_metrics: ClusterMetrics::default(),
-            api_clients: Mutex::new(HashMap::new()),
+            api_clients,
             caches: OnceLock::new(),
             trusted: TrustedNamespaces::Any,
             go_leftovers: Mutex::new(HashMap::new()),
@@ -103,33 +106,6 @@ impl Context {
     pub fn with_cluster_metrics(mut self, metrics: ClusterMetrics) -> Self {
         self.cluster_metrics = metrics;
         self
-    }
-
-    /// A (cached) StorageOS API client for `endpoint` with these credentials.
-    pub fn api_client(
-        &self,
-        endpoint: &str,
-        username: &str,
-        password: &str,
-    ) -> Result<storageos::Client, storageos::Error> {
-        let key = (endpoint.to_string(), username.to_string(), password.to_string());
-        if let Ok(cache) = self.api_clients.lock()
-            && let Some(c) = cache.get(&key)
-        {
-            return Ok(c.clone());
-        }
-        let (request, login) = self.config.storageos_timeouts;
-        let config = storageos::Config::new(endpoint, username, password).with_timeouts(request, login);
-        let client = match &self.api_metrics {
-            Some(m) => storageos::Client::with_shared_metrics(config, m.clone())?,
-            None => storageos::Client::new(config)?,
-        };
-        if let Ok(mut cache) = self.api_clients.lock() {
-            // Credentials or endpoint changed: forget clients of older settings.
-            cache.retain(|(e, _, _), _| e != endpoint);
-            cache.insert(key, client.clone());
-        }
-        Ok(client)
     }
 
     /// Whether the Go operator's leftovers were already removed for this (cluster UID,

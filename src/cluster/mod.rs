@@ -4,6 +4,7 @@
 //! pods and the Nodes (only changes that affect membership), so drift is repaired in seconds.
 
 pub mod adopt;
+pub mod api_clients;
 pub mod context;
 pub mod error;
 pub mod finalize;

@@ -5,7 +5,7 @@ use kube::ResourceExt;
 
 use super::context::Context;
 use super::error::{Error, Step};
-use crate::render::{self, Inputs, Plan, Resolved};
+use crate::render::{Inputs, Plan, Resolved};
 use crate::storageos;
 
 /// Why no StorageOS client could be made.
@@ -22,23 +22,11 @@ pub enum ClientError {
 /// The StorageOS API client of a cluster: the configured override, else the cluster's Service.
 pub fn api_client(ctx: &Context, inputs: &Inputs, plan: &Plan) -> Result<storageos::Client, ClientError> {
     let secret = inputs.secret.as_ref().ok_or(ClientError::NoSecret)?;
-    let data = secret
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    let (username, password) = render::secrets::api_credentials(&data);
     let endpoint = match &ctx.config.storageos_endpoint {
         Some(e) => e.clone(),
         None => plan.resolved.api_endpoint(),
     };
-    Ok(ctx.api_client(
-        &endpoint,
-        &String::from_utf8_lossy(&username),
-        &String::from_utf8_lossy(&password),
-    )?)
+    Ok(ctx.api_clients.for_secret(&endpoint, secret)?)
 }
 
 /// The cluster settings the resolved spec asks for, applied over `current`.
@@ -92,7 +80,7 @@ mod tests {
             "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
         }))
         .unwrap();
-        let d = desired(&render::resolve(&cluster.spec), &current);
+        let d = desired(&crate::render::resolve(&cluster.spec), &current);
         assert!(d.disable_telemetry && d.disable_crash_reporting && d.disable_version_check);
         assert_eq!(
             (d.log_level.as_str(), d.log_format.as_str(), d.version.as_str()),

@@ -1,6 +1,6 @@
 //! `StorageOSUpgrade`: an offline upgrade of the StorageOS node image.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,18 @@ pub struct StorageOSUpgradeSpec {
     /// upgrade stops in phase Refused, nothing touched; setting it then lets it start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
+
+    /// How long the restarted nodes have to prove healthy (every node pod on the new image and
+    /// Ready, every StorageOS node online, every volume master online), counted from the start
+    /// of phase UpgradingNodes, before the upgrade rolls back to the previous image. A Go
+    /// duration such as `10m` or `1h30m`; 10 minutes when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
 }
+
+/// The health gate's bound when `spec.timeout` is unset.
+pub const DEFAULT_UPGRADE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Steps of an upgrade, in order. Each is recorded before it is taken, so a restarted operator
 /// resumes where it stopped.
@@ -49,10 +60,18 @@ pub enum UpgradePhase {
     Pausing,
     /// Scaling StorageOS-backed applications to zero.
     ScalingDown,
-    /// Restarting every node on the new image.
+    /// Restarting every node on the new image, then waiting for them to prove healthy (the
+    /// health gate, bounded by `spec.timeout`).
     UpgradingNodes,
+    /// The nodes did not prove healthy in time: restarting them on the previous image.
+    RollingBack,
     /// Restoring applications to their original replicas.
     ScalingUp,
+    /// Finished without upgrading: the nodes run the previous image again and the applications
+    /// are restored; `status.rollback` and `status.journal` say why. Delete the upgrade to leave
+    /// maintenance. (Listed before Completed so that every phase from Pausing to Completed is
+    /// one that holds the cluster in maintenance.)
+    RolledBack,
     /// Finished; delete the upgrade to leave maintenance.
     Completed,
     /// Stopped; the message says why and what to do.
@@ -85,6 +104,41 @@ pub struct StorageOSUpgradeStatus {
     /// The StorageOSCluster being upgraded, chosen when the upgrade starts (the active one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<UpgradeCluster>,
+    /// The node image the nodes ran when the upgrade started: what a rollback restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_image: Option<String>,
+    /// When the current phase was entered (the health gate's timeout counts from the start of
+    /// UpgradingNodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<Time>,
+    /// Why the upgrade rolled back, once it decided to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<UpgradeRollback>,
+    /// What happened, one entry per phase entered, oldest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal: Option<Vec<JournalEntry>>,
+}
+
+/// Why and to what an upgrade rolled back.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeRollback {
+    /// What the health gate still saw when its timeout ran out.
+    pub cause: String,
+    /// The image the nodes are restarted on.
+    pub image: String,
+}
+
+/// One step of an upgrade's history.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JournalEntry {
+    /// When it happened.
+    pub time: Time,
+    /// The phase entered.
+    pub phase: UpgradePhase,
+    /// What happened.
+    pub message: String,
 }
 
 /// The StorageOSCluster an upgrade works on.

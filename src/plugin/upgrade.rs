@@ -15,7 +15,7 @@ use serde_json::json;
 use super::apply::{self, Applier};
 use super::progress;
 use super::wait::{self, Look, Waited};
-use crate::crd::{StorageOSCluster, StorageOSUpgrade};
+use crate::crd::{StorageOSCluster, StorageOSUpgrade, UpgradePhase};
 use crate::render::DEFAULT_OPERATOR_IMAGE;
 use crate::upgrade::apps::{Volumes, describe, qualifying};
 
@@ -94,6 +94,11 @@ pub enum Error {
         timeout: Duration,
         last: String,
     },
+    #[error(
+        "StorageOSUpgrade {name} rolled back: {cause}; the nodes run the previous image again. Read status.journal \
+         (kubectl describe storageosupgrade), fix the cause, delete the upgrade and try again"
+    )]
+    RolledBack { name: String, cause: String },
     #[error(transparent)]
     Install(#[from] super::install::Error),
     #[error(transparent)]
@@ -258,11 +263,24 @@ async fn wait_completed(api: &Api<StorageOSUpgrade>, name: &str, timeout: Durati
             } else {
                 format!("phase {phase}: {message}")
             }),
-            done: status.completed == Some(true),
+            // Over either way; which way is read once more below.
+            done: status.completed == Some(true) || status.phase == Some(UpgradePhase::RolledBack),
         })
     };
     match wait::until(name, timeout, look).await? {
         Waited::Done => {
+            let status = api
+                .get(name)
+                .await
+                .map_err(read(format!("StorageOSUpgrade {name}")))?
+                .status
+                .unwrap_or_default();
+            if let Some(rollback) = status.rollback.filter(|_| status.completed != Some(true)) {
+                return Err(Error::RolledBack {
+                    name: name.into(),
+                    cause: rollback.cause,
+                });
+            }
             progress(format!("StorageOSUpgrade {name} completed"));
             Ok(())
         }

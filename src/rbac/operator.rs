@@ -84,6 +84,8 @@ pub const OWN: &[Rule] = &[
         &["persistentvolumes", "persistentvolumeclaims"],
         &["get", "list"],
     ),
+    // An upgrade does not start while a drain guard's PodDisruptionBudget blocks a drain.
+    rule(&["policy"], &["poddisruptionbudgets"], &["list"]),
     // Whether the ServiceMonitor CRD exists.
     rule(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &["get"])
         .named(&["servicemonitors.monitoring.coreos.com"]),

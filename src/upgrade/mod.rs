@@ -3,8 +3,11 @@
 //! point resumes and finishes, and no application is left scaled down.
 //!
 //! Pending → PullingImage ([`pull`]) → Pausing → ScalingDown ([`apps`]) → UpgradingNodes
-//! ([`nodes`]) → ScalingUp → Completed. One upgrade runs at a time; deleting one (finalizer)
-//! restores what it scaled down and un-pauses the cluster ([`reconcile`]).
+//! ([`nodes`]) → ScalingUp → Completed. It starts only when it is safe to ([`health`]: every
+//! volume in sync, no blocked drain), and after the nodes restart a health gate bounded by
+//! `spec.timeout` decides between ScalingUp and RollingBack → ScalingUp → RolledBack. One
+//! upgrade runs at a time; deleting one (finalizer) restores what it scaled down and un-pauses
+//! the cluster ([`reconcile`]).
 //!
 //! Watches the upgrades, the puller DaemonSets and pods (by label), and the StorageOS node pods
 //! (by label, for upgrades under way). Waiting for applications' pods to stop is polled while
@@ -12,10 +15,13 @@
 //! costs nothing.
 
 pub mod apps;
+pub mod drain;
+pub mod health;
 pub mod nodes;
 pub mod path;
 pub mod plan;
 pub mod pull;
+pub mod read;
 pub mod reconcile;
 pub mod status;
 
@@ -32,6 +38,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
+use crate::cluster::api_clients::ApiClients;
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::runtime::kube::apply::{self, Applier, FIELD_MANAGER};
 use crate::runtime::kube::controller::{self as kit, ControllerKit, Reconciler, controlling_owner};
@@ -71,6 +78,9 @@ pub struct Context {
     pub(crate) step_delay: Duration,
     /// The namespaces whose upgrades are honoured (every namespace unless set).
     pub(crate) trusted: TrustedNamespaces,
+    /// StorageOS API clients, and the endpoint that overrides the cluster's Service (demo,
+    /// tests); without them StorageOS cannot be read, so no upgrade starts.
+    pub(crate) storageos: Option<(Arc<ApiClients>, Option<String>)>,
 }
 
 impl Context {
@@ -81,7 +91,16 @@ impl Context {
             client,
             step_delay: Duration::ZERO,
             trusted: TrustedNamespaces::Any,
+            storageos: None,
         }
+    }
+
+    /// Reads StorageOS with `clients`, at `endpoint` when set (else the cluster's Service):
+    /// whether it is safe to start, and the health gate.
+    #[must_use]
+    pub fn with_storageos(mut self, clients: Arc<ApiClients>, endpoint: Option<String>) -> Self {
+        self.storageos = Some((clients, endpoint));
+        self
     }
 
     /// Waits `delay` before each step of an upgrade, so a demo can be followed and a test can
@@ -184,7 +203,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .watches_stream(pullers, upgrade_of_puller)
         .watches_stream(puller_pods, upgrade_of_puller_pod)
         .watches_stream(node_pods, move |_| {
-            at_phases(&node_store, &[UpgradePhase::PullingImage, UpgradePhase::UpgradingNodes])
+            at_phases(
+                &node_store,
+                &[
+                    UpgradePhase::PullingImage,
+                    UpgradePhase::UpgradingNodes,
+                    UpgradePhase::RollingBack,
+                ],
+            )
         })
         .watches_stream(upgrades, move |_| at_phases(&waiting_store, &[UpgradePhase::Pending]));
     kit::run(controller, ctx, shutdown).await;

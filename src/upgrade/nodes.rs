@@ -31,6 +31,8 @@ pub fn node_image(spec: Option<&PodSpec>) -> Option<&str> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodePod {
     pub name: String,
+    /// The Kubernetes node it runs on (the StorageOS node of that name).
+    pub node_name: String,
     /// Image of its node container.
     pub image: Option<String>,
     /// Its Ready condition is True.
@@ -107,6 +109,7 @@ pub fn view(ds: &DaemonSet, pods: &[Pod]) -> NodeView {
             .filter(|p| is_controlled_by(*p, uid.as_ref()))
             .map(|p| NodePod {
                 name: p.name_any(),
+                node_name: p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
                 image: node_image(p.spec.as_ref()).map(str::to_string),
                 ready: p
                     .status

@@ -18,6 +18,7 @@ use super::apps::{self, LiveApp, Volumes};
 use super::nodes::{self, NODE_CONTAINER, NODE_DAEMONSET, NodeView};
 use super::plan::{self, Act, ClusterView, Observed, Step};
 use super::pull::{self, PullerView};
+use super::read;
 use super::status;
 use super::{Context, Error, FINALIZER, POLL, patch_params};
 use crate::crd::PAUSED_BY_ANNOTATION;
@@ -30,6 +31,8 @@ use crate::runtime::kube::finalizer;
 
 /// How often an upgrade that waits for another one checks again (watch events come first).
 const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
+/// How often an upgrade that may not start yet (volumes syncing, a drain blocked) looks again.
+const HOLD_RECHECK: Duration = Duration::from_secs(5);
 
 fn key(u: &StorageOSUpgrade) -> String {
     format!("{}/{}", u.namespace().unwrap_or_default(), u.name_any())
@@ -37,8 +40,13 @@ fn key(u: &StorageOSUpgrade) -> String {
 
 /// Reconciles one upgrade.
 pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Completed is final: nothing to read, nothing to write.
-    if cached.meta().deletion_timestamp.is_none() && plan::phase_of(&cached) == UpgradePhase::Completed {
+    // Completed and RolledBack are final: nothing to read, nothing to write.
+    if cached.meta().deletion_timestamp.is_none()
+        && matches!(
+            plan::phase_of(&cached),
+            UpgradePhase::Completed | UpgradePhase::RolledBack
+        )
+    {
         return Ok(Action::await_change());
     }
     let api: Api<StorageOSUpgrade> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
@@ -93,6 +101,18 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             }
             return Err(Error::Problem(problem.clone()));
         }
+        Step::Hold(hold) => {
+            // Nothing is touched; StorageOS is read again after a while (no watch says when
+            // a volume finished syncing).
+            let (reason, message) = (hold.reason(), hold.to_string());
+            let (next, news) = status::held(&previous, reason, &message, generation, &now);
+            write_status(&api, &up, &previous, next).await?;
+            if news {
+                tracing::info!(upgrade = %key(&up), "waiting to start: {message}");
+                ctx.kit.event(&up, EventType::Warning, reason, message).await;
+            }
+            return Ok(Action::requeue(HOLD_RECHECK));
+        }
         Step::Refuse(refusal) => {
             // Nothing was touched; a change of the spec (spec.force) brings it back here.
             let (reason, message) = (refusal.reason(), refusal.to_string());
@@ -105,6 +125,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             return Ok(Action::await_change());
         }
         Step::Advance(to) => format!("entering phase {to:?}"),
+        Step::RollBack(cause) => format!("rolling back: {cause}"),
         Step::Record(apps) => {
             let names: Vec<String> = apps.iter().map(apps::describe).collect();
             format!("recording {}", names.join(", "))
@@ -122,18 +143,41 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
                         })
                     })
                     .flatten();
-                let next = status::advanced(&previous, to, started, &image, generation, &now);
+                let starting = started.is_some();
+                let mut next = status::advanced(&previous, to, started, &image, generation, &now);
+                if starting {
+                    // What a rollback restores: the image the nodes run before anything changes.
+                    next.previous_image = observed.nodes.as_ref().and_then(|n| n.template_image.clone());
+                }
                 let cluster_name = next.cluster.as_ref().map(|c| c.name.clone()).unwrap_or_default();
-                write_status(&api, &up, &previous, next).await?;
+                let next = write_status(&api, &up, &previous, next).await?;
                 for (reason, note) in status::events_on_entering(to, &cluster_name, &image) {
                     ctx.kit.event(&up, EventType::Normal, reason, note).await;
                 }
+                if to == UpgradePhase::RolledBack {
+                    let cause = next.rollback.map(|r| r.cause).unwrap_or_default();
+                    let note = format!(
+                        "rolled back to {}: {cause}; delete this upgrade to leave maintenance",
+                        previous.previous_image.unwrap_or_default()
+                    );
+                    ctx.kit.event(&up, EventType::Warning, reasons::ROLLED_BACK, note).await;
+                }
+            }
+            Step::RollBack(cause) => {
+                let back_to = previous.previous_image.clone().unwrap_or_default();
+                let next = status::rolling_back(&previous, &cause, &back_to, generation, &now);
+                write_status(&api, &up, &previous, next).await?;
+                tracing::warn!(upgrade = %key(&up), "rolling back to {back_to}: {cause}");
+                let note = format!("rolling back to {back_to}: {cause}");
+                ctx.kit
+                    .event(&up, EventType::Warning, reasons::ROLLING_BACK, note)
+                    .await;
             }
             Step::Record(apps) => {
                 write_status(&api, &up, &previous, status::recorded(&previous, &apps)).await?;
             }
             Step::Act(act) => execute(&up, &observed, &act, &ctx).await?,
-            Step::Idle | Step::Wait(_) | Step::Blocked(_) | Step::Problem(_) | Step::Refuse(_) => {}
+            Step::Idle | Step::Wait(_) | Step::Blocked(_) | Step::Problem(_) | Step::Refuse(_) | Step::Hold(_) => {}
         }
     }
     // One step per reconcile, then back into the queue at once: another upgrade's reconcile
@@ -247,8 +291,16 @@ async fn observe(
 ) -> Result<Observed, Error> {
     use UpgradePhase::*;
     let client = &ctx.client;
+    let status = up.status.clone().unwrap_or_default();
     let mut o = Observed {
         force: up.spec.force == Some(true),
+        timeout: up.spec.timeout.clone(),
+        previous_image: status.previous_image.clone(),
+        rolling_back: status.rollback.is_some(),
+        in_phase: status.phase_since.as_ref().map(|since| {
+            let elapsed = now().0.duration_since(since.0);
+            Duration::try_from(elapsed).unwrap_or(Duration::ZERO)
+        }),
         recorded_cluster: up
             .status
             .as_ref()
@@ -285,17 +337,28 @@ async fn observe(
                 .map(key);
             if o.blocked_by.is_none() && o.other_namespace.is_none() {
                 o.cluster = active.map(cluster_view);
+                if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
+                    let objects = render::resolve(&c.spec).namespace;
+                    o.drain_blocked = read::blocked_drains(&objects, ctx).await?;
+                    o.storageos = read::storageos(c, ctx).await;
+                }
             }
         }
-        PullingImage | Pausing | UpgradingNodes => {
-            o.cluster = recorded_cluster(up, ctx).await?.as_ref().map(cluster_view);
+        PullingImage | Pausing | UpgradingNodes | RollingBack => {
+            let cluster = recorded_cluster(up, ctx).await?;
+            o.cluster = cluster.as_ref().map(cluster_view);
+            if phase == UpgradingNodes
+                && let Some(c) = &cluster
+            {
+                o.storageos = read::storageos(c, ctx).await;
+            }
         }
         _ => {}
     }
     if matches!(phase, PullingImage | Pausing) {
         o.puller = observe_puller(up, ctx).await?;
     }
-    if matches!(phase, Pending | Refused | PullingImage | UpgradingNodes)
+    if matches!(phase, Pending | Refused | PullingImage | UpgradingNodes | RollingBack)
         && let Some(c) = &o.cluster
     {
         o.nodes = observe_nodes(&c.objects_namespace, ctx).await?;
@@ -425,7 +488,6 @@ async fn set_paused_by(
 /// Takes one action.
 async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) -> Result<(), Error> {
     let client = &ctx.client;
-    let image = &up.spec.new_image;
     let cluster = up.status.as_ref().and_then(|s| s.cluster.clone()).unwrap_or_default();
     match act {
         Act::ApplyPuller => {
@@ -446,15 +508,16 @@ async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) 
         Act::Pause => set_paused_by(ctx, &cluster, Some(&up.name_any()), None).await?,
         Act::ScaleDown(app) => apps::scale_down(client, app).await?,
         Act::ScaleUp(app) => apps::restore(client, app).await?,
-        Act::SetClusterImage => {
-            // The one write to a user's spec: the image the user asked for, so the cluster
-            // reconciler keeps the nodes on it once un-paused.
+        Act::SetClusterImage(image) => {
+            // The one write to a user's spec: the image the user asked for (or, rolling back,
+            // the one the nodes ran before), so the cluster reconciler keeps the nodes on it
+            // once un-paused.
             let patch = json!({"spec": {"images": {"nodeContainer": image}}});
             Api::<StorageOSCluster>::namespaced(client.clone(), &cluster.namespace)
                 .patch(&cluster.name, &patch_params(), &Patch::Merge(&patch))
                 .await?;
         }
-        Act::SetNodeImage => {
+        Act::SetNodeImage(image) => {
             let ns = o.nodes.as_ref().map(|n| n.namespace.clone()).unwrap_or_default();
             let patch =
                 json!({"spec": {"template": {"spec": {"containers": [{"name": NODE_CONTAINER, "image": image}]}}}});
@@ -487,7 +550,8 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
     }
     let phase = plan::phase_of(up);
     let status = up.status.clone().unwrap_or_default();
-    if phase != UpgradePhase::Completed {
+    // Once Completed or RolledBack they were restored already, and may have been changed since.
+    if !matches!(phase, UpgradePhase::Completed | UpgradePhase::RolledBack) {
         for app in status.scaled_apps.iter().flatten() {
             let live = apps::observe(&ctx.client, app, false).await?;
             if plan::needs_restore(live.as_ref()) {

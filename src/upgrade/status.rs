@@ -7,7 +7,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::crd::{ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
+use crate::crd::{JournalEntry, ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase, UpgradeRollback};
 use crate::reasons::{self, Reason};
 use crate::runtime::kube::conditions;
 
@@ -19,7 +19,9 @@ pub fn phase_reason(phase: UpgradePhase) -> Reason {
         UpgradePhase::Pausing => reasons::PAUSING,
         UpgradePhase::ScalingDown => reasons::SCALING_DOWN,
         UpgradePhase::UpgradingNodes => reasons::UPGRADING_NODES,
+        UpgradePhase::RollingBack => reasons::ROLLING_BACK,
         UpgradePhase::ScalingUp => reasons::SCALING_UP,
+        UpgradePhase::RolledBack => reasons::ROLLED_BACK,
         UpgradePhase::Completed => reasons::COMPLETED,
         UpgradePhase::Failed => reasons::FAILED,
         UpgradePhase::Refused => reasons::REFUSED,
@@ -34,7 +36,12 @@ fn entered_message(phase: UpgradePhase, image: &str) -> String {
         UpgradePhase::Pausing => "pausing the cluster reconciler and entering maintenance".into(),
         UpgradePhase::ScalingDown => "scaling down the applications that use StorageOS volumes".into(),
         UpgradePhase::UpgradingNodes => format!("restarting every StorageOS node on {image}"),
+        UpgradePhase::RollingBack => format!("restarting every StorageOS node on the previous image {image}"),
         UpgradePhase::ScalingUp => "restoring the applications' replicas".into(),
+        UpgradePhase::RolledBack => format!(
+            "rolled back to {image}: the nodes run it again and the applications are restored; see status.rollback, \
+             then delete this upgrade to un-pause the cluster and leave maintenance"
+        ),
         UpgradePhase::Completed => {
             format!("StorageOS upgraded to {image}; delete this upgrade to un-pause the cluster and leave maintenance")
         }
@@ -56,7 +63,11 @@ fn set_conditions(
     let reason = phase_reason(phase);
     let under_way = !matches!(
         phase,
-        UpgradePhase::Pending | UpgradePhase::Completed | UpgradePhase::Failed | UpgradePhase::Refused
+        UpgradePhase::Pending
+            | UpgradePhase::Completed
+            | UpgradePhase::RolledBack
+            | UpgradePhase::Failed
+            | UpgradePhase::Refused
     );
     let mut conds = status.conditions.take().unwrap_or_default();
     let done = phase == UpgradePhase::Completed;
@@ -78,7 +89,15 @@ fn base(previous: &StorageOSUpgradeStatus, generation: Option<i64>) -> (StorageO
     (s, phase)
 }
 
-/// The status on entering `to`; `cluster` is recorded when the upgrade starts.
+/// `previous` moved to `phase`, with the fields every status carries.
+fn moved_to(previous: &StorageOSUpgradeStatus, phase: UpgradePhase, generation: Option<i64>) -> StorageOSUpgradeStatus {
+    let mut s = previous.clone();
+    s.phase = Some(phase);
+    base(&s, generation).0
+}
+
+/// The status on entering `to`; `cluster` is recorded when the upgrade starts. The entry is
+/// journaled, and the phase's start time kept (the health gate's timeout counts from it).
 pub fn advanced(
     previous: &StorageOSUpgradeStatus,
     to: UpgradePhase,
@@ -87,14 +106,79 @@ pub fn advanced(
     generation: Option<i64>,
     now: &Time,
 ) -> StorageOSUpgradeStatus {
-    let mut s = previous.clone();
-    s.phase = Some(to);
-    let (mut s, _) = base(&s, generation);
+    let mut s = moved_to(previous, to, generation);
     if cluster.is_some() {
         s.cluster = cluster;
     }
-    set_conditions(&mut s, to, &entered_message(to, image), None, generation, now);
+    // While rolling back, the image the nodes go to is the previous one.
+    let rollback = s.rollback.clone();
+    let shown = match (&rollback, to) {
+        (Some(r), UpgradePhase::RollingBack | UpgradePhase::RolledBack) => r.image.as_str(),
+        _ => image,
+    };
+    let message = entered_message(to, shown);
+    let problem = match (&rollback, to) {
+        (Some(r), UpgradePhase::RolledBack) => Some(r.cause.as_str()),
+        _ => None,
+    };
+    set_conditions(
+        &mut s,
+        to,
+        &message,
+        problem.map(|cause| (reasons::ROLLED_BACK, cause)),
+        generation,
+        now,
+    );
+    journal(&mut s, to, message, now);
+    s.phase_since = Some(now.clone());
     s
+}
+
+/// The status of an upgrade whose health gate failed (`cause`): phase RollingBack, back to
+/// `image` (the previous one), recorded before any rollback action.
+pub fn rolling_back(
+    previous: &StorageOSUpgradeStatus,
+    cause: &str,
+    image: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> StorageOSUpgradeStatus {
+    let mut s = previous.clone();
+    s.rollback = Some(UpgradeRollback {
+        cause: cause.into(),
+        image: image.into(),
+    });
+    let mut s = advanced(&s, UpgradePhase::RollingBack, None, image, generation, now);
+    journal(&mut s, UpgradePhase::RollingBack, cause.into(), now);
+    s
+}
+
+fn journal(s: &mut StorageOSUpgradeStatus, phase: UpgradePhase, message: String, now: &Time) {
+    s.journal.get_or_insert_with(Vec::new).push(JournalEntry {
+        time: now.clone(),
+        phase,
+        message,
+    });
+}
+
+/// The status of an upgrade that may not start yet (`reason`, `message`): phase Pending (a
+/// forced, once refused upgrade too), Ready and Progressing False with the reason; the bool says
+/// whether that is news (the event is sent once).
+pub fn held(
+    previous: &StorageOSUpgradeStatus,
+    reason: Reason,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> (StorageOSUpgradeStatus, bool) {
+    let mut s = moved_to(previous, UpgradePhase::Pending, generation);
+    let news = !conditions_say(previous, "Ready", message);
+    let mut conds = s.conditions.take().unwrap_or_default();
+    conditions::set(&mut conds, "Ready", false, reason, message, generation, now);
+    conditions::set(&mut conds, "Progressing", false, reason, message, generation, now);
+    conditions::set(&mut conds, "Degraded", false, reasons::AS_EXPECTED, "", generation, now);
+    s.conditions = Some(conds);
+    (s, news)
 }
 
 /// The status while waiting at the current phase for what `message` says.
@@ -155,9 +239,7 @@ pub fn refused(
     generation: Option<i64>,
     now: &Time,
 ) -> (StorageOSUpgradeStatus, bool) {
-    let mut s = previous.clone();
-    s.phase = Some(UpgradePhase::Refused);
-    let (mut s, _) = base(&s, generation);
+    let mut s = moved_to(previous, UpgradePhase::Refused, generation);
     let news = !conditions_say(previous, "Degraded", message);
     let progress = entered_message(UpgradePhase::Refused, "");
     set_conditions(
@@ -341,16 +423,82 @@ mod tests {
     }
 
     /// Every phase, in order.
-    const PHASES: [UpgradePhase; 8] = [
+    const PHASES: [UpgradePhase; 10] = [
         UpgradePhase::Pending,
         UpgradePhase::PullingImage,
         UpgradePhase::Pausing,
         UpgradePhase::ScalingDown,
         UpgradePhase::UpgradingNodes,
+        UpgradePhase::RollingBack,
         UpgradePhase::ScalingUp,
+        UpgradePhase::RolledBack,
         UpgradePhase::Completed,
         UpgradePhase::Failed,
     ];
+
+    #[test]
+    fn a_rollback_is_recorded_journaled_and_ends_degraded_not_completed() {
+        let s = advanced(
+            &Default::default(),
+            UpgradePhase::UpgradingNodes,
+            None,
+            "new",
+            Some(1),
+            &t(1),
+        );
+        assert_eq!(s.phase_since, Some(t(1)));
+        let s = rolling_back(&s, "node b offline", "old", Some(1), &t(2));
+        assert_eq!(s.phase, Some(UpgradePhase::RollingBack));
+        assert_eq!(s.phase_since, Some(t(2)));
+        assert_eq!(
+            s.rollback,
+            Some(UpgradeRollback {
+                cause: "node b offline".into(),
+                image: "old".into()
+            })
+        );
+        assert_eq!(cond(&s, "Progressing").1, "RollingBack");
+        assert!(cond(&s, "Progressing").2.contains("old"));
+        let s = advanced(&s, UpgradePhase::ScalingUp, None, "new", Some(1), &t(3));
+        let done = advanced(&s, UpgradePhase::RolledBack, None, "new", Some(1), &t(4));
+        assert_eq!(done.completed, Some(false));
+        assert_eq!(cond(&done, "Ready").0, "False");
+        assert_eq!(cond(&done, "Progressing").0, "False");
+        assert_eq!(
+            cond(&done, "Degraded"),
+            ("True".into(), "RolledBack".into(), "node b offline".into())
+        );
+        let journal: Vec<(UpgradePhase, String)> = done
+            .journal
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.phase, e.message))
+            .collect();
+        let phases: Vec<UpgradePhase> = journal.iter().map(|(p, _)| *p).collect();
+        use UpgradePhase::*;
+        assert_eq!(
+            phases,
+            [UpgradingNodes, RollingBack, RollingBack, ScalingUp, RolledBack]
+        );
+        assert_eq!(journal[2].1, "node b offline");
+        assert!(journal[4].1.starts_with("rolled back to old"), "{}", journal[4].1);
+    }
+
+    #[test]
+    fn a_hold_keeps_the_upgrade_pending_with_its_reason_and_is_news_once() {
+        let refused = refused(&Default::default(), reasons::DOWNGRADE, "older", Some(1), &t(1)).0;
+        let (s, news) = held(&refused, reasons::VOLUMES_NOT_READY, "a syncs", Some(2), &t(2));
+        assert!(news);
+        assert_eq!(s.phase, Some(UpgradePhase::Pending));
+        assert_eq!(
+            cond(&s, "Ready"),
+            ("False".into(), "VolumesNotReady".into(), "a syncs".into())
+        );
+        assert_eq!(cond(&s, "Degraded").0, "False");
+        let (again, news) = held(&s, reasons::VOLUMES_NOT_READY, "a syncs", Some(2), &t(3));
+        assert!(!news);
+        assert_eq!(again, s);
+    }
 
     #[test]
     fn a_phase_reason_is_the_phase_name() {

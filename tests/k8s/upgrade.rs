@@ -265,11 +265,80 @@ impl Scene {
     }
 
     async fn create_upgrade(&self, name: &str, image: &str) {
+        self.create_upgrade_with(name, json!({"newImage": image})).await;
+    }
+
+    async fn create_upgrade_with(&self, name: &str, spec: serde_json::Value) {
         let u: StorageOSUpgrade = from_json(json!({
             "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
-            "metadata": {"name": name}, "spec": {"newImage": image}
+            "metadata": {"name": name}, "spec": spec
         }));
         self.upgrades().create(&PostParams::default(), &u).await.unwrap();
+    }
+
+    /// Names and UIDs of the live node pods.
+    async fn node_pod_uids(&self) -> Vec<(String, String)> {
+        let mut pods: Vec<(String, String)> = self
+            .ns
+            .api::<Pod>()
+            .list(&ListParams::default().labels("app=storageos,kind=daemonset"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+            .collect();
+        pods.sort();
+        pods
+    }
+
+    /// Asserts upgrade `name` (to `broken`) rolled back to `previous`: status, journal, nodes,
+    /// cluster image, applications, events.
+    async fn assert_rolled_back(&self, name: &str, previous: &str, broken: &str) {
+        let status = self.upgrades().get(name).await.unwrap().status.unwrap();
+        assert_eq!(status.phase, Some(UpgradePhase::RolledBack));
+        assert_eq!(status.completed, Some(false));
+        assert_eq!(status.previous_image.as_deref(), Some(previous));
+        let ready = support::condition(&status, "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "RolledBack"));
+        let degraded = support::condition(&status, "Degraded").unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "RolledBack")
+        );
+        let rollback = status.rollback.clone().unwrap();
+        assert_eq!(rollback.image, previous);
+        assert!(rollback.cause.contains(broken), "{}", rollback.cause);
+        let journal: Vec<UpgradePhase> = status.journal.unwrap().iter().map(|e| e.phase).collect();
+        for phase in [
+            UpgradePhase::UpgradingNodes,
+            UpgradePhase::RollingBack,
+            UpgradePhase::ScalingUp,
+            UpgradePhase::RolledBack,
+        ] {
+            assert!(journal.contains(&phase), "{phase:?} not in the journal {journal:?}");
+        }
+        let cluster = self.clusters().get(CLUSTER).await.unwrap();
+        assert_eq!(
+            cluster.spec.images.unwrap().node_container.as_deref(),
+            Some(previous),
+            "the cluster records the previous image again"
+        );
+        let (template, pods) = self.node_images().await;
+        assert_eq!(template.as_deref(), Some(previous));
+        assert_eq!(pods.len(), 3);
+        assert!(pods.iter().all(|(i, ready)| i == previous && *ready), "{pods:?}");
+        self.assert_apps_restored().await;
+        let events = self
+            .wait("the RolledBack event", || async {
+                let events = upgrade_events(self, name).await;
+                events.iter().any(|(r, _)| r == "RolledBack").then_some(events)
+            })
+            .await;
+        assert!(
+            events.iter().any(|(r, m)| r == "RollingBack" && m.contains(previous)),
+            "{events:?}"
+        );
     }
 
     /// Whether the first step of `phase` has taken effect and the next has not (see
@@ -288,6 +357,11 @@ impl Scene {
                 template.as_deref() == Some(image) && pods.iter().any(|(i, _)| i != image)
             }
             UpgradePhase::ScalingUp => (web.0, db.0) == (3, 0),
+            // Both images set back, the node pods still on the new one.
+            UpgradePhase::RollingBack => {
+                let (template, pods) = self.node_images().await;
+                template.is_some_and(|t| t != image) && pods.iter().any(|(i, _)| i == image)
+            }
             _ => false,
         }
     }
@@ -625,6 +699,7 @@ async fn operator_killed_in_every_phase_resumes_and_completes() {
         ScalingDown,    // apps recorded and web scaled down, db not yet
         UpgradingNodes, // cluster and DaemonSet images set, node pods not yet restarted
         ScalingUp,      // web restored, db not yet
+        RollingBack,    // images set back, node pods not yet restarted on the previous one
     ];
     let mut restarted: Option<Operator> = None;
     for (i, phase) in plan.into_iter().enumerate() {
@@ -633,7 +708,18 @@ async fn operator_killed_in_every_phase_resumes_and_completes() {
         // One operator at a time: the previous one stops before the next starts.
         drop(restarted.take());
         let mut op = scene.operator(DELAY);
-        scene.create_upgrade(&name, &image).await;
+        if phase == RollingBack {
+            // Nodes on this image stay offline: the health gate fails after its timeout.
+            scene.sim.set_faults(sim::Faults {
+                offline_with_image: Some(image.clone()),
+                ..sim::Faults::default()
+            });
+            scene
+                .create_upgrade_with(&name, json!({"newImage": image, "timeout": "5s"}))
+                .await;
+        } else {
+            scene.create_upgrade(&name, &image).await;
+        }
         scene.wait_phase(&name, phase).await;
         let what = format!("the kill point in {phase:?}");
         wait_for(&what, SETTLE, || async {
@@ -670,13 +756,28 @@ async fn operator_killed_in_every_phase_resumes_and_completes() {
                 );
             }
             ScalingUp => assert_eq!((web.0, db.0), (3, 0), "killed between the two scale-ups"),
+            RollingBack => {
+                let (template, pods) = scene.node_images().await;
+                assert_ne!(template.as_deref(), Some(image.as_str()));
+                assert!(
+                    pods.iter().any(|(i, _)| *i == image),
+                    "pods not yet restarted: {pods:?}"
+                );
+            }
             _ => {}
         }
 
         // Restarted, it finishes, and every application is back.
         let op = scene.operator("0s");
-        scene.wait_phase(&name, Completed).await;
-        scene.assert_completed(&name, &image).await;
+        if phase == RollingBack {
+            scene.wait_phase(&name, RolledBack).await;
+            let previous = format!("storageos/node:v2.10.{}", i - 1);
+            scene.assert_rolled_back(&name, &previous, &image).await;
+            scene.sim.set_faults(sim::Faults::default());
+        } else {
+            scene.wait_phase(&name, Completed).await;
+            scene.assert_completed(&name, &image).await;
+        }
         eprintln!("[{:>5.1}s] resumed and completed", started.elapsed().as_secs_f64());
         scene.delete_upgrade(&name).await;
         assert_eq!(scene.paused_by().await, None);
@@ -684,6 +785,154 @@ async fn operator_killed_in_every_phase_resumes_and_completes() {
     }
     scene.teardown(restarted.unwrap()).await;
     eprintln!("[{:>5.1}s] torn down", started.elapsed().as_secs_f64());
+}
+
+/// An upgrade does not start while a StorageOS volume has a replica still syncing: it stays
+/// Pending with reason VolumesNotReady and a Warning event, and touches nothing (no puller, no
+/// application scaled, no node pod restarted, the cluster not paused). Once the replica is
+/// ready it runs to the end.
+#[tokio::test]
+async fn an_upgrade_waits_while_a_replica_syncs_and_touches_nothing() {
+    let (scene, operator) = Scene::new("upgrade-safe").await;
+    let ns = scene.ns.name.clone();
+    scene
+        .sim
+        .add_volume(sim::VolumeSeed {
+            namespace: ns.clone(),
+            name: "pv-syncing".into(),
+            pvc_name: "data".into(),
+            pvc_namespace: ns.clone(),
+            master_node: "kwok-node-0".into(),
+            replicas: 1,
+            ..sim::VolumeSeed::default()
+        })
+        .unwrap();
+    scene.sim.set_replica_health(&ns, "pv-syncing", "syncing").unwrap();
+    let pods_before = scene.node_pod_uids().await;
+    let new = "storageos/node:v2.10.0";
+    scene.create_upgrade("safe", new).await;
+
+    // The decision is in the status (evidence the controller read StorageOS and decided).
+    let ready = scene
+        .wait("the upgrade to wait with reason VolumesNotReady", || async {
+            let status = scene.upgrades().get("safe").await.ok()?.status?;
+            let ready = support::condition(&status, "Ready")?.clone();
+            (ready.reason == "VolumesNotReady").then_some(ready)
+        })
+        .await;
+    assert!(
+        ready.message.contains(&format!("{ns}/data")) && ready.message.contains("syncing"),
+        "{}",
+        ready.message
+    );
+    scene
+        .wait("the VolumesNotReady event", || async {
+            let events = upgrade_events(&scene, "safe").await;
+            events.iter().any(|(r, _)| r == "VolumesNotReady").then_some(())
+        })
+        .await;
+    assert_eq!(scene.phase("safe").await, Some(UpgradePhase::Pending));
+    let puller = scene
+        .ns
+        .api::<DaemonSet>()
+        .get_opt(&pull::daemonset_name("safe"))
+        .await
+        .unwrap();
+    assert!(puller.is_none(), "a waiting upgrade applied the puller");
+    assert_eq!(scene.paused_by().await, None, "a waiting upgrade paused the cluster");
+    scene.assert_apps_restored().await;
+    assert_eq!(scene.node_images().await.0.as_deref(), Some(OLD_IMAGE));
+    assert_eq!(scene.node_pod_uids().await, pods_before, "a node pod was restarted");
+
+    // In sync: it goes ahead by itself.
+    scene.sim.set_replica_health(&ns, "pv-syncing", "ready").unwrap();
+    scene.wait_phase("safe", UpgradePhase::Completed).await;
+    scene.assert_completed("safe", new).await;
+    scene.delete_upgrade("safe").await;
+    scene.teardown(operator).await;
+}
+
+/// An upgrade does not start while a drain is blocked: a node is cordoned and a drain guard's
+/// PodDisruptionBudget (in the api-manager's namespace) names it. It waits in Pending with
+/// reason DrainBlocked, touching nothing; once the node is uncordoned it runs to the end.
+#[tokio::test]
+async fn an_upgrade_waits_while_a_drain_is_blocked() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let (scene, operator) = Scene::new("upgrade-drain").await;
+    let guarded = "kwok-node-1";
+    let pdb: PodDisruptionBudget = from_json(json!({
+        "metadata": {"name": "drain-guard-test", "labels": {
+            "app.kubernetes.io/component": "drain-guard", "storageos.com/drain-guard-node": guarded}},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "drain-guard-test"}}}
+    }));
+    scene
+        .ns
+        .api::<PodDisruptionBudget>()
+        .create(&PostParams::default(), &pdb)
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(scene.ns.client.clone());
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    nodes
+        .patch(guarded, &PatchParams::default(), &Patch::Merge(cordon(true)))
+        .await
+        .unwrap();
+    let pods_before = scene.node_pod_uids().await;
+    let new = "storageos/node:v2.10.0";
+    scene.create_upgrade("drain", new).await;
+    let ready = scene
+        .wait("the upgrade to wait with reason DrainBlocked", || async {
+            let status = scene.upgrades().get("drain").await.ok()?.status?;
+            let ready = support::condition(&status, "Ready")?.clone();
+            (ready.reason == "DrainBlocked").then_some(ready)
+        })
+        .await;
+    // Checked while the upgrade still waits (it reads again only every few seconds, and the
+    // node is not uncordoned yet); a failing check leaves the node cordoned on this plane.
+    assert!(ready.message.contains(guarded), "{}", ready.message);
+    assert_eq!(scene.phase("drain").await, Some(UpgradePhase::Pending));
+    assert_eq!(scene.paused_by().await, None, "a waiting upgrade paused the cluster");
+    scene.assert_apps_restored().await;
+    assert_eq!(scene.node_pod_uids().await, pods_before, "a node pod was restarted");
+    nodes
+        .patch(guarded, &PatchParams::default(), &Patch::Merge(cordon(false)))
+        .await
+        .unwrap();
+
+    // The drain is over (uncordoned): it goes ahead by itself.
+    scene.wait_phase("drain", UpgradePhase::Completed).await;
+    scene.assert_completed("drain", new).await;
+    scene.delete_upgrade("drain").await;
+    scene.teardown(operator).await;
+}
+
+/// An upgrade to an image on which the StorageOS nodes stay offline (the simulator's
+/// `offline_with_image`) fails its health gate after `spec.timeout` and rolls back: the previous
+/// image on the cluster and the node DaemonSet, every node pod restarted on it, the
+/// applications restored; phase RolledBack with `completed: false`, reason RolledBack, the
+/// journal and events. The cluster stays paused until the upgrade is deleted.
+#[tokio::test]
+async fn an_upgrade_whose_nodes_stay_offline_rolls_back_and_restores_apps() {
+    let (scene, operator) = Scene::new("upgrade-rollback").await;
+    let broken = "storageos/node:v2.10.0";
+    scene.sim.set_faults(sim::Faults {
+        offline_with_image: Some(broken.into()),
+        ..sim::Faults::default()
+    });
+    scene
+        .create_upgrade_with("broken", json!({"newImage": broken, "timeout": "10s"}))
+        .await;
+    scene.wait_phase("broken", UpgradePhase::RolledBack).await;
+    scene.assert_rolled_back("broken", OLD_IMAGE, broken).await;
+    let status = scene.upgrades().get("broken").await.unwrap().status.unwrap();
+    let cause = status.rollback.unwrap().cause;
+    assert!(cause.contains("StorageOS nodes not online"), "{cause}");
+    assert_eq!(scene.paused_by().await.as_deref(), Some("broken"));
+    scene.delete_upgrade("broken").await;
+    assert_eq!(scene.paused_by().await, None);
+    scene.assert_apps_restored().await;
+    scene.teardown(operator).await;
 }
 
 /// A downgrade (the nodes run v2.9.0) stops in phase Refused with reason Downgrade and one

@@ -24,6 +24,10 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/_sim/volumes", post(add_volume).get(list_volumes))
         .route("/_sim/volumes/{namespace}/{name}", delete(remove_volume))
         .route("/_sim/volumes/{namespace}/{name}/nfs", put(set_nfs_endpoint))
+        .route(
+            "/_sim/volumes/{namespace}/{name}/replicas/health",
+            put(set_replica_health),
+        )
         .route("/_sim/faults", put(set_faults).get(get_faults))
         .route("/_sim/tokens/expire", post(expire_tokens))
         .route("/_sim/requests", get(requests).delete(clear_requests))
@@ -94,6 +98,18 @@ struct NfsBody {
 async fn set_nfs_endpoint(AxState(sh): Sh, Path((namespace, name)): Path<(String, String)>, body: Bytes) -> Answer {
     let b: NfsBody = parse(&body)?;
     let v = sh.lock().set_nfs_endpoint(&namespace, &name, b.service_endpoint)?;
+    Ok(axum::Json(v).into_response())
+}
+
+/// `{"health": "syncing"}`: the health of every replica of the volume.
+async fn set_replica_health(AxState(sh): Sh, Path((namespace, name)): Path<(String, String)>, body: Bytes) -> Answer {
+    let b: HealthBody = parse(&body)?;
+    if b.health.is_empty() {
+        return Err(ApiError::bad_request(
+            "health is required, for example \"syncing\" or \"ready\"",
+        ));
+    }
+    let v = sh.lock().set_replica_health(&namespace, &name, &b.health)?;
     Ok(axum::Json(v).into_response())
 }
 

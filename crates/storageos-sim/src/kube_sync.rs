@@ -2,7 +2,9 @@
 //! node DaemonSet, so a demo cluster becomes Ready the way a real one does.
 //!
 //! A health set through `/_sim/` stays in force until that node's pod changes (another pod, or
-//! the pod starts or stops running): only pod changes produce actions.
+//! the pod starts or stops running): only pod changes produce actions. A running pod whose
+//! StorageOS container runs the image named by `Faults::offline_with_image` leaves its node
+//! offline (a new image that does not come up, for upgrade rollback tests).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,6 +30,8 @@ pub struct PodView {
     pub ip: Option<String>,
     /// Phase Running and not being deleted.
     pub running: bool,
+    /// Image of its `storageos` container.
+    pub image: Option<String>,
 }
 
 impl PodView {
@@ -44,6 +48,13 @@ impl PodView {
             // per node under kwok, where every host IP is 127.0.0.1.
             ip: status.and_then(|s| s.pod_ip.clone().or_else(|| s.host_ip.clone())),
             running,
+            image: pod
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .find(|c| c.name == "storageos")
+                .and_then(|c| c.image.clone()),
         })
     }
 }
@@ -61,8 +72,14 @@ pub enum SyncAction {
 pub type Seen = BTreeMap<String, (String, bool)>;
 
 /// Compares the pods now with what was seen before and says what to change; returns the new
-/// memory. `registered` holds the names of nodes the simulator already has.
-pub fn plan_sync(seen: &Seen, pods: &[PodView], registered: &BTreeSet<String>) -> (Vec<SyncAction>, Seen) {
+/// memory. `registered` holds the names of nodes the simulator already has; a running pod on
+/// `offline_image` leaves its node offline.
+pub fn plan_sync(
+    seen: &Seen,
+    pods: &[PodView],
+    registered: &BTreeSet<String>,
+    offline_image: Option<&str>,
+) -> (Vec<SyncAction>, Seen) {
     // One pod per node: a running one wins over others (rollouts briefly have two).
     let mut current: BTreeMap<String, &PodView> = BTreeMap::new();
     for p in pods {
@@ -81,6 +98,19 @@ pub fn plan_sync(seen: &Seen, pods: &[PodView], registered: &BTreeSet<String>) -
             continue;
         }
         let known = registered.contains(node);
+        if p.running && offline_image.is_some() && p.image.as_deref() == offline_image {
+            if !known {
+                actions.push(SyncAction::Register {
+                    node: node.clone(),
+                    ip: p.ip.clone(),
+                });
+            }
+            actions.push(SyncAction::SetHealth {
+                node: node.clone(),
+                health: Health::Offline,
+            });
+            continue;
+        }
         match (p.running, known) {
             (true, false) => actions.push(SyncAction::Register {
                 node: node.clone(),
@@ -150,8 +180,12 @@ pub async fn run(shared: Arc<Shared>, client: kube::Client) {
             }
         }
         let pods: Vec<PodView> = store.state().iter().filter_map(|p| PodView::from_pod(p)).collect();
-        let registered: BTreeSet<String> = shared.lock().nodes().into_iter().map(|n| n.name).collect();
-        let (actions, next) = plan_sync(&seen, &pods, &registered);
+        let (registered, offline_image) = {
+            let st = shared.lock();
+            let names: BTreeSet<String> = st.nodes().into_iter().map(|n| n.name).collect();
+            (names, st.faults().offline_with_image)
+        };
+        let (actions, next) = plan_sync(&seen, &pods, &registered, offline_image.as_deref());
         seen = next;
         apply(&shared, actions);
     }

@@ -190,6 +190,11 @@ impl SimHandle {
         Ok(self.shared.lock().remove_volume(namespace, name)?)
     }
 
+    /// Sets the health of every replica of a volume (`syncing`, `ready`).
+    pub fn set_replica_health(&self, namespace: &str, name: &str, health: &str) -> Result<Volume, Error> {
+        Ok(self.shared.lock().set_replica_health(namespace, name, health)?)
+    }
+
     /// Replaces the injected faults.
     pub fn set_faults(&self, faults: Faults) {
         self.shared.lock().set_faults(faults);

@@ -23,6 +23,7 @@ fn pod(node: &str, uid: &str, running: bool) -> PodView {
         uid: uid.into(),
         ip: Some(format!("192.168.0.{}", node.len())),
         running,
+        image: Some("storageos/node:v1".into()),
     }
 }
 
@@ -34,7 +35,7 @@ fn names(items: &[&str]) -> BTreeSet<String> {
 fn running_pods_register_nodes_and_only_pod_changes_touch_health() {
     // First sight: a running pod registers its node; a pending one does nothing yet.
     let pods = [pod("n1", "u1", true), pod("n2", "u2", false)];
-    let (actions, seen) = plan_sync(&Seen::new(), &pods, &BTreeSet::new());
+    let (actions, seen) = plan_sync(&Seen::new(), &pods, &BTreeSet::new(), None);
     assert_eq!(
         actions,
         [SyncAction::Register {
@@ -44,12 +45,12 @@ fn running_pods_register_nodes_and_only_pod_changes_touch_health() {
     );
 
     // Nothing changed: no action, so a health set through /_sim/ stays in force.
-    let (actions, seen) = plan_sync(&seen, &pods, &names(&["n1"]));
+    let (actions, seen) = plan_sync(&seen, &pods, &names(&["n1"]), None);
     assert!(actions.is_empty());
 
     // n2 starts running; n1's pod is replaced by a new one that is not running yet.
     let pods = [pod("n1", "u1b", false), pod("n2", "u2", true)];
-    let (actions, seen) = plan_sync(&seen, &pods, &names(&["n1"]));
+    let (actions, seen) = plan_sync(&seen, &pods, &names(&["n1"]), None);
     assert_eq!(
         actions,
         [
@@ -66,7 +67,7 @@ fn running_pods_register_nodes_and_only_pod_changes_touch_health() {
 
     // n1's new pod runs → online again; n2's pod disappears → offline.
     let pods = [pod("n1", "u1b", true)];
-    let (actions, _) = plan_sync(&seen, &pods, &names(&["n1", "n2"]));
+    let (actions, _) = plan_sync(&seen, &pods, &names(&["n1", "n2"]), None);
     assert_eq!(
         actions,
         [
@@ -84,8 +85,8 @@ fn running_pods_register_nodes_and_only_pod_changes_touch_health() {
 
 #[test]
 fn a_pod_that_stopped_and_then_vanished_sets_offline_once() {
-    let (_, seen) = plan_sync(&Seen::new(), &[pod("n1", "u1", true)], &BTreeSet::new());
-    let (actions, seen) = plan_sync(&seen, &[pod("n1", "u1", false)], &names(&["n1"]));
+    let (_, seen) = plan_sync(&Seen::new(), &[pod("n1", "u1", true)], &BTreeSet::new(), None);
+    let (actions, seen) = plan_sync(&seen, &[pod("n1", "u1", false)], &names(&["n1"]), None);
     assert_eq!(
         actions,
         [SyncAction::SetHealth {
@@ -93,7 +94,7 @@ fn a_pod_that_stopped_and_then_vanished_sets_offline_once() {
             health: Health::Offline
         }]
     );
-    let (actions, seen) = plan_sync(&seen, &[], &names(&["n1"]));
+    let (actions, seen) = plan_sync(&seen, &[], &names(&["n1"]), None);
     assert!(actions.is_empty(), "{actions:?}");
     assert!(seen.is_empty());
 }
@@ -101,7 +102,7 @@ fn a_pod_that_stopped_and_then_vanished_sets_offline_once() {
 #[test]
 fn a_running_pod_wins_over_a_terminating_one_on_the_same_node() {
     let pods = [pod("n1", "new", true), pod("n1", "old", false)];
-    let (actions, seen) = plan_sync(&Seen::new(), &pods, &BTreeSet::new());
+    let (actions, seen) = plan_sync(&Seen::new(), &pods, &BTreeSet::new(), None);
     assert_eq!(actions.len(), 1);
     assert_eq!(seen["n1"], ("new".to_string(), true));
 }
@@ -128,7 +129,40 @@ fn pod_with(node: &str, uid: &str, ip: &str, running: bool) -> PodView {
         uid: uid.into(),
         ip: Some(ip.into()),
         running,
+        image: None,
     }
+}
+
+#[test]
+fn a_pod_on_the_offline_image_leaves_its_node_offline_and_another_image_brings_it_back() {
+    let broken = "storageos/node:v1";
+    let (actions, seen) = plan_sync(&Seen::new(), &[pod("n1", "u1", true)], &BTreeSet::new(), Some(broken));
+    let offline = SyncAction::SetHealth {
+        node: "n1".into(),
+        health: Health::Offline,
+    };
+    assert_eq!(
+        actions,
+        [
+            SyncAction::Register {
+                node: "n1".into(),
+                ip: Some("192.168.0.2".into())
+            },
+            offline.clone()
+        ]
+    );
+    let (actions, seen) = plan_sync(&seen, &[pod("n1", "u2", true)], &names(&["n1"]), Some(broken));
+    assert_eq!(actions, [offline]);
+    let mut fixed = pod("n1", "u3", true);
+    fixed.image = Some("storageos/node:v0".into());
+    let (actions, _) = plan_sync(&seen, &[fixed], &names(&["n1"]), Some(broken));
+    assert_eq!(
+        actions,
+        [SyncAction::SetHealth {
+            node: "n1".into(),
+            health: Health::Online
+        }]
+    );
 }
 
 #[test]
@@ -255,6 +289,7 @@ fn faults_count_down_and_match_by_path_and_method() {
         path: Some("/v2/nodes".into()),
         method: Some("get".into()),
         error: None,
+        offline_with_image: None,
     });
     assert_eq!(s.take_fault("GET", "/v2/cluster"), (Duration::ZERO, None));
     assert_eq!(s.take_fault("PUT", "/v2/nodes/x").1, None);

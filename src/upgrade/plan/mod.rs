@@ -8,14 +8,16 @@
 //! recorded with their replicas before they are scaled ([`Step::Record`]).
 
 use std::fmt;
+use std::time::Duration;
 
 use kube::ResourceExt;
 
 use super::apps::{LiveApp, describe};
+use super::health::{self, NotSafe, StorageOSRead};
 use super::nodes::NodeView;
 use super::path::{self, PathError};
 use super::pull::PullerView;
-use crate::crd::{ScaledApp, StorageOSUpgrade, UpgradePhase};
+use crate::crd::{DEFAULT_UPGRADE_TIMEOUT, ScaledApp, StorageOSUpgrade, UpgradePhase};
 use crate::reasons::{self, Reason};
 
 /// The cluster being upgraded, as observed.
@@ -55,6 +57,19 @@ pub struct Observed {
     pub candidates: Vec<ScaledApp>,
     /// The recorded applications as they are now; None when deleted (ScalingDown, ScalingUp).
     pub apps: Vec<(ScaledApp, Option<LiveApp>)>,
+    /// StorageOS nodes and volumes (Pending and Refused once the path is fine, UpgradingNodes).
+    pub storageos: StorageOSRead,
+    /// Cordoned nodes that a drain guard's PodDisruptionBudget protects (Pending, Refused).
+    pub drain_blocked: Vec<String>,
+    /// `spec.timeout` as written.
+    pub timeout: Option<String>,
+    /// How long the upgrade has been in its phase (unknown for a status written before
+    /// `phaseSince` existed).
+    pub in_phase: Option<Duration>,
+    /// The image the nodes ran when the upgrade started (`status.previousImage`).
+    pub previous_image: Option<String>,
+    /// The upgrade decided to roll back (`status.rollback`).
+    pub rolling_back: bool,
 }
 
 /// A condition the user has to resolve; the upgrade retries with backoff meanwhile.
@@ -70,6 +85,8 @@ pub enum Problem {
     ClusterGone(String),
     /// The cluster has no node DaemonSet (yet).
     NoNodeDaemonSet(String),
+    /// `spec.timeout` does not parse (the parser's message).
+    InvalidTimeout(String),
 }
 
 impl Problem {
@@ -81,6 +98,7 @@ impl Problem {
             Self::ClusterDeleting(_) => reasons::CLUSTER_DELETING,
             Self::ClusterGone(_) => reasons::CLUSTER_GONE,
             Self::NoNodeDaemonSet(_) => reasons::NO_NODE_DAEMON_SET,
+            Self::InvalidTimeout(_) => reasons::INVALID_TIMEOUT,
         }
     }
 }
@@ -109,6 +127,50 @@ impl fmt::Display for Problem {
                 f,
                 "node DaemonSet {d} does not exist; wait for the StorageOSCluster to deploy it (check the cluster's status), the upgrade retries by itself"
             ),
+            Self::InvalidTimeout(e) => write!(f, "spec.timeout: {e}"),
+        }
+    }
+}
+
+/// Why an upgrade that may otherwise start waits, touching nothing (docs/upgrading.md, "Safe
+/// to start"). Unlike a [`Problem`] it clears by itself, and `spec.force` does not override it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Volumes (named, with why) are degraded or have a replica still syncing.
+    VolumesNotReady(String),
+    /// The StorageOS volumes could not all be read (why).
+    VolumesUnknown(String),
+    /// These cordoned nodes hold the last copy of a volume (a drain guard protects them).
+    DrainBlocked(Vec<String>),
+}
+
+impl Hold {
+    /// The condition and event reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Self::VolumesNotReady(_) => reasons::VOLUMES_NOT_READY,
+            Self::VolumesUnknown(_) => reasons::VOLUMES_UNKNOWN,
+            Self::DrainBlocked(_) => reasons::DRAIN_BLOCKED,
+        }
+    }
+}
+
+impl fmt::Display for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::VolumesNotReady(v) => write!(
+                f,
+                "not started: an offline upgrade restarts every node, so it waits until every StorageOS volume is in sync; not yet: {v}"
+            ),
+            Self::VolumesUnknown(why) => write!(
+                f,
+                "not started: whether every StorageOS volume is in sync cannot be told ({why}); the upgrade waits and reads again"
+            ),
+            Self::DrainBlocked(nodes) => write!(
+                f,
+                "not started: a drain is blocked on {} (cordoned while holding the last copy of a volume); finish or undo the drain first",
+                nodes.join(", ")
+            ),
         }
     }
 }
@@ -124,10 +186,10 @@ pub enum Act {
     Pause,
     /// Scale an application to zero.
     ScaleDown(ScaledApp),
-    /// Record the new image in the cluster's `spec.images.nodeContainer`.
-    SetClusterImage,
-    /// Set the node container's image on the node DaemonSet.
-    SetNodeImage,
+    /// Record this image in the cluster's `spec.images.nodeContainer`.
+    SetClusterImage(String),
+    /// Set the node container's image on the node DaemonSet to this one.
+    SetNodeImage(String),
     /// Delete these node pods (all at once) so they come back on the new image.
     RestartNodePods(Vec<String>),
     /// Give an application its replicas back.
@@ -141,8 +203,8 @@ impl fmt::Display for Act {
             Self::DeletePuller => write!(f, "delete the image puller"),
             Self::Pause => write!(f, "pause the cluster"),
             Self::ScaleDown(a) => write!(f, "scale {} to 0", describe(a)),
-            Self::SetClusterImage => write!(f, "set the cluster's node image"),
-            Self::SetNodeImage => write!(f, "set the node DaemonSet's image"),
+            Self::SetClusterImage(i) => write!(f, "set the cluster's node image to {i}"),
+            Self::SetNodeImage(i) => write!(f, "set the node DaemonSet's image to {i}"),
             Self::RestartNodePods(p) => write!(f, "delete node pods {}", p.join(", ")),
             Self::ScaleUp(a) => write!(f, "scale {} back to {}", describe(a), a.replicas),
         }
@@ -160,6 +222,11 @@ pub enum Step {
     Problem(Problem),
     /// Not started: the path from the running image is not supported (phase Refused).
     Refuse(PathError),
+    /// Not started yet, nothing touched: it is not safe to (phase Pending).
+    Hold(Hold),
+    /// The restarted nodes did not prove healthy in time (why): record the rollback and
+    /// enter RollingBack.
+    RollBack(String),
     /// Record the move to this phase, before any of its actions.
     Advance(UpgradePhase),
     /// Record these applications with their replicas, before scaling them.
@@ -195,9 +262,19 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
                 Err(p) => return Step::Problem(p),
             };
             let running = nodes.template_image.as_deref().unwrap_or_default();
-            match path::check(running, image, o.force) {
+            if let Err(e) = path::check(running, image, o.force) {
+                return Step::Refuse(e);
+            }
+            if let Err(p) = timeout(o) {
+                return Step::Problem(p);
+            }
+            if !o.drain_blocked.is_empty() {
+                return Step::Hold(Hold::DrainBlocked(o.drain_blocked.clone()));
+            }
+            match health::safe_to_start(&o.storageos) {
                 Ok(()) => Step::Advance(PullingImage),
-                Err(e) => Step::Refuse(e),
+                Err(NotSafe::NotReady(v)) => Step::Hold(Hold::VolumesNotReady(v)),
+                Err(NotSafe::Unknown(why)) => Step::Hold(Hold::VolumesUnknown(why)),
             }
         }
         PullingImage => {
@@ -259,34 +336,89 @@ pub fn next(name: &str, image: &str, phase: UpgradePhase, recorded: &[ScaledApp]
                 Ok(n) => n,
                 Err(p) => return Step::Problem(p),
             };
-            if cluster.node_image.as_deref() != Some(image) {
-                return Step::Act(Act::SetClusterImage);
+            if let Some(step) = restart_on(image, cluster, nodes) {
+                return step;
             }
-            if nodes.template_image.as_deref() != Some(image) {
-                return Step::Act(Act::SetNodeImage);
+            let limit = match timeout(o) {
+                Ok(t) => t,
+                Err(p) => return Step::Problem(p),
+            };
+            let healthy = if nodes.upgraded(image) {
+                health::gate(&o.storageos, &nodes.pods)
+            } else {
+                Err(format!(
+                    "{} of {} StorageOS nodes run {image} and are ready",
+                    nodes.ready_on(image),
+                    nodes.desired
+                ))
+            };
+            match healthy {
+                Ok(()) => Step::Advance(ScalingUp),
+                // Only an upgrade that recorded the image it started from can go back to it.
+                Err(why) if o.in_phase.is_some_and(|t| t >= limit) && o.previous_image.is_some() => {
+                    Step::RollBack(format!(
+                        "the nodes were not healthy on {image} within {}s: {why}",
+                        limit.as_secs()
+                    ))
+                }
+                Err(why) => Step::Wait(format!("health gate: {why}")),
             }
-            if !nodes.current {
-                return Step::Wait("waiting for the DaemonSet controller to see the new image".into());
+        }
+        RollingBack => {
+            let (cluster, nodes) = match cluster_and_nodes(o) {
+                Ok(n) => n,
+                Err(p) => return Step::Problem(p),
+            };
+            // Recorded when the upgrade started, with the rollback; a status without it was
+            // not written by an upgrade that decided to roll back.
+            let Some(previous) = o.previous_image.as_deref() else {
+                return Step::Wait("no previous image is recorded in status.previousImage to roll back to".into());
+            };
+            if let Some(step) = restart_on(previous, cluster, nodes) {
+                return step;
             }
-            let outdated = nodes.outdated(image);
-            if !outdated.is_empty() {
-                return Step::Act(Act::RestartNodePods(outdated));
-            }
-            if nodes.upgraded(image) {
+            if nodes.upgraded(previous) {
                 Step::Advance(ScalingUp)
             } else {
                 Step::Wait(format!(
-                    "{} of {} StorageOS nodes run {image} and are ready",
-                    nodes.ready_on(image),
+                    "rolling back: {} of {} StorageOS nodes run {previous} and are ready",
+                    nodes.ready_on(previous),
                     nodes.desired
                 ))
             }
         }
         ScalingUp => match o.apps.iter().find(|(_, live)| needs_restore(live.as_ref())) {
             Some((app, live)) => Step::Act(Act::ScaleUp(restored(app, live.as_ref()))),
+            None if o.rolling_back => Step::Advance(RolledBack),
             None => Step::Advance(Completed),
         },
-        Completed | Failed => Step::Idle,
+        Completed | Failed | RolledBack => Step::Idle,
+    }
+}
+
+/// The next step of putting every node pod on `image`: the cluster's image, the DaemonSet's,
+/// then deleting the pods on another image; None once every live pod runs it.
+fn restart_on(image: &str, cluster: &ClusterView, nodes: &NodeView) -> Option<Step> {
+    if cluster.node_image.as_deref() != Some(image) {
+        return Some(Step::Act(Act::SetClusterImage(image.into())));
+    }
+    if nodes.template_image.as_deref() != Some(image) {
+        return Some(Step::Act(Act::SetNodeImage(image.into())));
+    }
+    if !nodes.current {
+        return Some(Step::Wait(format!(
+            "waiting for the DaemonSet controller to see the image {image}"
+        )));
+    }
+    let outdated = nodes.outdated(image);
+    (!outdated.is_empty()).then_some(Step::Act(Act::RestartNodePods(outdated)))
+}
+
+/// The health gate's bound: `spec.timeout`, else the default.
+fn timeout(o: &Observed) -> Result<Duration, Problem> {
+    match &o.timeout {
+        None => Ok(DEFAULT_UPGRADE_TIMEOUT),
+        Some(t) => crate::duration::parse(t).map_err(|e| Problem::InvalidTimeout(e.to_string())),
     }
 }
 
@@ -348,7 +480,10 @@ pub fn first_in_line(upgrades: &[StorageOSUpgrade]) -> Option<&StorageOSUpgrade>
             let phase = phase_of(u);
             let deleting = u.metadata.deletion_timestamp.is_some();
             // A refused upgrade waits for nobody and holds nobody up until it is forced.
-            let done = matches!(phase, UpgradePhase::Completed | UpgradePhase::Refused);
+            let done = matches!(
+                phase,
+                UpgradePhase::Completed | UpgradePhase::RolledBack | UpgradePhase::Refused
+            );
             !(done || deleting && phase == UpgradePhase::Pending)
         })
         .min_by_key(|u| {

@@ -46,12 +46,29 @@ fn nodes(template: &str, current: bool, pods: &[(&str, &str, bool)]) -> NodeView
             .iter()
             .map(|(n, i, ready)| super::super::nodes::NodePod {
                 name: n.to_string(),
+                node_name: n.to_string(),
                 image: Some(i.to_string()),
                 ready: *ready,
                 terminating: false,
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+/// A complete StorageOS read: these nodes online, no volumes.
+fn healthy(online: &[&str]) -> StorageOSRead {
+    StorageOSRead::Read {
+        nodes: online
+            .iter()
+            .map(|n| crate::storageos::models::Node {
+                name: n.to_string(),
+                health: crate::storageos::models::Health::Online,
+                ..Default::default()
+            })
+            .collect(),
+        namespaces: Vec::new(),
+        volumes: Vec::new(),
     }
 }
 
@@ -64,6 +81,7 @@ fn pending_waits_its_turn_then_needs_a_cluster() {
     let mut o = Observed {
         blocked_by: Some("ns/first".into()),
         cluster: Some(cluster()),
+        storageos: healthy(&[]),
         ..Default::default()
     };
     assert_eq!(step(Pending, &[], &o), Step::Blocked("ns/first".into()));
@@ -88,6 +106,7 @@ fn pending_waits_its_turn_then_needs_a_cluster() {
 fn an_unsupported_path_is_refused_before_anything_and_goes_ahead_once_forced() {
     let mut o = Observed {
         cluster: Some(cluster()),
+        storageos: healthy(&[]),
         ..Default::default()
     };
     // IMAGE is v2.10.0.
@@ -216,9 +235,15 @@ fn upgrading_nodes_sets_images_restarts_old_pods_and_waits_for_ready() {
         nodes: Some(nodes(old, true, &[("a", old, true), ("b", old, true)])),
         ..Default::default()
     };
-    assert_eq!(step(UpgradingNodes, &[], &o), Step::Act(Act::SetClusterImage));
+    assert_eq!(
+        step(UpgradingNodes, &[], &o),
+        Step::Act(Act::SetClusterImage(IMAGE.into()))
+    );
     o.cluster.as_mut().unwrap().node_image = Some(IMAGE.into());
-    assert_eq!(step(UpgradingNodes, &[], &o), Step::Act(Act::SetNodeImage));
+    assert_eq!(
+        step(UpgradingNodes, &[], &o),
+        Step::Act(Act::SetNodeImage(IMAGE.into()))
+    );
     o.nodes = Some(nodes(IMAGE, false, &[("a", old, true), ("b", old, true)]));
     assert!(matches!(step(UpgradingNodes, &[], &o), Step::Wait(_)));
     o.nodes = Some(nodes(IMAGE, true, &[("a", old, true), ("b", old, true)]));
@@ -229,9 +254,10 @@ fn upgrading_nodes_sets_images_restarts_old_pods_and_waits_for_ready() {
     o.nodes = Some(nodes(IMAGE, true, &[("c", IMAGE, true), ("d", IMAGE, false)]));
     assert_eq!(
         step(UpgradingNodes, &[], &o),
-        Step::Wait(format!("1 of 2 StorageOS nodes run {IMAGE} and are ready"))
+        Step::Wait(format!("health gate: 1 of 2 StorageOS nodes run {IMAGE} and are ready"))
     );
     o.nodes = Some(nodes(IMAGE, true, &[("c", IMAGE, true), ("d", IMAGE, true)]));
+    o.storageos = healthy(&["c", "d"]);
     assert_eq!(step(UpgradingNodes, &[], &o), Step::Advance(ScalingUp));
     o.cluster.as_mut().unwrap().deleting = true;
     assert_eq!(
@@ -341,4 +367,132 @@ fn a_recorded_cluster_in_another_namespace_stops_every_phase() {
             "{phase:?}"
         );
     }
+}
+
+#[test]
+fn pending_holds_while_volumes_are_not_in_sync_or_cannot_be_read_even_when_forced() {
+    use crate::storageos::models::{Replica, Volume};
+    let mut syncing = Volume {
+        name: "pv".into(),
+        ..Default::default()
+    };
+    syncing.master.health = crate::storageos::models::Health::Online;
+    syncing.replicas = vec![Replica {
+        health: "syncing".into(),
+        ..Default::default()
+    }];
+    let mut o = Observed {
+        cluster: Some(cluster()),
+        nodes: Some(nodes("storageos/node:v2.9.0", true, &[])),
+        storageos: StorageOSRead::Read {
+            nodes: Vec::new(),
+            namespaces: Vec::new(),
+            volumes: vec![syncing],
+        },
+        force: true,
+        ..Default::default()
+    };
+    let held = step(Pending, &[], &o);
+    assert_eq!(
+        held,
+        Step::Hold(Hold::VolumesNotReady("?/pv (a replica is syncing)".into()))
+    );
+    let Step::Hold(h) = held else { unreachable!() };
+    assert_eq!(h.reason(), "VolumesNotReady");
+    o.storageos = StorageOSRead::Failed("connection refused".into());
+    assert_eq!(
+        step(Refused, &[], &o),
+        Step::Hold(Hold::VolumesUnknown("connection refused".into()))
+    );
+    o.storageos = healthy(&[]);
+    o.drain_blocked = vec!["node-1".into()];
+    let blocked = step(Pending, &[], &o);
+    assert_eq!(blocked, Step::Hold(Hold::DrainBlocked(vec!["node-1".into()])));
+    assert!(blocked_text(&blocked).contains("node-1"));
+    o.drain_blocked.clear();
+    assert_eq!(step(Pending, &[], &o), Step::Advance(PullingImage));
+    o.timeout = Some("soon".into());
+    assert!(matches!(
+        step(Pending, &[], &o),
+        Step::Problem(Problem::InvalidTimeout(_))
+    ));
+}
+
+fn blocked_text(s: &Step) -> String {
+    match s {
+        Step::Hold(h) => h.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_health_gate_waits_then_rolls_back_once_the_timeout_has_passed() {
+    let mut o = Observed {
+        cluster: Some(ClusterView {
+            node_image: Some(IMAGE.into()),
+            ..cluster()
+        }),
+        nodes: Some(nodes(IMAGE, true, &[("a", IMAGE, true), ("b", IMAGE, true)])),
+        storageos: healthy(&["a"]),
+        timeout: Some("5m".into()),
+        in_phase: Some(Duration::from_secs(299)),
+        previous_image: Some("storageos/node:v2.9.0".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        step(UpgradingNodes, &[], &o),
+        Step::Wait("health gate: StorageOS nodes not online: b (not registered)".into())
+    );
+    o.in_phase = Some(Duration::from_secs(300));
+    assert_eq!(
+        step(UpgradingNodes, &[], &o),
+        Step::RollBack(format!(
+            "the nodes were not healthy on {IMAGE} within 300s: StorageOS nodes not online: b (not registered)"
+        ))
+    );
+    // Healthy in time or late, it goes on.
+    o.storageos = healthy(&["a", "b"]);
+    assert_eq!(step(UpgradingNodes, &[], &o), Step::Advance(ScalingUp));
+    // Without a recorded phase start the gate waits and never rolls back.
+    o.storageos = StorageOSRead::Failed("down".into());
+    o.in_phase = None;
+    assert!(matches!(step(UpgradingNodes, &[], &o), Step::Wait(_)));
+}
+
+#[test]
+fn rolling_back_restarts_the_nodes_on_the_previous_image_then_restores_apps() {
+    let old = "storageos/node:v2.9.0";
+    let mut o = Observed {
+        cluster: Some(ClusterView {
+            node_image: Some(IMAGE.into()),
+            ..cluster()
+        }),
+        nodes: Some(nodes(IMAGE, true, &[("a", IMAGE, true), ("b", IMAGE, false)])),
+        rolling_back: true,
+        ..Default::default()
+    };
+    assert!(matches!(step(RollingBack, &[], &o), Step::Wait(m) if m.contains("previousImage")));
+    o.previous_image = Some(old.into());
+    assert_eq!(step(RollingBack, &[], &o), Step::Act(Act::SetClusterImage(old.into())));
+    o.cluster.as_mut().unwrap().node_image = Some(old.into());
+    assert_eq!(step(RollingBack, &[], &o), Step::Act(Act::SetNodeImage(old.into())));
+    o.nodes = Some(nodes(old, true, &[("a", IMAGE, true), ("b", IMAGE, false)]));
+    assert_eq!(
+        step(RollingBack, &[], &o),
+        Step::Act(Act::RestartNodePods(vec!["a".into(), "b".into()]))
+    );
+    o.nodes = Some(nodes(old, true, &[("c", old, true), ("d", old, false)]));
+    assert!(matches!(step(RollingBack, &[], &o), Step::Wait(_)));
+    o.nodes = Some(nodes(old, true, &[("c", old, true), ("d", old, true)]));
+    assert_eq!(step(RollingBack, &[], &o), Step::Advance(ScalingUp));
+    // Applications come back, and the upgrade ends RolledBack, not Completed.
+    let web = app("web", 3);
+    o.apps = vec![(web.clone(), live(0, true, 0))];
+    assert_eq!(
+        step(ScalingUp, std::slice::from_ref(&web), &o),
+        Step::Act(Act::ScaleUp(web.clone()))
+    );
+    o.apps = vec![(web.clone(), live(3, false, 0))];
+    assert_eq!(step(ScalingUp, &[web], &o), Step::Advance(RolledBack));
+    assert_eq!(step(RolledBack, &[], &o), Step::Idle);
 }

@@ -70,6 +70,10 @@ pub struct Faults {
     /// Text of the injected `{"error"}` body.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A node whose StorageOS pod (re)starts running this image stays offline (the
+    /// `--kubeconfig` sync; not a request fault).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline_with_image: Option<String>,
 }
 
 impl Faults {
