@@ -121,6 +121,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let connection = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), None).await?;
     connection.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %connection.server, from = %connection.from, version = %connection.version, "connected to Kubernetes");
+    let kubernetes_version = connection.version.clone();
     let client = connection.client;
     let mut registry = Registry::default();
     let OperatorMetrics {
@@ -155,6 +156,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         storageos_endpoint: args.storageos_endpoint.clone(),
         storageos_timeouts: (Duration::from_secs(10), Duration::from_secs(20)),
         operator_namespace: args.leader_election_namespace.clone(),
+        kubernetes_version: render::parse_k8s_version(&kubernetes_version).ok(),
     };
     let trusted = args.trusted_namespaces();
     let jobs = Arc::new(

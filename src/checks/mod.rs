@@ -95,6 +95,11 @@ mod tests {
     }
 
     #[test]
+    fn the_tested_minor_is_the_newest_kube_scheduler_the_render_knows() {
+        assert_eq!(TESTED_KUBERNETES, crate::render::images::NEWEST_KNOWN_MINOR);
+    }
+
+    #[test]
     fn only_what_a_node_reports_makes_it_ineligible() {
         assert_eq!(ineligible(&node("amd64", "6.1.0", "4", "8Gi")), None);
         assert_eq!(

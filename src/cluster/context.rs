@@ -38,6 +38,9 @@ pub struct OperatorConfig {
     pub storageos_timeouts: (Duration, Duration),
     /// The operator's own namespace (its metrics Service is scraped from there).
     pub operator_namespace: String,
+    /// The Kubernetes version the operator connected to (the default kube-scheduler follows
+    /// its minor); None when unknown.
+    pub kubernetes_version: Option<semver::Version>,
 }
 
 /// Shared state of the cluster controller.

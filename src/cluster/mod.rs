@@ -212,6 +212,7 @@ pub(crate) mod tests {
             storageos_endpoint: None,
             storageos_timeouts: (Duration::from_secs(1), Duration::from_secs(1)),
             operator_namespace: "storageos-operator".into(),
+            kubernetes_version: None,
         };
         let registry = &mut prometheus_client::registry::Registry::default();
         Context::new(client, config, ReconcileMetrics::register(registry), None)

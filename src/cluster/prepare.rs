@@ -107,6 +107,7 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context, resolved: &Resolved)
     inputs.default_images = ctx.config.default_images.clone();
     inputs.node_env = ctx.config.node_env.clone();
     inputs.operator_namespace = ctx.config.operator_namespace.clone();
+    inputs.k8s_version = ctx.config.kubernetes_version.clone();
     let (name, ns) = &resolved.secret_ref;
     inputs.secret = get_secret(ctx, ns, name).await?;
     if let Some((name, ns)) = &resolved.etcd_tls_secret_ref {

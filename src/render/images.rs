@@ -66,6 +66,9 @@ pub struct DefaultImages {
     pub csi_liveness_probe: String,
     /// kube-scheduler of the scheduler extender.
     pub kube_scheduler: String,
+    /// Whether `RELATED_IMAGE_KUBE_SCHEDULER` set it (then it does not follow the cluster's
+    /// Kubernetes minor: [`DefaultImages::for_kubernetes`]).
+    pub kube_scheduler_pinned: bool,
 }
 
 impl Default for DefaultImages {
@@ -101,7 +104,32 @@ impl DefaultImages {
             csi_external_resizer: pick("RELATED_IMAGE_CSIV1_EXTERNAL_RESIZER"),
             csi_liveness_probe: pick("RELATED_IMAGE_CSIV1_LIVENESS_PROBE"),
             kube_scheduler: pick("RELATED_IMAGE_KUBE_SCHEDULER"),
+            kube_scheduler_pinned: env
+                .get("RELATED_IMAGE_KUBE_SCHEDULER")
+                .is_some_and(|v| !v.trim().is_empty()),
         }
+    }
+
+    /// The defaults for a cluster running Kubernetes `k8s`: the kube-scheduler is the default
+    /// image's repository at the cluster's own minor (`vMAJOR.MINOR.0`, or the built-in tag when
+    /// that is of the same minor already), which keeps it within
+    /// the upstream version-skew policy (never newer than the apiserver, at most one minor
+    /// older). A cluster newer than [`NEWEST_KNOWN_MINOR`] gets that minor's, so the computed tag
+    /// always names a published release (a tag computed from any version string, as the Go
+    /// operator did, broke installs). `RELATED_IMAGE_KUBE_SCHEDULER`, or a CR's
+    /// `kubeSchedulerContainer`, pins it; with no version known, the built-in default stands.
+    pub fn for_kubernetes(&self, k8s: Option<&semver::Version>) -> Self {
+        let mut out = self.clone();
+        let minor = k8s.map(|v| (v.major, v.minor).min(NEWEST_KNOWN_MINOR));
+        if let (Some((major, minor)), false) = (minor, self.kube_scheduler_pinned)
+            && let Some((repository, tag)) = self.kube_scheduler.rsplit_once(':')
+            && !repository.contains('@')
+            // The built-in default is already of that minor (and a later patch than .0).
+            && !tag.starts_with(&format!("v{major}.{minor}."))
+        {
+            out.kube_scheduler = format!("{repository}:v{major}.{minor}.0");
+        }
+        out
     }
 }
 
@@ -137,6 +165,10 @@ pub struct Images {
     /// kube-scheduler.
     pub kube_scheduler_container: String,
 }
+
+/// The newest Kubernetes minor this release knows a kube-scheduler of (the plane's, in
+/// hack/versions.env; `checks::TESTED_KUBERNETES` is the same).
+pub const NEWEST_KNOWN_MINOR: (u64, u64) = (1, 36);
 
 /// Resolves every image: the CR's non-empty value, else the default; the api-manager falls back
 /// to the operator's own image. Values the Go operator wrote back as its defaults count as unset.
@@ -262,6 +294,36 @@ pub fn is_go_api_manager(image: &str) -> bool {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
+
+    #[test]
+    fn the_default_kube_scheduler_follows_the_cluster_minor_unless_pinned() {
+        let d = DefaultImages::default();
+        let v = semver::Version::new(1, 36, 3);
+        assert_eq!(
+            d.for_kubernetes(Some(&v)).kube_scheduler,
+            "registry.k8s.io/kube-scheduler:v1.36.0"
+        );
+        assert_eq!(d.for_kubernetes(None).kube_scheduler, d.kube_scheduler);
+        let newer = semver::Version::new(1, 39, 1);
+        assert_eq!(
+            d.for_kubernetes(Some(&newer)).kube_scheduler,
+            "registry.k8s.io/kube-scheduler:v1.36.0"
+        );
+        let same_minor = semver::Version::new(1, 33, 9);
+        assert_eq!(d.for_kubernetes(Some(&same_minor)).kube_scheduler, d.kube_scheduler);
+        let env = BTreeMap::from([(
+            "RELATED_IMAGE_KUBE_SCHEDULER".to_string(),
+            "mirror/ks:v1.35.2".to_string(),
+        )]);
+        let pinned = DefaultImages::from_env_map(&env);
+        assert_eq!(pinned.for_kubernetes(Some(&v)).kube_scheduler, "mirror/ks:v1.35.2");
+        // The scheduler configuration version follows the image.
+        assert_eq!(
+            scheduler_config_version(&d.for_kubernetes(Some(&v)).kube_scheduler),
+            Ok("v1")
+        );
+    }
+
     use super::*;
 
     #[test]

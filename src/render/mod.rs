@@ -123,11 +123,8 @@ fn check_version(version: Option<&semver::Version>) -> Result<(), Error> {
 pub fn render_documents(inputs: &Inputs) -> Result<Vec<Document>, Error> {
     check_version(inputs.k8s_version.as_ref())?;
     let resolved = resolve(&inputs.cluster.spec);
-    let images = resolve_images(
-        inputs.cluster.spec.images.as_ref(),
-        &inputs.default_images,
-        &inputs.operator_image,
-    );
+    let defaults = inputs.default_images.for_kubernetes(inputs.k8s_version.as_ref());
+    let images = resolve_images(inputs.cluster.spec.images.as_ref(), &defaults, &inputs.operator_image);
     documents::render(inputs, &resolved, &images)
 }
 
@@ -159,9 +156,9 @@ pub fn plan(inputs: &Inputs) -> Result<Plan, Error> {
 pub fn plan_resolved(inputs: &Inputs, resolved: Resolved) -> Result<Plan, Error> {
     check_version(inputs.k8s_version.as_ref())?;
     let spec = &inputs.cluster.spec;
-    let images = resolve_images(spec.images.as_ref(), &inputs.default_images, &inputs.operator_image);
-    let replaced_go_defaults =
-        replaced_go_defaults(spec.images.as_ref(), &inputs.default_images, &inputs.operator_image);
+    let defaults = inputs.default_images.for_kubernetes(inputs.k8s_version.as_ref());
+    let images = resolve_images(spec.images.as_ref(), &defaults, &inputs.operator_image);
+    let replaced_go_defaults = replaced_go_defaults(spec.images.as_ref(), &defaults, &inputs.operator_image);
     let tolerations = scheduling::merge_tolerations(scheduling::node_tolerations(), &resolved.tolerations);
     let objects = documents::objects(inputs, &resolved, &images)?;
     let name = inputs.cluster.metadata.name.as_deref().unwrap_or_default();

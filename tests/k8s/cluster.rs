@@ -58,6 +58,7 @@ fn config(sim: &sim::SimHandle) -> OperatorConfig {
         storageos_endpoint: Some(sim.url()),
         storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
         operator_namespace: storageos_operator::install::NAMESPACE.into(),
+        kubernetes_version: None,
     }
 }
 

@@ -161,6 +161,7 @@ async fn operator(sim: &sim::SimHandle) -> tokio::task::JoinHandle<()> {
         storageos_endpoint: Some(sim.url()),
         storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
         operator_namespace: storageos_operator::install::NAMESPACE.into(),
+        kubernetes_version: None,
     };
     let metrics = ReconcileMetrics::register(&mut Registry::default());
     let ctx = Context::new(support::operator_client().await, config, metrics, None);

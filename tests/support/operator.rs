@@ -90,6 +90,7 @@ impl ClusterOperator {
             storageos_endpoint: Some(storageos.sim.url()),
             storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
             operator_namespace: storageos_operator::install::NAMESPACE.into(),
+            kubernetes_version: None,
         };
         let mut registry = Registry::default();
         let metrics = ReconcileMetrics::register(&mut registry);
