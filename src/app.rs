@@ -8,7 +8,7 @@ use crate::cli::{Cli, Command, CrdsArgs, ManifestsArgs};
 use crate::runtime::process::memory::trimming;
 #[cfg(feature = "simulator")]
 use crate::simulate;
-use crate::{apimanager, crd, install, operator, render};
+use crate::{apimanager, crd, install, operator, preview, render};
 
 /// Why a subcommand failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +32,9 @@ pub enum Error {
     /// `run` failed.
     #[error(transparent)]
     Operator(#[from] operator::Error),
+    /// `plan` failed.
+    #[error(transparent)]
+    Plan(#[from] preview::Error),
     /// `manifests` failed.
     #[error(transparent)]
     Manifests(#[from] install::Error),
@@ -69,6 +72,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => Ok(trimming(operator::run(args)).await?),
         Command::ApiManager(args) => Ok(trimming(apimanager::run(*args)).await?),
         Command::Render(args) => Ok(render::run(&args)?),
+        Command::Plan(args) => Ok(preview::run(&args).await?),
         #[cfg(feature = "simulator")]
         Command::Simulate(args) => Ok(simulate::run(args).await?),
         Command::Manifests(args) => manifests(&args),

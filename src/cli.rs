@@ -40,6 +40,10 @@ pub enum Command {
     /// Print every object the operator would apply for a StorageOSCluster, without a cluster.
     Render(RenderArgs),
 
+    /// Preview what applying a StorageOSCluster would do to a cluster (create, change, prune,
+    /// restarts), with server-side dry runs: nothing is written.
+    Plan(PlanArgs),
+
     /// Print the CustomResourceDefinitions (StorageOSCluster, StorageOSUpgrade, Job and the
     /// read-only api.storageos.com Node and Volume mirrors).
     Crds(CrdsArgs),
@@ -70,6 +74,7 @@ impl Command {
 
 pub use crate::apimanager::flags::ApiManagerArgs;
 pub use crate::operator::RunArgs;
+pub use crate::preview::PlanArgs;
 pub use crate::render::RenderArgs;
 #[cfg(feature = "simulator")]
 pub use crate::simulate::SimulateArgs;

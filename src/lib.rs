@@ -13,6 +13,7 @@ pub mod install;
 pub mod job;
 pub mod operator;
 pub mod plugin;
+pub mod preview;
 pub mod rbac;
 pub mod reasons;
 pub mod render;

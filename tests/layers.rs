@@ -38,6 +38,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("simulate", 5),
     // The Job controller (it reads the cluster's), then the StorageOSUpgrade controller.
     ("job", 6),
+    // `plan`: a preview of the cluster controller's apply (the plugin may offer it).
+    ("preview", 6),
     ("upgrade", 7),
     // Process wiring, the plugin, then the command line and dispatch.
     ("operator", 8),

@@ -23,6 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::preview::diff::Restart;
 use support::operator::{ClusterOperator, OPERATOR_IMAGE, StorageOS, api_of};
 use support::{TestNamespace, from_json, wait_for};
 
@@ -445,6 +446,24 @@ async fn adopt(case: Case) {
     let before = live(&client, &go).await;
     assert!(before.values().all(Option::is_some), "{before:?}");
     let legacy_webhook = legacy_scheduler_webhook(&ns).await;
+
+    // `plan` previews the take-over, writing nothing: the only pods it restarts are the
+    // api-manager's and the scheduler's (checked below against what the take-over does).
+    let planned = support::operator::plan(&client, &cr).await;
+    let restarts: Vec<(&str, Restart)> = planned
+        .iter()
+        .filter_map(|e| Some((e.object.as_str(), e.restart?)))
+        .collect();
+    let expected = [
+        format!("Deployment {}/storageos-api-manager", ns.name),
+        format!("Deployment {}/storageos-scheduler", ns.name),
+    ];
+    assert_eq!(
+        restarts,
+        expected.iter().map(|o| (o.as_str(), Restart::Now)).collect::<Vec<_>>(),
+        "{planned:#?}"
+    );
+    assert_eq!(live(&client, &go).await, before, "plan wrote to the Go install");
 
     // Our operator takes over.
     let storageos = StorageOS::start(&client).await;

@@ -24,6 +24,7 @@ mod leader;
 mod mirror;
 mod olm;
 mod partial_apply;
+mod plan;
 mod plane;
 mod plugin;
 mod preflight;

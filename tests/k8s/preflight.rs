@@ -15,16 +15,13 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use prometheus_client::registry::Registry;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 use serde_json::json;
-use storageos_operator::cluster::{self, Context, OperatorConfig};
 use storageos_operator::crd::StorageOSCluster;
-use storageos_operator::render::DefaultImages;
-use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
 use storageos_operator::sim::{self, Simulator};
+use support::operator::{operator_config, spawn_cluster_controller};
 use support::{TestNamespace, from_json, wait_for};
 
 const SETTLE: Duration = Duration::from_secs(90);
@@ -154,18 +151,7 @@ async fn reachability(clusters: &Api<StorageOSCluster>, name: &str, status: &str
 
 /// The cluster controller, acting as the operator's ServiceAccount, talking to `sim`.
 async fn operator(sim: &sim::SimHandle) -> tokio::task::JoinHandle<()> {
-    let config = OperatorConfig {
-        operator_image: "registry.invalid/storageos-operator:test".into(),
-        default_images: DefaultImages::default(),
-        node_env: Default::default(),
-        storageos_endpoint: Some(sim.url()),
-        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
-        operator_namespace: storageos_operator::install::NAMESPACE.into(),
-        kubernetes_version: None,
-    };
-    let metrics = ReconcileMetrics::register(&mut Registry::default());
-    let ctx = Context::new(support::operator_client().await, config, metrics, None);
-    tokio::spawn(cluster::run(std::sync::Arc::new(ctx), std::future::pending()))
+    spawn_cluster_controller(operator_config(sim.url(), None)).await
 }
 
 /// A StorageOSCluster in `ns` with this kv backend address.

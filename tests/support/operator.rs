@@ -80,18 +80,32 @@ pub struct ClusterOperator {
     registry: Registry,
 }
 
+/// The operator's settings in the tests: [`OPERATOR_IMAGE`], the built-in default images, the
+/// StorageOS API at `storageos_url`, and `kubernetes_version` (what `run` reads at start).
+pub fn operator_config(storageos_url: String, kubernetes_version: Option<semver::Version>) -> OperatorConfig {
+    OperatorConfig {
+        operator_image: OPERATOR_IMAGE.into(),
+        default_images: DefaultImages::default(),
+        node_env: Default::default(),
+        storageos_endpoint: Some(storageos_url),
+        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
+        operator_namespace: storageos_operator::install::NAMESPACE.into(),
+        kubernetes_version,
+    }
+}
+
+/// The cluster controller, acting as the operator's ServiceAccount, with `config`; stopped when
+/// the handle is aborted.
+pub async fn spawn_cluster_controller(config: OperatorConfig) -> JoinHandle<()> {
+    let metrics = ReconcileMetrics::register(&mut Registry::default());
+    let ctx = Context::new(crate::support::operator_client().await, config, metrics, None);
+    tokio::spawn(cluster::run(Arc::new(ctx), std::future::pending()))
+}
+
 impl ClusterOperator {
     /// Starts the cluster controller, talking to `storageos`.
     pub fn start(client: &kube::Client, storageos: &StorageOS) -> Self {
-        let config = OperatorConfig {
-            operator_image: OPERATOR_IMAGE.into(),
-            default_images: DefaultImages::default(),
-            node_env: Default::default(),
-            storageos_endpoint: Some(storageos.sim.url()),
-            storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
-            operator_namespace: storageos_operator::install::NAMESPACE.into(),
-            kubernetes_version: None,
-        };
+        let config = operator_config(storageos.sim.url(), None);
         let mut registry = Registry::default();
         let metrics = ReconcileMetrics::register(&mut registry);
         let ctx = Arc::new(Context::new(client.clone(), config, metrics, None));
@@ -124,4 +138,24 @@ impl Drop for ClusterOperator {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// `storageos-operator plan` of the StorageOSCluster `cr` (written to a file, as a user
+/// would), rendered with [`OPERATOR_IMAGE`]; entries sorted by object.
+pub async fn plan(client: &kube::Client, cr: &impl serde::Serialize) -> Vec<storageos_operator::preview::diff::Entry> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cr.yaml");
+    std::fs::write(&file, serde_yaml::to_string(cr).unwrap()).unwrap();
+    let args = storageos_operator::preview::PlanArgs {
+        file,
+        kubeconfig: None,
+        operator_image: Some(OPERATOR_IMAGE.into()),
+        json: false,
+    };
+    let version = client.apiserver_version().await.unwrap().git_version;
+    let mut entries = storageos_operator::preview::plan(client, &args, &version)
+        .await
+        .unwrap();
+    entries.sort_by(|a, b| a.object.cmp(&b.object));
+    entries
 }
