@@ -72,6 +72,10 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         #[cfg(feature = "simulator")]
         Command::Simulate(args) => Ok(sim::run(args).await?),
         Command::Manifests(args) => manifests(&args),
+        Command::DrainGuard => {
+            crate::runtime::process::signal::shutdown().await;
+            Ok(())
+        }
     }
 }
 
