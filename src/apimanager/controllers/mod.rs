@@ -35,7 +35,7 @@ use crate::storageos;
 /// The name events are reported under, as in the Go api-manager.
 pub const EVENT_SOURCE: &str = "storageos-api-manager";
 
-pub use config::{Config, Loop};
+pub use config::{Config, DrainGuardConfig, Loop};
 
 /// What every controller shares.
 pub struct Context {
