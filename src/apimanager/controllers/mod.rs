@@ -166,6 +166,7 @@ pub async fn run(ctx: Arc<Context>) {
         fencing::run(ctx.clone()),
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
+        drain::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),
         node_label::run(ctx.clone()),
