@@ -294,6 +294,17 @@ pub async fn api_manager_context_as(
     flags: &[&str],
     kube: Client,
 ) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
+    api_manager_context_in(sim, flags, kube, "default").await
+}
+
+/// [`api_manager_context_as`] for an api-manager running in `namespace` (where it places the
+/// drain gate's guards).
+pub async fn api_manager_context_in(
+    sim: &storageos_operator::sim::SimHandle,
+    flags: &[&str],
+    kube: Client,
+    namespace: &str,
+) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
     use storageos_operator::apimanager::controllers::Context;
     use storageos_operator::apimanager::flags::ApiManagerArgs;
     use storageos_operator::apimanager::metrics::ApiManagerMetrics;
@@ -312,7 +323,7 @@ pub async fn api_manager_context_as(
         kube,
         api,
         args.controllers(),
-        "default".into(),
+        namespace.into(),
         ReconcileMetrics::register(&mut registry),
         ApiManagerMetrics::register(&mut registry),
         storageos_operator::apimanager::controllers::pvc_cache(),

@@ -1,0 +1,166 @@
+//! Integration tier: the drain gate enforced on the real control plane (the disruption
+//! controller and the eviction API are Kubernetes' own; the nodes are kwok's) with an in-process
+//! simulator. A volume's master on node A with its only replica still syncing: evictions from A
+//! are refused (429, by the guard's PodDisruptionBudget), `kubectl drain A` waits and the events
+//! name the PVC; once the replica is ready the guard goes and the drain proceeds.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, EvictParams, ListParams, PostParams};
+use serde_json::json;
+use storageos_operator::apimanager::controllers::drain::{self, guard};
+use storageos_operator::sim::{self, Simulator, VolumeSeed};
+use storageos_operator::storageos::models::Health;
+use support::{TestNamespace, from_json, logs, wait_event, wait_for};
+
+/// The plane's three kwok nodes, registered in the simulator as StorageOS nodes.
+const NODES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+const FLAGS: &[&str] = &[
+    "-node-poll-interval",
+    "5s",
+    "-volume-poll-interval",
+    "1s",
+    "-drain-guard-image",
+    "example.com/storageos-operator:test",
+];
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// `kubectl <args>` on the plane: (success, stdout and stderr).
+fn kubectl(args: &[&str]) -> (bool, String) {
+    let out = Command::new(support::kubectl())
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Uncordons the node when dropped, so a failed test leaves the plane schedulable.
+struct Uncordon(&'static str);
+
+impl Drop for Uncordon {
+    fn drop(&mut self) {
+        let _ = kubectl(&["uncordon", self.0]);
+    }
+}
+
+/// The Must-show of the drain gate's enforcement.
+#[tokio::test]
+async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_ready() {
+    logs();
+    let client = support::client().await;
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    for n in NODES {
+        sim.add_node(n, Health::Online).unwrap();
+    }
+    let ns = TestNamespace::new("drain").await;
+    let node = NODES[0];
+    let _uncordon = Uncordon(node);
+    // The master on A, its one replica placed elsewhere but still syncing.
+    let pv = format!("pvc-{}", support::suffix());
+    sim.add_volume(VolumeSeed {
+        replicas: 1,
+        ..support::seed::volume(&ns.name, &pv, "data", node)
+    })
+    .unwrap();
+    sim.set_replica_health(&ns.name, &pv, "syncing").unwrap();
+    let blocked = format!("{}/data", ns.name);
+
+    // An application pod on A, as a drain finds it (bare: the drains below need `--force`, as
+    // kured's does; the guard has a controller, so it is evicted, not deleted).
+    let pods: Api<Pod> = ns.api();
+    let app: Pod = from_json(json!({
+        "metadata": {"name": "app", "labels": {"app": "drain-test"}},
+        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "app", "image": "example.com/app:1"}]}
+    }));
+    pods.create(&PostParams::default(), &app).await.unwrap();
+
+    // The api-manager's guards live in its namespace, under its namespaced Role only.
+    support::identity::install_drain_guard_role(&client, &ns.name).await;
+    let kube = support::api_manager_client().await;
+    let ctx = support::api_manager_context_in(&sim, FLAGS, kube, &ns.name).await;
+    let controller = tokio::spawn(drain::run(ctx));
+
+    // A guard pod bound to A and a budget that allows no eviction, both naming the PVC.
+    let name = guard::name(node);
+    let budgets: Api<PodDisruptionBudget> = ns.api();
+    let budget = wait_for("the guard's budget to allow no disruption", SETTLE, || async {
+        let b = budgets.get_opt(&name).await.ok()??;
+        let s = b.status.as_ref()?;
+        (s.observed_generation == b.metadata.generation && s.current_healthy == 1 && s.disruptions_allowed == 0)
+            .then_some(b)
+    })
+    .await;
+    let annotations = budget.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations[guard::BLOCKED_BY_ANNOTATION], blocked);
+    let guard_pod = pods.get(&name).await.unwrap();
+    assert_eq!(guard_pod.spec.as_ref().unwrap().node_name.as_deref(), Some(node));
+    assert_eq!(
+        guard_pod.metadata.owner_references.as_ref().unwrap()[0].uid,
+        budget.metadata.uid.clone().unwrap(),
+        "the budget is the guard's controller"
+    );
+    wait_event(&client, "default", node, "DrainBlocked", &blocked).await;
+
+    // The Eviction API, as `kubectl drain` calls it: the guard may not go (429).
+    match pods.evict(&name, &EvictParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
+        other => panic!("the guard's eviction was not refused: {other:?}"),
+    }
+    // `kubectl drain` evicts the application pod and waits on the guard until its timeout.
+    let (drained, out) = kubectl(&[
+        "drain",
+        node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        "--timeout=10s",
+    ]);
+    println!("$ kubectl drain {node} (blocked)\n{out}");
+    assert!(!drained, "the drain finished while the node held the last copy: {out}");
+    assert!(out.contains("disruption budget"), "{out}");
+    // The node is cordoned now: the event says why its drain waits, naming the PVC.
+    let waiting = wait_event(&client, "default", node, "DrainWaiting", &blocked).await;
+    println!("DrainWaiting: {}", support::message(&waiting));
+    assert!(pods.get_opt(&name).await.unwrap().is_some(), "the guard stays");
+
+    // The replica is ready: the guard and its budget go, and the drain proceeds.
+    sim.set_replica_health(&ns.name, &pv, "ready").unwrap();
+    wait_for("the guard and its budget to be removed", SETTLE, || async {
+        let pod = pods.get_opt(&name).await.ok()?;
+        let budget = budgets.get_opt(&name).await.ok()?;
+        (pod.is_none() && budget.is_none()).then_some(())
+    })
+    .await;
+    wait_event(&client, "default", node, "DrainUnblocked", node).await;
+    let (drained, out) = kubectl(&[
+        "drain",
+        node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        "--timeout=60s",
+    ]);
+    println!("$ kubectl drain {node} (safe)\n{out}");
+    assert!(drained, "the drain did not proceed: {out}");
+
+    // No guard or budget is left behind.
+    let selector = ListParams::default().labels(&drain::guard_selector());
+    assert!(pods.list(&selector).await.unwrap().items.is_empty());
+    assert!(budgets.list(&selector).await.unwrap().items.is_empty());
+    controller.abort();
+}
