@@ -15,12 +15,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, EvictParams, ListParams, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::drain::{self, guard};
-use storageos_operator::sim::{self, Simulator, VolumeSeed};
-use storageos_operator::storageos::models::Health;
+use storageos_operator::sim::VolumeSeed;
 use support::{TestNamespace, from_json, logs, wait_event, wait_for};
 
 /// The plane's three kwok nodes, registered in the simulator as StorageOS nodes.
-const NODES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+const NODES: [&str; 3] = support::KWOK_NODES;
 const FLAGS: &[&str] = &[
     "-node-poll-interval",
     "5s",
@@ -47,6 +46,20 @@ fn kubectl(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `kubectl drain` as an admin types it (`--force` for the bare application pod, as kured's
+/// drain does; the guard has a controller, so it is evicted, not deleted).
+fn drain_node(node: &str, timeout: &str) -> (bool, String) {
+    let timeout = format!("--timeout={timeout}");
+    kubectl(&[
+        "drain",
+        node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        &timeout,
+    ])
+}
+
 /// Uncordons the node when dropped, so a failed test leaves the plane schedulable.
 struct Uncordon(&'static str);
 
@@ -60,12 +73,7 @@ impl Drop for Uncordon {
 #[tokio::test]
 async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_ready() {
     logs();
-    let client = support::client().await;
-    support::install_crds(&client).await;
-    let sim = Simulator::start(sim::Config::default()).await.unwrap();
-    for n in NODES {
-        sim.add_node(n, Health::Online).unwrap();
-    }
+    let (client, sim) = support::sim_on_the_plane().await;
     let ns = TestNamespace::new("drain").await;
     let node = NODES[0];
     let _uncordon = Uncordon(node);
@@ -79,8 +87,7 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
     sim.set_replica_health(&ns.name, &pv, "syncing").unwrap();
     let blocked = format!("{}/data", ns.name);
 
-    // An application pod on A, as a drain finds it (bare: the drains below need `--force`, as
-    // kured's does; the guard has a controller, so it is evicted, not deleted).
+    // An application pod on A, as a drain finds it.
     let pods: Api<Pod> = ns.api();
     let app: Pod = from_json(json!({
         "metadata": {"name": "app", "labels": {"app": "drain-test"}},
@@ -116,20 +123,20 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
     );
     wait_event(&client, "default", node, "DrainBlocked", &blocked).await;
 
-    // The Eviction API, as `kubectl drain` calls it: the guard may not go (429).
-    match pods.evict(&name, &EvictParams::default()).await {
+    // The Eviction API, as `kubectl drain` calls it: the guard may not go (429). (kube's
+    // default client retries a 429 up to 15 times with backoff: the answer is read without.)
+    let kubeconfig = kube::config::Kubeconfig::read_from(support::kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let once: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name);
+    match once.evict(&name, &EvictParams::default()).await {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
         other => panic!("the guard's eviction was not refused: {other:?}"),
     }
     // `kubectl drain` evicts the application pod and waits on the guard until its timeout.
-    let (drained, out) = kubectl(&[
-        "drain",
-        node,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--force",
-        "--timeout=10s",
-    ]);
+    let (drained, out) = drain_node(node, "10s");
     println!("$ kubectl drain {node} (blocked)\n{out}");
     assert!(!drained, "the drain finished while the node held the last copy: {out}");
     assert!(out.contains("disruption budget"), "{out}");
@@ -147,14 +154,7 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
     })
     .await;
     wait_event(&client, "default", node, "DrainUnblocked", node).await;
-    let (drained, out) = kubectl(&[
-        "drain",
-        node,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--force",
-        "--timeout=60s",
-    ]);
+    let (drained, out) = drain_node(node, "60s");
     println!("$ kubectl drain {node} (safe)\n{out}");
     assert!(drained, "the drain did not proceed: {out}");
 

@@ -335,6 +335,25 @@ pub async fn api_manager_context_in(
     ctx
 }
 
+/// The plane's three kwok nodes, as the tests that register them in the simulator name them.
+#[allow(dead_code)]
+pub const KWOK_NODES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+
+/// A simulator with the plane's kwok nodes registered online (the CRDs installed on the plane
+/// first, as the api-manager's controllers read them), and the admin client.
+#[allow(dead_code)]
+pub async fn sim_on_the_plane() -> (Client, storageos_operator::sim::SimHandle) {
+    use storageos_operator::sim::{self, Simulator};
+    use storageos_operator::storageos::models::Health;
+    let client = client().await;
+    install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    for n in KWOK_NODES {
+        sim.add_node(n, Health::Online).unwrap();
+    }
+    (client, sim)
+}
+
 /// Held by a test that needs the cluster-wide "one active StorageOSCluster" to be its own
 /// cluster; released when dropped. Serialises such tests across test binaries and processes.
 pub struct ClusterLock(std::fs::File);
