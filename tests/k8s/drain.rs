@@ -60,6 +60,21 @@ fn drain_node(node: &str, timeout: &str) -> (bool, String) {
     ])
 }
 
+/// Evicts `name` in `ns` through the Eviction API and expects 429 (kube's default client
+/// retries a 429 up to 15 times with backoff: the answer is read without).
+async fn assert_eviction_refused(ns: &TestNamespace, name: &str) {
+    let kubeconfig = kube::config::Kubeconfig::read_from(support::kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let once: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name);
+    match once.evict(name, &EvictParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
+        other => panic!("the eviction of {name} was not refused: {other:?}"),
+    }
+}
+
 /// Uncordons the node when dropped, so a failed test leaves the plane schedulable.
 struct Uncordon(&'static str);
 
@@ -73,6 +88,8 @@ impl Drop for Uncordon {
 #[tokio::test]
 async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_ready() {
     logs();
+    // Alone on the plane: an upgrade another test holds would guard every node.
+    let _lock = support::exclusive().await;
     let (client, sim) = support::sim_on_the_plane().await;
     let ns = TestNamespace::new("drain").await;
     let node = NODES[0];
@@ -123,18 +140,8 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
     );
     wait_event(&client, "default", node, "DrainBlocked", &blocked).await;
 
-    // The Eviction API, as `kubectl drain` calls it: the guard may not go (429). (kube's
-    // default client retries a 429 up to 15 times with backoff: the answer is read without.)
-    let kubeconfig = kube::config::Kubeconfig::read_from(support::kubeconfig_path()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    config.default_retry = false;
-    let once: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), &ns.name);
-    match once.evict(&name, &EvictParams::default()).await {
-        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429, "{s:?}"),
-        other => panic!("the guard's eviction was not refused: {other:?}"),
-    }
+    // The Eviction API, as `kubectl drain` calls it: the guard may not go (429).
+    assert_eviction_refused(&ns, &name).await;
     // `kubectl drain` evicts the application pod and waits on the guard until its timeout.
     let (drained, out) = drain_node(node, "10s");
     println!("$ kubectl drain {node} (blocked)\n{out}");
@@ -162,5 +169,43 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
     let selector = ListParams::default().labels(&drain::guard_selector());
     assert!(pods.list(&selector).await.unwrap().items.is_empty());
     assert!(budgets.list(&selector).await.unwrap().items.is_empty());
+    controller.abort();
+}
+
+/// The interlock with upgrades: while a StorageOSUpgrade holds maintenance every StorageOS node
+/// is guarded (a drain started meanwhile waits), and the guards go when the upgrade ends.
+#[tokio::test]
+async fn while_an_upgrade_holds_maintenance_every_node_is_guarded() {
+    logs();
+    let _lock = support::exclusive().await;
+    let (_client, sim) = support::sim_on_the_plane().await;
+    let ns = TestNamespace::new("drain-upgrade").await;
+    support::identity::install_drain_guard_role(&support::client().await, &ns.name).await;
+    let kube = support::api_manager_client().await;
+    let ctx = support::api_manager_context_in(&sim, FLAGS, kube, &ns.name).await;
+    let controller = tokio::spawn(drain::run(ctx));
+    let pods: Api<Pod> = ns.api();
+    let budgets: Api<PodDisruptionBudget> = ns.api();
+    let selector = ListParams::default().labels(&drain::guard_selector());
+
+    support::start_maintenance(&ns, "to-v2").await;
+    for node in NODES {
+        let name = guard::name(node);
+        let budget = wait_for(&format!("a guard on {node} during the upgrade"), SETTLE, || async {
+            let b = budgets.get_opt(&name).await.ok()??;
+            (b.status.as_ref()?.disruptions_allowed == 0 && pods.get_opt(&name).await.ok()?.is_some()).then_some(b)
+        })
+        .await;
+        let why = &budget.metadata.annotations.unwrap()[guard::BLOCKED_BY_ANNOTATION];
+        assert!(why.contains("StorageOSUpgrade to-v2"), "{why}");
+    }
+    assert_eviction_refused(&ns, &guard::name(NODES[1])).await;
+
+    support::end_maintenance(&ns).await;
+    wait_for("every guard to go after the upgrade", SETTLE, || async {
+        let left = pods.list(&selector).await.ok()?.items.len() + budgets.list(&selector).await.ok()?.items.len();
+        (left == 0).then_some(())
+    })
+    .await;
     controller.abort();
 }
