@@ -15,7 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, EvictParams, ListParams, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::drain::{self, guard};
-use storageos_operator::sim::VolumeSeed;
+use storageos_operator::sim::{SimHandle, VolumeSeed};
 use support::{TestNamespace, from_json, logs, wait_event, wait_for};
 
 /// The plane's three kwok nodes, registered in the simulator as StorageOS nodes.
@@ -75,6 +75,15 @@ async fn assert_eviction_refused(ns: &TestNamespace, name: &str) {
     }
 }
 
+/// The drain guard controller as the api-manager runs it, with the test namespace as its own:
+/// its guards live there, under its namespaced Role only.
+async fn start_guards(sim: &SimHandle, ns: &TestNamespace) -> tokio::task::JoinHandle<()> {
+    support::identity::install_drain_guard_role(&support::client().await, &ns.name).await;
+    let kube = support::api_manager_client().await;
+    let ctx = support::api_manager_context_in(sim, FLAGS, kube, &ns.name).await;
+    tokio::spawn(drain::run(ctx))
+}
+
 /// Uncordons the node when dropped, so a failed test leaves the plane schedulable.
 struct Uncordon(&'static str);
 
@@ -113,11 +122,7 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
     }));
     pods.create(&PostParams::default(), &app).await.unwrap();
 
-    // The api-manager's guards live in its namespace, under its namespaced Role only.
-    support::identity::install_drain_guard_role(&client, &ns.name).await;
-    let kube = support::api_manager_client().await;
-    let ctx = support::api_manager_context_in(&sim, FLAGS, kube, &ns.name).await;
-    let controller = tokio::spawn(drain::run(ctx));
+    let controller = start_guards(&sim, &ns).await;
 
     // A guard pod bound to A and a budget that allows no eviction, both naming the PVC.
     let name = guard::name(node);
@@ -178,12 +183,9 @@ async fn a_drain_of_the_node_holding_the_last_copy_waits_until_the_replica_is_re
 async fn while_an_upgrade_holds_maintenance_every_node_is_guarded() {
     logs();
     let _lock = support::exclusive().await;
-    let (_client, sim) = support::sim_on_the_plane().await;
+    let (_, sim) = support::sim_on_the_plane().await;
     let ns = TestNamespace::new("drain-upgrade").await;
-    support::identity::install_drain_guard_role(&support::client().await, &ns.name).await;
-    let kube = support::api_manager_client().await;
-    let ctx = support::api_manager_context_in(&sim, FLAGS, kube, &ns.name).await;
-    let controller = tokio::spawn(drain::run(ctx));
+    let controller = start_guards(&sim, &ns).await;
     let pods: Api<Pod> = ns.api();
     let budgets: Api<PodDisruptionBudget> = ns.api();
     let selector = ListParams::default().labels(&drain::guard_selector());
