@@ -149,7 +149,8 @@ impl OnSnapshot for Guards<'_> {
         }
         for node in &plan.remove {
             match self.remove(node).await {
-                Ok(()) => self.announce_unblocked(node).await,
+                Ok(true) => self.announce_unblocked(node).await,
+                Ok(false) => {}
                 Err(e) => tracing::warn!(controller = CONTROLLER, %node, error = %e, "cannot remove the drain guard"),
             }
         }
@@ -235,13 +236,16 @@ impl Guards<'_> {
         Ok(())
     }
 
-    /// Deletes the budget, then the pod (which the budget's deletion would delete too).
-    async fn remove(&self, node: &str) -> Result<(), Error> {
+    /// Deletes the budget, then the pod (which the budget's deletion would delete too); whether
+    /// either was still there (a cache that lags a removal asks for it twice).
+    async fn remove(&self, node: &str) -> Result<bool, Error> {
         let name = guard::name(node);
-        delete::<PodDisruptionBudget>(self.ctx, &name).await?;
-        delete::<Pod>(self.ctx, &name).await?;
-        tracing::info!(controller = CONTROLLER, %node, "drain guard removed");
-        Ok(())
+        let budget = delete::<PodDisruptionBudget>(self.ctx, &name).await?;
+        let pod = delete::<Pod>(self.ctx, &name).await?;
+        if budget || pod {
+            tracing::info!(controller = CONTROLLER, %node, "drain guard removed");
+        }
+        Ok(budget || pod)
     }
 
     async fn announce_blocked(&mut self, node: &str, blockers: &[String]) {
@@ -300,8 +304,9 @@ impl Guards<'_> {
     }
 }
 
-/// Deletes `name` of kind `K` in the api-manager's namespace; gone already is fine.
-async fn delete<K>(ctx: &Context, name: &str) -> Result<(), Error>
+/// Deletes `name` of kind `K` in the api-manager's namespace; whether it was there (gone
+/// already is fine).
+async fn delete<K>(ctx: &Context, name: &str) -> Result<bool, Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -312,8 +317,8 @@ where
         .delete(name, &DeleteParams::default())
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
