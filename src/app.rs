@@ -76,6 +76,10 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         #[cfg(feature = "simulator")]
         Command::Simulate(args) => Ok(simulate::run(args).await?),
         Command::Manifests(args) => manifests(&args),
+        Command::DrainGuard => {
+            crate::runtime::process::signal::shutdown().await;
+            Ok(())
+        }
     }
 }
 

@@ -53,6 +53,10 @@ pub enum Command {
     /// under `olm/`.
     Manifests(ManifestsArgs),
 
+    /// Hold a node for the drain gate: do nothing until SIGTERM, then exit 0 (the api-manager's
+    /// guard pods run this; a PodDisruptionBudget on the pod is what holds a drain).
+    DrainGuard,
+
     /// Run the StorageOS control-plane API simulator, for demos and tests (not in release
     /// builds: feature `simulator`).
     #[cfg(feature = "simulator")]

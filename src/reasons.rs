@@ -263,6 +263,12 @@ reasons! {
         "Warning: the node is offline but an upgrade is in progress; nothing is fenced meanwhile.";
     FENCING_SKIPPED_CORDONED = "FencingSkippedCordoned", Event, "Node",
         "Warning: the node is offline but cordoned (being drained or serviced on purpose); nothing is fenced.";
+    DRAIN_BLOCKED = "DrainBlocked", Event, "Node",
+        "Normal: the node holds the last online copy of a volume; a guard pod and PodDisruptionBudget make its evictions wait.";
+    DRAIN_WAITING = "DrainWaiting", Event, "Node",
+        "Warning: the node is cordoned (a drain) but holds the last online copy of a volume; its evictions are refused until the replicas are ready.";
+    DRAIN_UNBLOCKED = "DrainUnblocked", Event, "Node",
+        "Normal: the node holds no last copy any more; its drain guard was removed and a drain proceeds.";
     DELETED = "Deleted", Event, "Node, Namespace",
         "Normal: the StorageOS node or namespace of this name was deleted with (or without) its Kubernetes object.";
     DELETE_RETRYING = "DeleteRetrying", Event, "Node, Namespace",

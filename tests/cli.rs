@@ -129,3 +129,22 @@ fn a_closed_pipe_ends_the_output_quietly() {
         assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn the_drain_guard_waits_for_sigterm_and_exits_zero() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_storageos-operator"))
+        .arg("drain-guard")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the drain guard");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "the guard waits");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::apimanager::controllers::config::{
-    Config, DeleteSyncConfig, FencerConfig, LabelSyncConfig, Loop, SharedVolumeConfig,
+    Config, DeleteSyncConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, SharedVolumeConfig,
 };
 use crate::apimanager::storageos_poll::{MIN_VOLUME_POLL, PollConfig};
 use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
@@ -155,6 +155,11 @@ pub struct ApiManagerArgs {
     /// every cluster's annotation counts, as with the Go api-manager.
     #[arg(long, env = "STORAGEOS_CLUSTER", value_parser = crate::apimanager::maintenance::parse_cluster)]
     pub storageos_cluster: Option<(String, String)>,
+    /// Image of the drain gate's guard pods (this api-manager's own image, which the operator
+    /// renders here); unset or empty, the drain gate shows on `nodes.api.storageos.com` but
+    /// places no guards (docs/api-manager.md, "Drain gate").
+    #[arg(long, env = "DRAIN_GUARD_IMAGE")]
+    pub drain_guard_image: Option<String>,
     /// Accepted for compatibility and ignored (a warning names the replacement): use
     /// --log-format console --log-level debug.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
@@ -243,6 +248,12 @@ impl ApiManagerArgs {
                 read_back_for: self.k8s_create_wait_duration,
             },
             maintenance_of: self.storageos_cluster.clone(),
+            drain_guard: self
+                .drain_guard_image
+                .as_deref()
+                .map(str::trim)
+                .filter(|i| !i.is_empty())
+                .map(|image| DrainGuardConfig { image: image.into() }),
         }
     }
 

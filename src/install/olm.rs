@@ -111,7 +111,7 @@ fn owned_crds() -> Value {
                 ("DaemonSet", "v1"), ("Deployment", "v1"), ("StatefulSet", "v1"), ("Service", "v1"),
                 ("Secret", "v1"), ("ConfigMap", "v1"), ("ServiceAccount", "v1"), ("StorageClass", "v1"),
                 ("CSIDriver", "v1"), ("ClusterRole", "v1"), ("ClusterRoleBinding", "v1"),
-                ("MutatingWebhookConfiguration", "v1"), ("Ingress", "v1"),
+                ("Role", "v1"), ("RoleBinding", "v1"), ("MutatingWebhookConfiguration", "v1"), ("Ingress", "v1"),
             ]),
             "specDescriptors": [
                 descriptor("secretRefName", "API Secret", "Secret with the StorageOS API username and password.",

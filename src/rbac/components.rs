@@ -74,6 +74,20 @@ pub const API_MANAGER: &[Rule] = &[
     rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"]).named(&[API_MANAGER_LEASE]),
 ];
 
+/// The Role `storageos:api-manager-drain-guard`, bound in the api-manager's own namespace only:
+/// the drain gate's guard pods and their PodDisruptionBudgets (docs/api-manager.md, "Drain
+/// gate"). Written by server-side apply (`patch`, and `create` for a new one), watched, deleted
+/// when the node is safe. Namespaced on purpose: pod create anywhere would let the api-manager
+/// run any pod in any namespace.
+pub const API_MANAGER_DRAIN_GUARD: &[Rule] = &[
+    rule(&[""], &["pods"], &["get", "list", "watch", "create", "patch", "delete"]),
+    rule(
+        &["policy"],
+        &["poddisruptionbudgets"],
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+];
+
 /// `storageos:scheduler-extender-vol-checker`: the node answers the scheduler extender.
 pub const VOL_CHECKER: &[Rule] = &[
     rule(&[""], &["persistentvolumes", "persistentvolumeclaims"], &["get"]),
@@ -273,6 +287,14 @@ pub const ROLES: &[ComponentRole] = &[
     },
 ];
 
+/// Every Role (namespaced, in the operand namespace) the operator may render, by name. The
+/// operator holds their rules cluster-wide ([`super::operator::cluster_role_rules`]): it cannot
+/// know the operand namespace in advance.
+pub const NAMESPACED_ROLES: &[ComponentRole] = &[ComponentRole {
+    name: "storageos:api-manager-drain-guard",
+    rules: API_MANAGER_DRAIN_GUARD,
+}];
+
 /// `storageos:api-manager` for an api-manager whose `-webhook-config-mutating` names
 /// `webhook_config` (the operator renders it with [`API_MANAGER_WEBHOOK_CONFIG`]).
 pub fn api_manager_rules(webhook_config: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
@@ -285,10 +307,11 @@ pub fn api_manager_rules(webhook_config: &str) -> Vec<k8s_openapi::api::rbac::v1
     rules
 }
 
-/// The template values: role name → rules in the Kubernetes form.
+/// The template values: role name (ClusterRole or Role) → rules in the Kubernetes form.
 pub fn template_values() -> serde_json::Value {
     let map: serde_json::Map<String, serde_json::Value> = ROLES
         .iter()
+        .chain(NAMESPACED_ROLES)
         .map(|r| {
             (
                 r.name.to_string(),

@@ -57,7 +57,7 @@ pub const OWN: &[Rule] = &[
     rule(&["apps"], &["daemonsets", "deployments", "statefulsets"], MANAGE),
     rule(
         &["rbac.authorization.k8s.io"],
-        &["clusterroles", "clusterrolebindings"],
+        &["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
         MANAGE,
     ),
     rule(&["storage.k8s.io"], &["storageclasses", "csidrivers"], MANAGE),
@@ -98,11 +98,17 @@ pub const LEADER_ELECTION: &[Rule] = &[
     rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"]).named(&[LEASE]),
 ];
 
-/// The operator's ClusterRole: its own rules and every rule of the ClusterRoles it renders
-/// (see the module docs of [`super`] for why it holds them rather than `escalate`).
+/// The operator's ClusterRole: its own rules and every rule of the ClusterRoles and Roles it
+/// renders (see the module docs of [`super`] for why it holds them rather than `escalate`; a
+/// Role's rules are held cluster-wide, as the operand namespace is the CR's choice).
 pub fn cluster_role_rules() -> Vec<PolicyRule> {
     let mut tables: Vec<&[Rule]> = vec![OWN];
-    tables.extend(components::ROLES.iter().map(|r| r.rules));
+    tables.extend(
+        components::ROLES
+            .iter()
+            .chain(components::NAMESPACED_ROLES)
+            .map(|r| r.rules),
+    );
     union(&tables)
 }
 
@@ -120,9 +126,32 @@ mod tests {
     #[test]
     fn the_operator_holds_every_rule_it_hands_out() {
         let held = cluster_role_rules();
-        for role in components::ROLES {
+        for role in components::ROLES.iter().chain(components::NAMESPACED_ROLES) {
             let m = missing(&held, &policy_rules(role.rules));
             assert!(m.is_empty(), "{} would be an escalation: {m:?}", role.name);
+        }
+    }
+
+    #[test]
+    fn the_api_manager_creates_pods_and_budgets_in_its_own_namespace_only() {
+        let cluster_wide = crate::rbac::permissions(&policy_rules(components::API_MANAGER));
+        for p in &cluster_wide {
+            let writes = ["create", "patch"].contains(&p.verb.as_str());
+            assert!(
+                !(writes && (p.resource == "pods" || p.resource == "poddisruptionbudgets")),
+                "cluster-wide {p}"
+            );
+        }
+        let guards = crate::rbac::permissions(&policy_rules(components::API_MANAGER_DRAIN_GUARD));
+        for (resource, verb) in [
+            ("pods", "create"),
+            ("poddisruptionbudgets", "create"),
+            ("pods", "delete"),
+        ] {
+            assert!(
+                guards.iter().any(|p| p.resource == resource && p.verb == verb),
+                "{verb} {resource}"
+            );
         }
     }
 

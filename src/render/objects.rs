@@ -6,7 +6,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::{Metadata, NamespaceResourceScope, Resource};
@@ -159,6 +159,8 @@ objects! {
     ServiceAccount(ServiceAccount, namespaced = true),
     ClusterRole(ClusterRole, namespaced = false),
     ClusterRoleBinding(ClusterRoleBinding, namespaced = false),
+    Role(Role, namespaced = true),
+    RoleBinding(RoleBinding, namespaced = true),
     Secret(Secret, namespaced = true),
     ConfigMap(ConfigMap, namespaced = true),
     DaemonSet(DaemonSet, namespaced = true),

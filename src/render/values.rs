@@ -132,6 +132,11 @@ fn api_manager_command(r: &Resolved, go_image: bool) -> (Vec<String>, Vec<String
     if r.webhook_client_ca_config_map.is_some() {
         args.push(format!("--webhook-client-ca-file={WEBHOOK_CLIENT_CA_DIR}/ca.crt"));
     }
+    // The drain gate's guard pods run the api-manager's own image (`drain-guard`); the Go
+    // api-manager has no drain gate.
+    if !is_go_api_manager(image) {
+        args.push(format!("--drain-guard-image={image}"));
+    }
     (command, args)
 }
 

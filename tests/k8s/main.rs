@@ -14,6 +14,7 @@ mod apimanager;
 mod apply;
 mod cluster;
 mod crds;
+mod drain;
 mod fencing;
 mod gc;
 mod helm;

@@ -12,13 +12,13 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use storageos_operator::apimanager::controllers::mirror;
 use storageos_operator::crd::{StorageOSNode, StorageOSVolume};
-use storageos_operator::sim::{self, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::sim::{SimHandle, VolumeSeed};
 use storageos_operator::storageos::models::Health;
 use support::identity::{API_MANAGER, writes_by};
 use support::{TestNamespace, from_json, logs, wait_for};
 
 /// The plane's three kwok nodes, registered in the simulator as StorageOS nodes.
-const NODES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+const NODES: [&str; 3] = support::KWOK_NODES;
 /// The fencer's floor, and the default.
 const NODE_POLL: Duration = Duration::from_secs(5);
 const FLAGS: &[&str] = &["-node-poll-interval", "5s", "-volume-poll-interval", "1s"];
@@ -78,12 +78,7 @@ fn seed(sim: &SimHandle, ns: &TestNamespace, pv: &str, pvc: &str) {
 #[tokio::test]
 async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     logs();
-    let client = support::client().await;
-    support::install_crds(&client).await;
-    let sim = Simulator::start(sim::Config::default()).await.unwrap();
-    for n in NODES {
-        sim.add_node(n, Health::Online).unwrap();
-    }
+    let (client, sim) = support::sim_on_the_plane().await;
     let ns = TestNamespace::new("mirror").await;
     // The claim bound to the volume's PV, and one of another name that is not bound.
     let pv = format!("pvc-{}", support::suffix());

@@ -105,6 +105,28 @@ pub async fn install_api_manager_rbac_for(admin: &Client, webhook_config: &str) 
     apply(admin, &binding(&role, &role, API_MANAGER)).await;
 }
 
+/// The api-manager's Role for the drain gate's guards (`storageos:api-manager-drain-guard`) in
+/// `namespace`, bound to its ServiceAccount, as the operator renders it in the operand namespace.
+#[allow(dead_code)]
+pub async fn install_drain_guard_role(admin: &Client, namespace: &str) {
+    let name = "storageos:api-manager-drain-guard";
+    apply(
+        admin,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": name, "namespace": namespace},
+                "rules": rbac::policy_rules(rbac::components::API_MANAGER_DRAIN_GUARD)}),
+    )
+    .await;
+    apply(
+        admin,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": API_MANAGER.name, "namespace": API_MANAGER.namespace}]}),
+    )
+    .await;
+}
+
 /// A ClusterRoleBinding of `role` to `who`.
 pub fn binding(name: &str, role: &str, who: Identity) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -311,6 +311,17 @@ pub async fn api_manager_context_as(
     flags: &[&str],
     kube: Client,
 ) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
+    api_manager_context_in(sim, flags, kube, "default").await
+}
+
+/// [`api_manager_context_as`] for an api-manager running in `namespace` (where it places the
+/// drain gate's guards).
+pub async fn api_manager_context_in(
+    sim: &storageos_operator::sim::SimHandle,
+    flags: &[&str],
+    kube: Client,
+    namespace: &str,
+) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
     use storageos_operator::apimanager::controllers::Context;
     use storageos_operator::apimanager::flags::ApiManagerArgs;
     use storageos_operator::apimanager::metrics::ApiManagerMetrics;
@@ -329,7 +340,7 @@ pub async fn api_manager_context_as(
         kube,
         api,
         args.controllers(),
-        "default".into(),
+        namespace.into(),
         ReconcileMetrics::register(&mut registry),
         ApiManagerMetrics::register(&mut registry),
         storageos_operator::apimanager::controllers::pvc_cache(),
@@ -339,6 +350,25 @@ pub async fn api_manager_context_as(
     let poll = ctx.clone();
     tokio::spawn(async move { poll.poll_storageos().await });
     ctx
+}
+
+/// The plane's three kwok nodes, as the tests that register them in the simulator name them.
+#[allow(dead_code)]
+pub const KWOK_NODES: [&str; 3] = ["kwok-node-0", "kwok-node-1", "kwok-node-2"];
+
+/// A simulator with the plane's kwok nodes registered online (the CRDs installed on the plane
+/// first, as the api-manager's controllers read them), and the admin client.
+#[allow(dead_code)]
+pub async fn sim_on_the_plane() -> (Client, storageos_operator::sim::SimHandle) {
+    use storageos_operator::sim::{self, Simulator};
+    use storageos_operator::storageos::models::Health;
+    let client = client().await;
+    install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    for n in KWOK_NODES {
+        sim.add_node(n, Health::Online).unwrap();
+    }
+    (client, sim)
 }
 
 /// Held by a test that needs the cluster-wide "one active StorageOSCluster" to be its own

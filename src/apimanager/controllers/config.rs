@@ -26,6 +26,16 @@ pub struct Config {
     /// The StorageOSCluster (namespace, name) whose pause annotation means maintenance; `None`:
     /// any cluster's.
     pub maintenance_of: Option<(String, String)>,
+    /// The drain gate's guards; `None` when no guard image is given (the gate is then only
+    /// shown, not enforced).
+    pub drain_guard: Option<DrainGuardConfig>,
+}
+
+/// The drain gate's guard pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainGuardConfig {
+    /// The image the guard pods run (`storageos-operator drain-guard`).
+    pub image: String,
 }
 
 /// The fencer's settings.

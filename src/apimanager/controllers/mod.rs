@@ -35,7 +35,7 @@ use crate::storageos;
 /// The name events are reported under, as in the Go api-manager.
 pub const EVENT_SOURCE: &str = "storageos-api-manager";
 
-pub use config::{Config, Loop};
+pub use config::{Config, DrainGuardConfig, Loop};
 
 /// What every controller shares.
 pub struct Context {
@@ -166,6 +166,7 @@ pub async fn run(ctx: Arc<Context>) {
         fencing::run(ctx.clone()),
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
+        drain::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),
         node_label::run(ctx.clone()),

@@ -367,6 +367,17 @@ impl State {
         Ok(self.touch(vi).version.clone())
     }
 
+    /// Test knob: sets the health of every replica of a volume (`syncing` while a replica
+    /// catches up, `ready` once it has), as a rebuild does.
+    pub fn set_replica_health(&mut self, namespace: &str, name: &str, health: &str) -> Result<Volume, ApiError> {
+        let vi = self.vol_index_by_name(namespace, name)?;
+        let v = self.touch(vi);
+        for r in &mut v.replicas {
+            r.health = health.to_string();
+        }
+        Ok(v.clone())
+    }
+
     /// Test knob: moves a volume's NFS server to `endpoint` (`ip:port`), as a failover or an NFS
     /// restart does, making it NFS-attached on its master; `None` clears the endpoint (the
     /// attachment type is kept, as while the NFS server restarts).

@@ -29,7 +29,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
-use super::drain;
+use super::drain::rule as drain;
 use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::metrics::MirrorStep;
@@ -123,7 +123,7 @@ impl Caches {
 
 /// An owner reference to `owner` (no `blockOwnerDeletion`: that would need rights on the
 /// owner's finalizers, and the mirror must never hold up a Node or PVC delete).
-fn owner_of<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+pub fn owner_of<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),

@@ -1,0 +1,167 @@
+//! What a guard is: one pod pinned to an unsafe node and one PodDisruptionBudget that lets no
+//! eviction take it, in the api-manager's namespace. Pure: names, labels and the objects as
+//! server-side apply documents. The label constants are public so that other controllers (the
+//! upgrade, a `plan`) can find guards without knowing how they are made.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// `app.kubernetes.io/component` of every guard pod and budget.
+pub const COMPONENT: &str = "drain-guard";
+/// The label naming a guard's node (the node name, or a digest of it when too long for a label).
+pub const NODE_LABEL: &str = "storageos.com/drain-guard-node";
+/// The annotation with the guard's full node name.
+pub const NODE_ANNOTATION: &str = "storageos.com/drain-guard-node";
+/// The annotation listing why the node is guarded: the PVCs whose last online copy it holds, or
+/// the upgrade under way.
+pub const BLOCKED_BY_ANNOTATION: &str = "storageos.com/drain-blocked-by";
+/// The field manager of the guards (the api-manager's).
+pub const FIELD_MANAGER: &str = crate::apimanager::controllers::mirror::FIELD_MANAGER;
+/// How many blockers an annotation lists before "(+N more)".
+const ANNOTATED: usize = 20;
+/// How many blockers an event names before "(+N more)".
+const NAMED_IN_EVENTS: usize = 5;
+/// The longest node name used as it is in names and labels (a label value holds 63).
+const MAX_PLAIN: usize = 40;
+
+/// The label selector of every guard pod and budget (`kubectl get pods,pdb -l ...`).
+pub fn guard_selector() -> String {
+    format!("app.kubernetes.io/component={COMPONENT},{NODE_LABEL}")
+}
+
+/// The key of a node's guard: its name when short, else `h-` and a digest of it.
+pub fn key(node: &str) -> String {
+    if node.len() <= MAX_PLAIN {
+        return node.to_string();
+    }
+    let digest = Sha256::digest(node.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("h-{hex}")
+}
+
+/// The name of a node's guard pod and budget.
+pub fn name(node: &str) -> String {
+    format!("storageos-drain-guard-{}", key(node))
+}
+
+/// The labels of a node's guard pod and budget; the budget selects the pod by them.
+pub fn labels(node: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "storageos".into()),
+        ("app.kubernetes.io/component".into(), COMPONENT.into()),
+        ("app.kubernetes.io/managed-by".into(), FIELD_MANAGER.into()),
+        (NODE_LABEL.into(), key(node)),
+    ])
+}
+
+/// The blockers as one line, the first [`ANNOTATED`] of them (the annotation of the guard).
+pub fn blocked_by(blockers: &[String]) -> String {
+    listed(blockers, ANNOTATED)
+}
+
+/// The first `n` blockers, then how many more.
+fn listed(blockers: &[String], n: usize) -> String {
+    let mut s = blockers.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    if blockers.len() > n {
+        s.push_str(&format!(" (+{} more)", blockers.len() - n));
+    }
+    s
+}
+
+/// The budget of `node`'s guard, owned by the Kubernetes Node (deleted with it).
+///
+/// `minAvailable: 1` rather than `maxUnavailable: 0`: the disruption controller computes a
+/// `maxUnavailable` budget from the scale of the pods' controller, which a guard pod has not
+/// (its controller is this budget); `minAvailable` counts the pods, so the budget is healthy and
+/// allows 0 disruptions. `IfHealthyBudget`: a guard that is not Ready still cannot be evicted.
+pub fn budget(namespace: &str, node: &str, blockers: &[String], owner: &OwnerReference) -> Value {
+    let selector: BTreeMap<String, String> = labels(node)
+        .into_iter()
+        .filter(|(k, _)| k == NODE_LABEL || k == "app.kubernetes.io/component")
+        .collect();
+    json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": metadata(namespace, node, blockers, owner),
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": selector},
+            "unhealthyPodEvictionPolicy": "IfHealthyBudget",
+        }
+    })
+}
+
+/// The metadata a guard's pod and budget share.
+fn metadata(namespace: &str, node: &str, blockers: &[String], owner: &OwnerReference) -> Value {
+    json!({
+        "name": name(node), "namespace": namespace, "labels": labels(node),
+        "annotations": {NODE_ANNOTATION: node, BLOCKED_BY_ANNOTATION: blocked_by(blockers)},
+        "ownerReferences": [owner],
+    })
+}
+
+/// The guard pod of `node`: `storageos-operator drain-guard` from `image`, bound to the node
+/// (no scheduler: a cordon does not keep it off), tolerating every taint (a `NoExecute` taint
+/// must not evict it), tiny, unprivileged. Its controller is its budget (`budget_owner`):
+/// `kubectl drain` evicts pods that have a controller, and refuses bare ones without `--force`
+/// instead of waiting; and deleting the budget deletes the pod.
+pub fn pod(namespace: &str, node: &str, blockers: &[String], image: &str, budget_owner: &OwnerReference) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": metadata(namespace, node, blockers, budget_owner),
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "terminationGracePeriodSeconds": 2,
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "guard",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["storageos-operator", "drain-guard"],
+                "env": [{"name": "LOG_FORMAT", "value": "json"}],
+                "resources": {
+                    "requests": {"cpu": "1m", "memory": "8Mi"},
+                    "limits": {"memory": "32Mi"},
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }],
+        }
+    })
+}
+
+/// The note of the event saying the node is guarded.
+pub fn blocked_note(node: &str, blockers: &[String], namespace: &str) -> String {
+    note(format!(
+        "draining node {node} now would take the last online copy of {}: evictions from it wait (PodDisruptionBudget {namespace}/{}) until StorageOS reports the replicas elsewhere ready",
+        listed(blockers, NAMED_IN_EVENTS),
+        name(node)
+    ))
+}
+
+/// The note of the event saying a drain (the node is cordoned) waits for the guard;
+/// `blocked_by` is the guard's annotation.
+pub fn waiting_note(node: &str, blocked_by: &str, namespace: &str) -> String {
+    note(format!(
+        "node {node} is cordoned, but its evictions are refused by PodDisruptionBudget {namespace}/{}: it holds the last online copy of {blocked_by}; the drain proceeds once StorageOS reports the replicas elsewhere ready",
+        name(node),
+    ))
+}
+
+/// An event note within the apiserver's limit.
+fn note(text: String) -> String {
+    crate::text::truncated(&text, crate::text::EVENT_NOTE_LIMIT)
+}
+
+/// The note of the event saying the guard is gone.
+pub fn unblocked_note(node: &str) -> String {
+    format!("node {node} holds no last copy of a volume any more: its drain guard was removed")
+}
