@@ -219,8 +219,8 @@ reasons! {
         "Phase Pending: a StorageOS volume is degraded or has a replica still syncing; the upgrade starts once every volume is healthy.";
     VOLUMES_UNKNOWN = "VolumesUnknown", ConditionAndEvent, "StorageOSUpgrade",
         "Phase Pending: the StorageOS volumes could not all be read, so whether an upgrade is safe cannot be told; the upgrade waits.";
-    DRAIN_BLOCKED = "DrainBlocked", ConditionAndEvent, "StorageOSUpgrade",
-        "Phase Pending: a cordoned node holds the last copy of a volume (a drain guard's PodDisruptionBudget); the upgrade waits.";
+    DRAIN_BLOCKED = "DrainBlocked", ConditionAndEvent, "StorageOSUpgrade, Node",
+        "On a StorageOSUpgrade, phase Pending: a cordoned node holds the last copy of a volume (a drain guard's PodDisruptionBudget); the upgrade waits. On a Node, a Normal event: the node holds the last online copy of a volume; a guard pod and PodDisruptionBudget make its evictions wait.";
     INVALID_TIMEOUT = "InvalidTimeout", ConditionAndEvent, "StorageOSUpgrade",
         "Degraded=True: spec.timeout is not a duration.";
     FAILED = "Failed", Condition, "StorageOSUpgrade",
@@ -263,8 +263,6 @@ reasons! {
         "Warning: the node is offline but an upgrade is in progress; nothing is fenced meanwhile.";
     FENCING_SKIPPED_CORDONED = "FencingSkippedCordoned", Event, "Node",
         "Warning: the node is offline but cordoned (being drained or serviced on purpose); nothing is fenced.";
-    DRAIN_BLOCKED = "DrainBlocked", Event, "Node",
-        "Normal: the node holds the last online copy of a volume; a guard pod and PodDisruptionBudget make its evictions wait.";
     DRAIN_WAITING = "DrainWaiting", Event, "Node",
         "Warning: the node is cordoned (a drain) but holds the last online copy of a volume; its evictions are refused until the replicas are ready.";
     DRAIN_UNBLOCKED = "DrainUnblocked", Event, "Node",

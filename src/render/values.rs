@@ -111,7 +111,7 @@ fn is_under(path: &str, dir: &str) -> bool {
 
 /// The api-manager container: command and arguments. The operator's image runs the
 /// `api-manager` subcommand; a Go api-manager image runs `/manager`. Both accept the same flags.
-fn api_manager_command(r: &Resolved, go_image: bool) -> (Vec<String>, Vec<String>) {
+fn api_manager_command(r: &Resolved, image: &str, go_image: bool) -> (Vec<String>, Vec<String>) {
     let command = if go_image {
         vec!["/manager".to_string()]
     } else {
@@ -134,7 +134,7 @@ fn api_manager_command(r: &Resolved, go_image: bool) -> (Vec<String>, Vec<String
     }
     // The drain gate's guard pods run the api-manager's own image (`drain-guard`); the Go
     // api-manager has no drain gate.
-    if !is_go_api_manager(image) {
+    if !go_image {
         args.push(format!("--drain-guard-image={image}"));
     }
     (command, args)
@@ -185,7 +185,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, E
     };
     let meta = &inputs.cluster.metadata;
     // The pieces this file builds.
-    let (am_command, am_args) = api_manager_command(r, go_api_manager);
+    let (am_command, am_args) = api_manager_command(r, &images.api_manager_container, go_api_manager);
     let am_cluster = format!(
         "{}/{}",
         meta.namespace.clone().unwrap_or_default(),

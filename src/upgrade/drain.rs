@@ -1,7 +1,7 @@
 //! The interlock with blocked drains (pure): an upgrade does not start while a node is
 //! cordoned and a drain guard protects the last copy of a volume on it. The api-manager puts a
-//! PodDisruptionBudget on each such node (labelled [`GUARD_SELECTOR`], naming the node in
-//! [`GUARD_NODE_LABEL`]); an offline upgrade restarting every node then would take that copy down
+//! PodDisruptionBudget on each such node (selected by [`guard_selector`], naming the node in
+//! [`NODE_ANNOTATION`]); an offline upgrade restarting every node then would take that copy down
 //! while the drain waits on it.
 
 use std::collections::BTreeSet;
@@ -10,15 +10,13 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
-/// Label selector of the drain guards' PodDisruptionBudgets.
-pub const GUARD_SELECTOR: &str = "app.kubernetes.io/component=drain-guard";
-/// Label of a drain guard's PodDisruptionBudget naming the node it guards.
-pub const GUARD_NODE_LABEL: &str = "storageos.com/drain-guard-node";
+pub use crate::apimanager::controllers::drain::guard::{NODE_ANNOTATION, guard_selector};
 
-/// The nodes a drain guard's PodDisruptionBudget names (sorted, once each).
+/// The nodes the drain guards' PodDisruptionBudgets name (in full, in their annotation; the
+/// label holds a digest of a long name), sorted, once each.
 pub fn guarded_nodes(pdbs: &[PodDisruptionBudget]) -> BTreeSet<String> {
     pdbs.iter()
-        .filter_map(|p| p.labels().get(GUARD_NODE_LABEL).cloned())
+        .filter_map(|p| p.annotations().get(NODE_ANNOTATION).cloned())
         .filter(|n| !n.is_empty())
         .collect()
 }
@@ -35,14 +33,14 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn guarded_nodes_come_from_the_label_and_a_cordon_is_spec_unschedulable() {
+    fn guarded_nodes_come_from_the_annotation_and_a_cordon_is_spec_unschedulable() {
         let pdb = |labels: serde_json::Value| -> PodDisruptionBudget {
-            serde_json::from_value(json!({"metadata": {"name": "g", "labels": labels}})).unwrap()
+            serde_json::from_value(json!({"metadata": {"name": "g", "annotations": labels}})).unwrap()
         };
         let pdbs = [
-            pdb(json!({GUARD_NODE_LABEL: "b"})),
-            pdb(json!({GUARD_NODE_LABEL: "a"})),
-            pdb(json!({GUARD_NODE_LABEL: "a"})),
+            pdb(json!({NODE_ANNOTATION: "b"})),
+            pdb(json!({NODE_ANNOTATION: "a"})),
+            pdb(json!({NODE_ANNOTATION: "a"})),
             pdb(json!({})),
         ];
         assert_eq!(guarded_nodes(&pdbs).into_iter().collect::<Vec<_>>(), ["a", "b"]);

@@ -7,7 +7,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use super::drain::{self, GUARD_SELECTOR};
+use super::drain;
 use super::health::StorageOSRead;
 use super::{Context, Error};
 use crate::crd::StorageOSCluster;
@@ -69,7 +69,7 @@ pub async fn storageos(cluster: &StorageOSCluster, ctx: &Context) -> StorageOSRe
 /// names. A failed read is an error (the upgrade retries), never "no drain".
 pub async fn blocked_drains(namespace: &str, ctx: &Context) -> Result<Vec<String>, Error> {
     let pdbs = Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default().labels(GUARD_SELECTOR))
+        .list(&ListParams::default().labels(&drain::guard_selector()))
         .await?
         .items;
     let nodes: Api<Node> = Api::all(ctx.client.clone());

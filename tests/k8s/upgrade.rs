@@ -863,7 +863,8 @@ async fn an_upgrade_waits_while_a_drain_is_blocked() {
     let guarded = "kwok-node-1";
     let pdb: PodDisruptionBudget = from_json(json!({
         "metadata": {"name": "drain-guard-test", "labels": {
-            "app.kubernetes.io/component": "drain-guard", "storageos.com/drain-guard-node": guarded}},
+            "app.kubernetes.io/component": "drain-guard", "storageos.com/drain-guard-node": guarded},
+            "annotations": {"storageos.com/drain-guard-node": guarded}},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "drain-guard-test"}}}
     }));
     scene

@@ -235,11 +235,6 @@ impl SimHandle {
         Ok(self.shared.lock().bump_volume_version(namespace, name)?)
     }
 
-    /// Sets the health of every replica of a volume (`syncing`, `ready`, ...), as a rebuild does.
-    pub fn set_replica_health(&self, namespace: &str, name: &str, health: &str) -> Result<Volume, Error> {
-        Ok(self.shared.lock().set_replica_health(namespace, name, health)?)
-    }
-
     /// Moves a volume's NFS server to `endpoint` (`ip:port`; `None` clears it), as a master
     /// failover or an NFS restart does.
     pub fn set_nfs_endpoint(&self, namespace: &str, name: &str, endpoint: Option<&str>) -> Result<Volume, Error> {

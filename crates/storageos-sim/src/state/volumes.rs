@@ -400,15 +400,4 @@ impl State {
         }
         Ok(v.clone())
     }
-
-    /// Test knob: sets the health of every replica of a volume (`syncing`, `ready`, ...), as a
-    /// replica that is being rebuilt reports; the volume's version is not changed.
-    pub fn set_replica_health(&mut self, namespace: &str, name: &str, health: &str) -> Result<Volume, ApiError> {
-        let vi = self.vol_index_by_name(namespace, name)?;
-        let v = &mut self.volumes[vi];
-        for r in &mut v.replicas {
-            r.health = health.to_string();
-        }
-        Ok(v.clone())
-    }
 }
