@@ -1,6 +1,6 @@
 //! `kubectl storageos`: the day-2 plugin (docs/plugin.md). Installs the operator and a cluster
 //! from the objects this crate builds (`install::build`, `crd::all`), checks a cluster before
-//! and after (`preflight`), reports (`status`), collects a redacted support bundle (`bundle`),
+//! and after (`preflight`), reports (`status`), previews a change (`plan`), collects a redacted support bundle (`bundle`),
 //! upgrades with path checks and uninstalls in the safe order with recovery manifests.
 //!
 //! `src/bin/kubectl-storageos.rs` parses [`Cli`] and calls [`run`]; each command is a module
@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod connect;
 pub mod eval_etcd;
 pub mod install;
+pub mod plan;
 pub mod preflight;
 pub mod redact;
 pub mod status;
@@ -69,6 +70,8 @@ pub enum Command {
     Install(install::InstallArgs),
     /// One screen on the operator, the cluster, StorageOS nodes and volumes.
     Status(status::StatusArgs),
+    /// Preview what applying a StorageOSCluster would do (server-side dry runs; nothing written).
+    Plan(plan::PlanArgs),
     /// Collect a redacted support bundle (.tar.gz).
     Bundle(bundle::BundleArgs),
     /// Upgrade StorageOS (a StorageOSUpgrade) or the operator itself, with path checks.
@@ -96,6 +99,8 @@ pub enum Error {
     #[error(transparent)]
     Status(#[from] status::Error),
     #[error(transparent)]
+    Plan(#[from] plan::Error),
+    #[error(transparent)]
     Bundle(#[from] bundle::Error),
     #[error(transparent)]
     Upgrade(#[from] upgrade::Error),
@@ -118,6 +123,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Preflight(args) => preflight::run(&client, ns, &args).await?,
         Command::Install(args) => install::run(&client, ns, &args).await?,
         Command::Status(args) => status::run(&client, ns, &args).await?,
+        Command::Plan(args) => plan::run(&client, ns, &args).await?,
         Command::Bundle(args) => bundle::run(&client, ns, &args).await?,
         Command::Upgrade(args) => upgrade::run(&client, ns, &args).await?,
         Command::Uninstall(args) => uninstall::run(&client, ns, &args).await?,

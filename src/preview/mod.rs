@@ -45,6 +45,11 @@ pub struct PlanArgs {
     #[arg(long, env = "OPERATOR_IMAGE")]
     pub operator_image: Option<String>,
 
+    /// Namespace of the running operator's Deployment (`storageos-operator`), whose image and
+    /// environment the preview renders with.
+    #[arg(long, default_value = crate::rbac::operator::NAMESPACE)]
+    pub operator_namespace: String,
+
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -78,10 +83,15 @@ fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 pub async fn run(args: &PlanArgs) -> Result<(), Error> {
     let connection = connect::connect(args.kubeconfig.as_deref(), Some("plan")).await?;
     let entries = plan(&connection.client, args, &connection.version).await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&entries).map_err(Error::Print)?);
+    print(&entries, args.json)
+}
+
+/// Prints the plan: a table, or JSON.
+pub fn print(entries: &[Entry], json: bool) -> Result<(), Error> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(entries).map_err(Error::Print)?);
     } else {
-        print!("{}", table(&entries));
+        print!("{}", table(entries));
     }
     Ok(())
 }
@@ -92,7 +102,7 @@ pub async fn plan(client: &kube::Client, args: &PlanArgs, k8s_version: &str) -> 
     let (operator_image, env) = match &args.operator_image {
         Some(image) => (image.clone(), std::env::vars().collect()),
         None => {
-            let (image, env) = running_operator(client).await?;
+            let (image, env) = running_operator(client, &args.operator_namespace).await?;
             (image.unwrap_or_else(|| render::DEFAULT_OPERATOR_IMAGE.to_string()), env)
         }
     };
@@ -159,9 +169,12 @@ pub async fn plan(client: &kube::Client, args: &PlanArgs, k8s_version: &str) -> 
 }
 
 /// The running operator's image and environment (its `RELATED_IMAGE_*` defaults and the
-/// variables it forwards to the nodes), when it runs as `storageos-operator/storageos-operator`.
-async fn running_operator(client: &kube::Client) -> Result<(Option<String>, BTreeMap<String, String>), Error> {
-    let (ns, name) = (crate::rbac::operator::NAMESPACE, crate::rbac::operator::NAME);
+/// variables it forwards to the nodes), when its Deployment `storageos-operator` is in `ns`.
+async fn running_operator(
+    client: &kube::Client,
+    ns: &str,
+) -> Result<(Option<String>, BTreeMap<String, String>), Error> {
+    let name = crate::rbac::operator::NAME;
     let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
         .get_opt(name)
         .await

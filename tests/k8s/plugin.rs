@@ -106,6 +106,47 @@ fn real_writes_since(since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
         .collect()
 }
 
+/// `kubectl storageos plan` previews a cluster with server-side dry runs only: every object of
+/// the example cluster is listed, and the audit log has no real write by the plugin's identity.
+#[tokio::test]
+async fn plan_previews_the_example_cluster_and_writes_nothing() {
+    // Alone on the plane: the other commands write as the same identity.
+    let _lock = support::cluster_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let example = support::repo_root().join("deploy/examples/storageoscluster.yaml");
+    let since = chrono::Utc::now();
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "plan",
+            "-f",
+            &example.to_string_lossy(),
+            "--operator-image",
+            "registry.invalid/op:test",
+        ],
+    );
+    assert!(out.contains("DaemonSet kube-system/storageos-daemonset"), "{out}");
+    assert!(
+        out.contains(" to create, ") && out.contains(" untouched; restarts: "),
+        "{out}"
+    );
+    let json = plugin_ok(
+        &kubeconfig,
+        &[
+            "plan",
+            "-f",
+            &example.to_string_lossy(),
+            "--operator-image",
+            "registry.invalid/op:test",
+            "--json",
+        ],
+    );
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    assert!(entries.iter().any(|e| e["object"] == "StorageClass fast"), "{json}");
+    assert_eq!(real_writes_since(since), Vec::<String>::new(), "plan wrote");
+}
+
 /// kubectl finds the plugin on the PATH, runs it as `kubectl storageos`, and it completes.
 #[tokio::test]
 async fn kubectl_finds_the_plugin_on_the_path() {

@@ -150,6 +150,7 @@ pub async fn plan(client: &kube::Client, cr: &impl serde::Serialize) -> Vec<stor
         file,
         kubeconfig: None,
         operator_image: Some(OPERATOR_IMAGE.into()),
+        operator_namespace: storageos_operator::install::NAMESPACE.into(),
         json: false,
     };
     let version = client.apiserver_version().await.unwrap().git_version;
