@@ -116,32 +116,15 @@ async fn plan_previews_the_example_cluster_and_writes_nothing() {
     let kubeconfig = plugin_kubeconfig(dir.path()).await;
     let example = support::repo_root().join("deploy/examples/storageoscluster.yaml");
     let since = chrono::Utc::now();
-    let out = plugin_ok(
-        &kubeconfig,
-        &[
-            "plan",
-            "-f",
-            &example.to_string_lossy(),
-            "--operator-image",
-            "registry.invalid/op:test",
-        ],
-    );
+    let example = example.to_string_lossy();
+    let plan = ["plan", "-f", &example, "--operator-image", "registry.invalid/op:test"];
+    let out = plugin_ok(&kubeconfig, &plan);
     assert!(out.contains("DaemonSet kube-system/storageos-daemonset"), "{out}");
     assert!(
         out.contains(" to create, ") && out.contains(" untouched; restarts: "),
         "{out}"
     );
-    let json = plugin_ok(
-        &kubeconfig,
-        &[
-            "plan",
-            "-f",
-            &example.to_string_lossy(),
-            "--operator-image",
-            "registry.invalid/op:test",
-            "--json",
-        ],
-    );
+    let json = plugin_ok(&kubeconfig, &[&plan[..], &["--json"]].concat());
     let entries: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
     assert!(entries.iter().any(|e| e["object"] == "StorageClass fast"), "{json}");
     assert_eq!(real_writes_since(since), Vec::<String>::new(), "plan wrote");
