@@ -638,10 +638,14 @@ async fn upgrade_checks_the_path_then_completes(kubeconfig: &Path) {
     .await
     .unwrap();
 
-    let out = plugin(
-        kubeconfig,
-        &["upgrade", "--version", "2.5.0", "--wait", "--timeout", "3m"],
-    );
+    // Off the test's runtime: the operator reads StorageOS (the simulator this runtime serves)
+    // before the upgrade may start.
+    let path = kubeconfig.to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        plugin(&path, &["upgrade", "--version", "2.5.0", "--wait", "--timeout", "3m"])
+    })
+    .await
+    .unwrap();
     assert!(
         out.status.success(),
         "upgrade failed:\n{}{}",
