@@ -9,6 +9,18 @@ use crate::crd::ContainerImages;
 /// install as tag, so any tag matches.
 const GO_SCHEDULER_REPOSITORY: &str = "k8s.gcr.io/kube-scheduler:";
 
+/// Where the Go operator's CSI sidecars came from; no release lands there any more.
+const GO_SIDECAR_REGISTRY: &str = "quay.io/k8scsi/";
+
+/// Whether a pod template still runs only the Go operator's sidecars (an adopted cluster whose
+/// written-back `quay.io/k8scsi` images are kept as pinned). Such a template keeps the Go shape
+/// exactly, without the `kubectl.kubernetes.io/default-container` annotation this operator adds
+/// (storageos/cluster-operator#353), so a take-over changes nothing in it; the annotation comes
+/// with the first change that rolls the template anyway (removing those pins).
+pub fn kept_in_go_shape(sidecars: &[&str]) -> bool {
+    sidecars.iter().all(|image| image.starts_with(GO_SIDECAR_REGISTRY))
+}
+
 type Field = fn(&mut ContainerImages) -> &mut Option<String>;
 
 /// (JSON field, how to reach it, the Go operator's default for it).
@@ -95,6 +107,15 @@ pub fn without_go_defaults(images: &ContainerImages) -> ContainerImages {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_keeps_the_go_shape_only_while_all_its_sidecars_are_go_era() {
+        let go = "quay.io/k8scsi/csi-attacher:v3.1.0";
+        let ours = "registry.k8s.io/sig-storage/csi-attacher:v3.1.0";
+        assert!(kept_in_go_shape(&[go, "quay.io/k8scsi/csi-resizer:v1.1.0"]));
+        assert!(!kept_in_go_shape(&[go, ours]), "one sidecar moved: the template rolls anyway");
+        assert!(!kept_in_go_shape(&[ours, ours]));
+    }
 
     fn go_era() -> ContainerImages {
         ContainerImages {

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::defaults::{NODE_API_PORT, Resolved};
+use super::go_defaults;
 use super::images::{self, Images, is_go_api_manager};
 use super::inputs::{FORWARDED_NODE_ENV, Inputs, forwarded_to_api_manager};
 use super::labels::{self, Labels};
@@ -299,10 +300,18 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, E
             "deviceDirEnv": r.shared_dir.as_ref().map(|s| format!("{s}/devices")),
             "tolerations": node_pod_tolerations,
             "affinity": node_affinity,
+            "defaultContainer": !go_defaults::kept_in_go_shape(&[
+                &images.csi_node_driver_registrar_container,
+                &images.csi_liveness_probe_container,
+            ]),
         },
         "helper": {
             "tolerations": helper_pod_tolerations,
             "affinity": node_affinity,
+            "defaultContainer": !go_defaults::kept_in_go_shape(&[
+                &images.csi_external_attacher_container,
+                &images.csi_external_resizer_container,
+            ]),
         },
         "etcdTls": r.etcd_tls_secret_ref.is_some(),
         "etcdSecret": etcd_secret,
