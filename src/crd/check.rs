@@ -149,17 +149,15 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Vec<Violation>) {
         if text.contains("oldSelf") {
             continue;
         }
+        // As the apiserver reports it: at `fieldPath` below the rule's object when set, and as
+        // a missing field for reason FieldValueRequired.
+        let at = format!("{path}{}", rule["fieldPath"].as_str().unwrap_or_default());
+        let failed = format!("failed rule: {text}");
+        let message = message.unwrap_or(&failed);
         match evaluate(text, value) {
             Ok(true) => {}
-            Ok(false) => push(
-                out,
-                path,
-                format!(
-                    "Invalid value: {}: {}",
-                    short(value),
-                    message.unwrap_or(&format!("failed rule: {text}"))
-                ),
-            ),
+            Ok(false) if rule["reason"] == "FieldValueRequired" => push(out, &at, format!("Required value: {message}")),
+            Ok(false) => push(out, &at, format!("Invalid value: {}: {message}", short(value))),
             Err(e) => push(out, path, format!("cannot evaluate the rule {text:?}: {e}")),
         }
     }

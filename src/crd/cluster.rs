@@ -33,6 +33,7 @@ use super::validation;
     doc = "A StorageOS cluster: the node DaemonSet, CSI helpers, services, scheduler extender and api-manager the operator installs."
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = validation::kv_backend_address()))]
 pub struct StorageOSClusterSpec {
     /// Legacy: comma-separated IPs of the nodes that join the cluster. The operator computes the
     /// member list from nodeSelectorTerms and tolerations; a value here is kept but not used.
@@ -395,8 +396,9 @@ pub struct ContainerImages {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageOSClusterKvBackend {
-    /// Comma-separated etcd endpoints, for example `http://etcd.etcd.svc:2379`.
+    /// Comma-separated etcd endpoints, for example `http://etcd.etcd.svc:2379`. Required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
     pub address: Option<String>,
     /// Legacy: key-value store kind; only etcd is supported and the value is not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -39,6 +39,18 @@ pub fn service_type() -> Value {
     }])
 }
 
+/// StorageOS keeps its state in etcd: a cluster without `kvBackend.address` cannot start (it
+/// would render `ETCD_ENDPOINTS: ''`), so it is refused at admission. On `spec`, because the
+/// field it requires sits in an optional object; `fieldPath` points the message at the field.
+pub fn kv_backend_address() -> Value {
+    json!([{
+        "rule": "has(self.kvBackend) && has(self.kvBackend.address) && self.kvBackend.address.trim() != ''",
+        "message": "set spec.kvBackend.address to the etcd endpoints StorageOS keeps its state in, for example http://etcd.storageos-etcd.svc:2379",
+        "fieldPath": ".kvBackend.address",
+        "reason": "FieldValueRequired"
+    }])
+}
+
 /// A required string that must not be blank; `what` names it in the message.
 pub fn non_empty(what: &str) -> Value {
     json!([{

@@ -37,7 +37,7 @@ fn cluster_json(ns: &str, name: &str) -> serde_json::Value {
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "secretRefName": "storageos-api", "secretRefNamespace": ns,
-            "namespace": ns,
+            "namespace": ns, "kvBackend": {"address": support::KV_ADDRESS},
             "disableTelemetry": true,
             "service": {"annotations": {"example.com/note": "one"}}
         }

@@ -380,7 +380,8 @@ async fn a_forged_pause_annotation_does_not_suspend_fencing() {
     let forged: StorageOSCluster = support::from_json(serde_json::json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "forged", "annotations": {"storageos.com/paused-by-upgrade": "to-v2"}},
-        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": w.ns.name, "pause": true}
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": w.ns.name, "pause": true,
+                 "kvBackend": {"address": support::KV_ADDRESS}}
     }));
     w.ns.api::<StorageOSCluster>()
         .create(&PostParams::default(), &forged)
@@ -491,7 +492,8 @@ async fn more_than_half_offline_fences_nothing_until_it_heals() {
     let cluster: storageos_operator::crd::StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "held"},
-        "spec": {"secretRefName": "none", "secretRefNamespace": w.ns.name}
+        "spec": {"secretRefName": "none", "secretRefNamespace": w.ns.name,
+                 "kvBackend": {"address": support::KV_ADDRESS}}
     }));
     w.ns.api::<storageos_operator::crd::StorageOSCluster>()
         .create(&PostParams::default(), &cluster)

@@ -153,7 +153,8 @@ async fn one_rejected_object_leaves_the_others_applied_and_nothing_pruned() {
     let cluster: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "storageos", "namespace": ns.name},
-        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name, "namespace": ns.name}
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name, "namespace": ns.name,
+                 "kvBackend": {"address": support::KV_ADDRESS}}
     }));
     let clusters = ns.api::<StorageOSCluster>();
     let cluster = clusters.create(&PostParams::default(), &cluster).await.unwrap();

@@ -288,6 +288,7 @@ async fn a_cluster_reconcile_is_a_span_over_its_applies_and_storageos_requests_f
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "traced"},
         "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name, "namespace": ns.name,
+                 "kvBackend": {"address": support::KV_ADDRESS},
                  "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
                      "operator": "In", "values": ["kwok-node-0", "kwok-node-1", "kwok-node-2"]}]}]}
     }));

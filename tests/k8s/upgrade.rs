@@ -115,6 +115,7 @@ impl Scene {
             "metadata": {"name": CLUSTER},
             "spec": {"secretRefName": "storageos-api", "secretRefNamespace": scene.ns.name,
                      "namespace": scene.ns.name, "images": {"nodeContainer": OLD_IMAGE},
+                     "kvBackend": {"address": support::KV_ADDRESS},
                      // Only the plane's own nodes: other tests add Nodes of their own.
                      "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
                          "operator": "In", "values": ["kwok-node-0", "kwok-node-1", "kwok-node-2"]}]}]}

@@ -677,7 +677,8 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
     let cluster: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "storageos", "namespace": ns.name},
-        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name}
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name,
+                 "kvBackend": {"address": support::KV_ADDRESS}}
     }));
     let mut inputs = Inputs::new(cluster, "registry.invalid/storageos-operator:test");
     inputs.secret = Some(from_json(

@@ -462,6 +462,7 @@ pub async fn create_cluster(ns: &TestNamespace, node_image: &str) {
         "metadata": {"name": CLUSTER},
         "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name,
                  "namespace": ns.name, "images": {"nodeContainer": node_image},
+                 "kvBackend": {"address": super::KV_ADDRESS},
                  "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
                      "operator": "In", "values": ["kwok-node-0", "kwok-node-1", "kwok-node-2"]}]}]}
     }));

@@ -221,7 +221,8 @@ pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
     let cluster = json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "mine", "namespace": tenant},
-        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": tenant, "namespace": tenant}
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": tenant, "namespace": tenant,
+                 "kvBackend": {"address": super::KV_ADDRESS}}
     });
     let job = json!({
         "apiVersion": "storageos.com/v1", "kind": "Job",

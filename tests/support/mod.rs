@@ -46,6 +46,10 @@ pub fn kubeconfig_path() -> &'static Path {
 /// File `hack/k8s.sh up` writes next to its kubeconfig, holding the apiserver's URL.
 pub const PLANE_MARKER: &str = "storageos-test-plane";
 
+/// The etcd address the tests' clusters name (the CRD requires one). Nothing answers there: a
+/// test that needs a reachable kv backend starts one (tests/k8s/preflight.rs).
+pub const KV_ADDRESS: &str = "http://etcd.storageos-etcd.svc:2379";
+
 /// Panics unless `kubeconfig` points at the apiserver of a plane `hack/k8s.sh` started.
 pub fn check_plane_marker(kubeconfig: &Path) {
     let server = Kubeconfig::read_from(kubeconfig)
@@ -577,7 +581,8 @@ pub async fn start_maintenance(ns: &TestNamespace, upgrade: &str) {
     let c: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "maintenance", "annotations": {"storageos.com/paused-by-upgrade": upgrade}},
-        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name, "pause": true}
+        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name, "pause": true,
+                 "kvBackend": {"address": KV_ADDRESS}}
     }));
     ns.api::<StorageOSCluster>()
         .create(&PostParams::default(), &c)
