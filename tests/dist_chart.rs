@@ -321,6 +321,8 @@ fn the_kustomize_base_is_deploy_operator_yaml_and_overlays_change_namespace_and_
         format!("{container}/env/{}/value", at("RELATED_IMAGE_API_MANAGER")),
         "ClusterRoleBinding/storageos-operator/subjects/0/namespace".into(),
         "RoleBinding/storageos-operator-leader-election/subjects/0/namespace".into(),
+        // kustomize moves the webhook's Service reference along with the namespace.
+        "ValidatingWebhookConfiguration/storageos-operator/webhooks/0/clientConfig/service/namespace".into(),
     ];
     for id in expected.keys() {
         if expected[id]["metadata"].get("namespace").is_some() {

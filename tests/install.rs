@@ -71,7 +71,9 @@ fn operator_yaml_lists_crds_first_then_the_install_objects() {
             "Role",
             "RoleBinding",
             "Deployment",
-            "Service"
+            "Service",
+            "Service",
+            "ValidatingWebhookConfiguration"
         ]
     );
 }
@@ -169,9 +171,17 @@ fn the_bundle_crds_are_the_crds_and_the_csv_carries_the_install_rbac() {
     assert!(!rbac::has_wildcard(
         &serde_json::from_value::<Vec<PolicyRule>>(strategy["clusterPermissions"][0]["rules"].clone()).unwrap()
     ));
-    assert!(
-        csv["spec"].get("webhookdefinitions").is_none(),
-        "webhooks stay operator-managed"
+    // The api-manager's webhooks stay operator-managed; OLM serves only the operator's own,
+    // which refuses a second StorageOSCluster and never blocks (Ignore).
+    let hooks = csv["spec"]["webhookdefinitions"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0]["type"], "ValidatingAdmissionWebhook");
+    assert_eq!(hooks[0]["deploymentName"], strategy["deployments"][0]["name"]);
+    assert_eq!(hooks[0]["failurePolicy"], "Ignore");
+    assert_eq!(hooks[0]["targetPort"], install::WEBHOOK_PORT);
+    assert_eq!(
+        hooks[0]["rules"][0]["resources"],
+        serde_json::json!(["storageosclusters"])
     );
     for (file, _) in storageos_operator::crd::all() {
         assert_eq!(

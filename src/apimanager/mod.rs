@@ -1,7 +1,6 @@
 //! The api-manager runtime (`storageos-operator api-manager`): webhooks and certificates on every
 //! replica, controllers on the leader.
 
-pub mod certs;
 pub mod controllers;
 pub mod flags;
 pub mod maintenance;

@@ -14,13 +14,13 @@ use prometheus_client::registry::Registry;
 
 use std::sync::Arc;
 
-use super::certs::CertManager;
 use super::controllers::{self, Context};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
 use crate::runtime::kube::leader::{self, Leadership};
 use crate::runtime::kube::metrics::ReconcileMetrics;
+use crate::runtime::kube::webhook_certs::{CertManager, ConfigKind};
 use crate::runtime::process::health::HealthServer;
 use crate::runtime::process::https::{self, CertSlot};
 use crate::runtime::process::signal;
@@ -145,21 +145,6 @@ async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManage
     }
 }
 
-/// Ensures the certificate and the caBundle, retrying until both work (the webhook configuration
-/// may not exist yet while the cluster is being installed).
-async fn ensure_certs(manager: &CertManager, retry: Duration) -> crate::runtime::process::pki::ServingCert {
-    loop {
-        match manager.ensure().await {
-            Ok(cert) => match manager.inject_ca(&cert.ca_pem).await {
-                Ok(_) => return cert,
-                Err(e) => tracing::warn!(error = %e, "cannot inject the webhook CA; retrying"),
-            },
-            Err(e) => tracing::warn!(error = %e, "cannot ensure the webhook certificate; retrying"),
-        }
-        tokio::time::sleep(retry).await;
-    }
-}
-
 /// Every metric family the api-manager serves on `/metrics`.
 pub struct Metrics {
     pub api: ApiMetrics,
@@ -214,6 +199,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         service_namespace: or_ns(&args.webhook_service_namespace),
         service_name: args.webhook_service_name.clone(),
         webhook_config: args.webhook_config_mutating.clone(),
+        kind: ConfigKind::Mutating,
+        component: "storageos-api-manager".into(),
         validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
     };
     // The StorageOS login (for the controllers) goes on meanwhile, whatever the certificates do.
@@ -226,7 +213,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     let mut api = None;
     let cert = loop {
         tokio::select! {
-            cert = ensure_certs(&manager, args.api_retry_interval) => break cert,
+            cert = manager.ensure_until_ready(args.api_retry_interval) => break cert,
             logged_in = &mut login, if api.is_none() => api = Some(logged_in),
             () = signal::shutdown() => return Ok(()),
         }

@@ -3,6 +3,7 @@
 //! Watches the clusters, every child it creates (metadata only, by label), the node DaemonSet's
 //! pods and the Nodes (only changes that affect membership), so drift is repaired in seconds.
 
+pub mod admission;
 pub mod adopt;
 pub mod api_clients;
 pub mod context;

@@ -148,6 +148,11 @@ fn release_namespaced(mut o: Value) -> Result<Value, Error> {
             set(s, &["namespace"], mark("NAMESPACE"))?;
         }
     }
+    if let Some(hooks) = o.get_mut("webhooks").and_then(Value::as_array_mut) {
+        for h in hooks {
+            set(h, &["clientConfig", "service", "namespace"], mark("NAMESPACE"))?;
+        }
+    }
     Ok(o)
 }
 
@@ -485,6 +490,24 @@ pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
         format!(
             "{head}{{{{- if .Values.metrics.service.enabled }}}}\n{}{{{{- end }}}}\n",
             template(&release_namespaced(find("Service")?)?)?
+        ),
+    ));
+    // The webhook that refuses a second StorageOSCluster: its Service (found by name, after the
+    // metrics Service) and its configuration.
+    let webhook_service = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == super::WEBHOOK_SERVICE)
+        .cloned()
+        .ok_or_else(|| Error::Template("no webhook Service among the install objects".into()))?;
+    files.push((
+        "templates/webhook-service.yaml".into(),
+        format!("{head}{}", template(&release_namespaced(webhook_service)?)?),
+    ));
+    files.push((
+        "templates/webhook.yaml".into(),
+        format!(
+            "{head}{}",
+            template(&release_namespaced(find("ValidatingWebhookConfiguration")?)?)?
         ),
     ));
     files.push((

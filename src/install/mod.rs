@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -16,13 +17,25 @@ use crate::{crd, rbac};
 pub mod helm;
 pub mod olm;
 
-pub use crate::rbac::operator::{NAME, NAMESPACE, selector};
+pub use crate::rbac::operator::{NAME, NAMESPACE, WEBHOOK_CONFIG, selector};
 /// Name of the leader-election Role and RoleBinding.
 pub const LEADER_ELECTION_ROLE: &str = "storageos-operator-leader-election";
 /// Name of the metrics Service.
 pub const METRICS_SERVICE: &str = "storageos-operator-metrics";
 /// Port of `/metrics`, `/healthz` and `/readyz`.
 pub const METRICS_PORT: i32 = 8080;
+/// The Service in front of the operator's validating webhook (a second StorageOSCluster is
+/// refused), and the Secret its replicas share the certificate in.
+pub const WEBHOOK_SERVICE: &str = "storageos-operator-webhook";
+/// The Secret of the webhook's certificate (not used under OLM, which mounts one).
+pub const WEBHOOK_SECRET: &str = "storageos-operator-webhook";
+/// The container port of the webhook.
+pub const WEBHOOK_PORT: i32 = 9443;
+/// The path of the StorageOSCluster check.
+pub const WEBHOOK_PATH: &str = "/validate-storageoscluster";
+/// The webhook's name in the configuration.
+pub const WEBHOOK_NAME: &str = "storageoscluster.validate.storageos.com";
+
 /// The unprivileged user of the image (distroless `nonroot`).
 pub const USER_ID: i64 = 65532;
 
@@ -48,6 +61,8 @@ pub struct Install {
     pub role_binding: RoleBinding,
     pub deployment: Deployment,
     pub service: Service,
+    pub webhook_service: Service,
+    pub webhook: ValidatingWebhookConfiguration,
 }
 
 /// File name of the one-file install under `deploy/`.
@@ -153,7 +168,10 @@ fn deployment(image: &str) -> Value {
                         "image": image,
                         "args": ["run"],
                         "env": env(image),
-                        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+                        "ports": [
+                            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                            {"name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP"}
+                        ],
                         "livenessProbe": {
                             "httpGet": {"path": "/healthz", "port": "metrics"},
                             "initialDelaySeconds": 5, "periodSeconds": 20
@@ -247,7 +265,43 @@ pub fn build(image: &str) -> Result<Install, Error> {
                 }
             }),
         )?,
+        webhook_service: typed(
+            "Service",
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": meta(WEBHOOK_SERVICE),
+                "spec": {
+                    "selector": selector(),
+                    "ports": [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+                }
+            }),
+        )?,
+        webhook: typed("ValidatingWebhookConfiguration", validating_webhook())?,
     })
+}
+
+/// The webhook that refuses a second StorageOSCluster. `failurePolicy: Ignore`: a down operator
+/// never blocks a create (the second cluster is then left Pending, as before). No `caBundle`:
+/// the replicas inject their CA (src/operator/webhook.rs).
+fn validating_webhook() -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIG, "labels": labels()},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "clientConfig": {"service": {"namespace": NAMESPACE, "name": WEBHOOK_SERVICE, "path": WEBHOOK_PATH, "port": 443}},
+            "rules": [webhook_rule()],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5
+        }]
+    })
+}
+
+/// What the webhook is called for: creating a StorageOSCluster.
+pub fn webhook_rule() -> Value {
+    json!({"apiGroups": ["storageos.com"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["storageosclusters"], "scope": "Namespaced"})
 }
 
 impl Install {
@@ -267,6 +321,8 @@ impl Install {
             value(&self.role_binding),
             value(&self.deployment),
             value(&self.service),
+            value(&self.webhook_service),
+            value(&self.webhook),
         ]
     }
 }

@@ -305,6 +305,21 @@ fn csv_from(install: &Install, image: &str) -> Result<Value, Error> {
                     }],
                 }
             },
+            // OLM creates the webhook's Service and configuration, issues its certificate and
+            // mounts it where `run --webhook-cert-dir` looks by default.
+            "webhookdefinitions": [{
+                "type": "ValidatingAdmissionWebhook",
+                "generateName": super::WEBHOOK_NAME,
+                "deploymentName": NAME,
+                "containerPort": 443,
+                "targetPort": super::WEBHOOK_PORT,
+                "webhookPath": super::WEBHOOK_PATH,
+                "rules": [super::webhook_rule()],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }],
             "customresourcedefinitions": {"owned": owned_crds()},
             "relatedImages": related_images(image),
         }

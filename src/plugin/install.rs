@@ -304,6 +304,12 @@ pub fn operator_objects(image: &str, namespace: &str) -> Result<Vec<Value>, Erro
                 s["namespace"] = json!(namespace);
             }
         }
+        // The operator's webhook calls its Service, which moves with it.
+        if let Some(hooks) = o.get_mut("webhooks").and_then(Value::as_array_mut) {
+            for h in hooks {
+                h["clientConfig"]["service"]["namespace"] = json!(namespace);
+            }
+        }
     }
     Ok(objects)
 }
@@ -514,7 +520,9 @@ mod tests {
         assert_eq!(objects[0]["kind"], "Namespace");
         assert_eq!(objects[0]["metadata"]["name"], "stos");
         for o in &objects[1..] {
-            if o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding" {
+            if o["kind"] == "ValidatingWebhookConfiguration" {
+                assert_eq!(o["webhooks"][0]["clientConfig"]["service"]["namespace"], "stos");
+            } else if o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding" {
                 assert_eq!(o["metadata"]["namespace"], "stos", "{}", o["kind"]);
             }
             if let Some(subjects) = o["subjects"].as_array() {

@@ -23,6 +23,8 @@ pub fn selector() -> BTreeMap<String, String> {
 
 /// The Lease the operator's replicas elect a leader on (in the operator's namespace).
 pub const LEASE: &str = "storageos-operator-lease";
+/// The ValidatingWebhookConfiguration of the install, whose `caBundle` the replicas keep.
+pub const WEBHOOK_CONFIG: &str = "storageos-operator";
 
 /// What the apply, watch and prune of a child kind need.
 const MANAGE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
@@ -71,6 +73,13 @@ pub const OWN: &[Rule] = &[
         ],
         MANAGE,
     ),
+    // The operator's own webhook: its caBundle, when the replicas issue their certificate.
+    rule(
+        &["admissionregistration.k8s.io"],
+        &["validatingwebhookconfigurations"],
+        &["get", "patch"],
+    )
+    .named(&[WEBHOOK_CONFIG]),
     rule(&["monitoring.coreos.com"], &["servicemonitors"], MANAGE),
     // The operand namespace is applied, never deleted.
     rule(&[""], &["namespaces"], &["get", "create", "patch"]),

@@ -113,7 +113,10 @@ mod tests {
         let go = "quay.io/k8scsi/csi-attacher:v3.1.0";
         let ours = "registry.k8s.io/sig-storage/csi-attacher:v3.1.0";
         assert!(kept_in_go_shape(&[go, "quay.io/k8scsi/csi-resizer:v1.1.0"]));
-        assert!(!kept_in_go_shape(&[go, ours]), "one sidecar moved: the template rolls anyway");
+        assert!(
+            !kept_in_go_shape(&[go, ours]),
+            "one sidecar moved: the template rolls anyway"
+        );
         assert!(!kept_in_go_shape(&[ours, ours]));
     }
 

@@ -134,10 +134,10 @@ async fn kustomize_and_helm_install_the_operator_and_helm_upgrades_and_uninstall
     );
 
     // Helm needs the cluster-scoped names for itself (a ClusterRole it did not create is not
-    // adopted), so the kustomize (and any earlier test's) operator RBAC goes first.
+    // adopted), so the kustomize (and any earlier test's) operator RBAC and webhook go first.
     kubectl_ok(&[
         "delete",
-        "clusterrolebinding,clusterrole",
+        "clusterrolebinding,clusterrole,validatingwebhookconfiguration",
         install::NAME,
         "--ignore-not-found",
     ]);

@@ -29,6 +29,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     let admin = support::client().await;
 
     // A user's install: server-side apply, and again (idempotent).
+    let _webhook = support::install::RemoveWebhookOnDrop;
     for round in ["first", "second"] {
         let out = kubectl(&["apply", "--server-side", "-f", &repo("deploy/operator.yaml")]);
         assert!(

@@ -24,6 +24,7 @@ mod label_sync;
 mod leader;
 mod mirror;
 mod olm;
+mod one_cluster;
 mod partial_apply;
 mod plan;
 mod plane;

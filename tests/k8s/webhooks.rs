@@ -16,11 +16,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use storageos_operator::apimanager::certs::{CertManager, NOT_AFTER_ANNOTATION};
 use storageos_operator::apimanager::webhook::encryption::{
     ENCRYPTION, NAMESPACE_KEY_SECRET, SECRET_NAME_ANNOTATION, SECRET_NAMESPACE_ANNOTATION, VOLUME_KEY_PREFIX,
 };
 use storageos_operator::apimanager::webhook::{self, KubeLookups, WebhookMetrics, WebhookState, keys};
+use storageos_operator::runtime::kube::webhook_certs::{CertManager, ConfigKind, NOT_AFTER_ANNOTATION};
 use storageos_operator::runtime::process::https;
 use support::{TestNamespace, from_json, wait_for};
 
@@ -69,6 +69,8 @@ impl Served {
             service_namespace: ns.name.clone(),
             service_name: "storageos-webhook".into(),
             webhook_config: ns.name.clone(),
+            kind: ConfigKind::Mutating,
+            component: "storageos-api-manager".into(),
             validity: chrono::Duration::days(365),
         };
         let cert = manager.ensure().await.unwrap();

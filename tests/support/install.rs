@@ -41,6 +41,22 @@ pub fn repo(path: &str) -> String {
     super::repo_root().join(path).display().to_string()
 }
 
+/// Deletes the install's ValidatingWebhookConfiguration when dropped. On this plane its Service
+/// leads to kwok pods whose addresses answer nothing, so every later StorageOSCluster create
+/// would wait out the webhook's timeout before `failurePolicy: Ignore` lets it through.
+pub struct RemoveWebhookOnDrop;
+
+impl Drop for RemoveWebhookOnDrop {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            storageos_operator::install::WEBHOOK_CONFIG,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
 /// The operator process; SIGKILLed when dropped, its log printed if the test failed.
 pub struct Operator {
     child: Child,
@@ -95,6 +111,9 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("STORAGEOS_ENDPOINT", sim.url())
             .env("METRICS_ADDR", format!("127.0.0.1:{port}"))
+            // The webhook is reached through the apiserver only where it can route to it
+            // (tests/k8s/one_cluster.rs); here it just must not take a shared port.
+            .env("WEBHOOK_ADDR", "127.0.0.1:0")
             .stdout(Stdio::from(out.try_clone().unwrap()))
             .stderr(Stdio::from(out))
             .spawn()

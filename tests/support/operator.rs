@@ -42,6 +42,9 @@ pub fn run_command_with_metrics(
     cmd.args(["run", "--metrics-addr", &metrics_addr, "--storageos-endpoint", sim_url])
         .args(["--leader-election-namespace", storageos_operator::install::NAMESPACE])
         .args(["--identity", identity])
+        // Replicas share this machine: the webhook on a free port (tests/k8s/one_cluster.rs
+        // serves it where the apiserver reaches it).
+        .args(["--webhook-addr", "127.0.0.1:0"])
         // Tests put their clusters in namespaces of their own; the trusted-namespaces rule has
         // tests of its own (k8s/cluster, k8s/job, k8s/upgrade).
         .args(["--watch-namespaces", "*"])

@@ -16,3 +16,4 @@ pub mod metrics;
 pub mod object;
 pub mod status;
 pub mod trusted;
+pub mod webhook_certs;

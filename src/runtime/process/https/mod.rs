@@ -418,6 +418,10 @@ async fn accept_loop<IO, Fut>(
 {
     let slots = Arc::new(Semaphore::new(limits.connections.max(1)));
     let budget = Arc::new(Semaphore::new(limits.in_flight_bytes.max(1)));
+    // Dropped when the loop ends (shutdown, or the task aborted): every open connection then
+    // finishes its requests and closes, so clients (the apiserver keeps connections open) dial
+    // again and reach a replica that still serves.
+    let (_serving, stopped) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -439,6 +443,7 @@ async fn accept_loop<IO, Fut>(
         };
         let open = open.clone();
         let service = TowerToHyperService::new(bounded(router.clone(), budget.clone(), limits));
+        let mut stopped = stopped.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let Some(stream) = open(tcp, peer).await else { return };
@@ -456,6 +461,10 @@ async fn accept_loop<IO, Fut>(
             tokio::pin!(serving);
             let ended = tokio::select! {
                 ended = serving.as_mut() => ended,
+                _ = stopped.changed() => {
+                    serving.as_mut().graceful_shutdown();
+                    tokio::time::timeout(limits.headers, serving).await.unwrap_or(Ok(()))
+                }
                 () = tokio::time::sleep(limits.lifetime) => {
                     // Finish the requests under way, take no new ones; a client that does not
                     // let go is dropped after one more header deadline.

@@ -1,6 +1,8 @@
 //! Webhook certificates: a CA and serving certificate kept in one Secret that every replica
 //! shares, re-issued once less than half their validity is left, and the CA injected into the
-//! MutatingWebhookConfiguration's `caBundle` (only that field, with our own field ownership).
+//! webhook configuration's `caBundle` (only that field, with our own field ownership). The
+//! api-manager's MutatingWebhookConfiguration and the operator's ValidatingWebhookConfiguration
+//! are kept this way.
 //!
 //! During a rotation the bundle holds the new and the previous CA, so replicas still serving the
 //! old certificate keep being trusted until they pick up the new one, which they serve only from
@@ -10,9 +12,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::runtime::process::https::CertSlot;
@@ -32,18 +34,35 @@ const KEY_KEY: &str = "key.pem";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading or writing the Secret or the webhook configuration failed.
-    #[error("{what}: {source}; check the api-manager's RBAC for secrets and mutatingwebhookconfigurations")]
+    #[error("{what}: {source}; check this ServiceAccount's RBAC for secrets and the webhook configuration")]
     Kube {
         what: String,
         #[source]
         source: Box<kube::Error>,
     },
-    /// The MutatingWebhookConfiguration does not exist (the operator creates it).
-    #[error("MutatingWebhookConfiguration {0} does not exist; is the StorageOSCluster installed?")]
+    /// The webhook configuration does not exist (the operator renders the api-manager's; the
+    /// install manifests hold the operator's).
+    #[error("{0} does not exist; it is created by the install (the operator's) or by the operator (the api-manager's)")]
     NoWebhookConfig(String),
     /// Generating a certificate failed.
     #[error(transparent)]
     Pki(#[from] pki::Error),
+}
+
+/// The kind of webhook configuration whose `caBundle` is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigKind {
+    Mutating,
+    Validating,
+}
+
+impl ConfigKind {
+    fn resource(self) -> ApiResource {
+        match self {
+            Self::Mutating => ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+            Self::Validating => ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        }
+    }
 }
 
 /// Where the certificates live and what they are for.
@@ -55,6 +74,9 @@ pub struct CertManager {
     pub service_namespace: String,
     pub service_name: String,
     pub webhook_config: String,
+    pub kind: ConfigKind,
+    /// `app.kubernetes.io/component` of the Secret: who serves with it.
+    pub component: String,
     pub validity: chrono::Duration,
 }
 
@@ -168,7 +190,7 @@ impl CertManager {
             "metadata": {
                 "name": self.secret_name,
                 "namespace": self.secret_namespace,
-                "labels": {"app.kubernetes.io/component": "storageos-api-manager", "app.kubernetes.io/part-of": "storageos"},
+                "labels": {"app.kubernetes.io/component": self.component, "app.kubernetes.io/part-of": "storageos"},
                 "annotations": {NOT_AFTER_ANNOTATION: cert.not_after.to_rfc3339()}
             },
             "type": "Opaque"
@@ -217,23 +239,45 @@ impl CertManager {
         let existing = api.get(&self.secret_name).await.map_err(kube_err(&what))?;
         usable(&existing, self.validity, Utc::now())
             .filter(|c| verify(c, &dns[0], Utc::now()).is_ok())
-            .ok_or_else(|| Error::NoWebhookConfig(self.webhook_config.clone()))
+            .ok_or_else(|| Error::NoWebhookConfig(self.config_name()))
+    }
+
+    fn config_name(&self) -> String {
+        format!("{} {}", self.kind.resource().kind, self.webhook_config)
+    }
+
+    /// Ensures the certificate and the caBundle, retrying every `retry` until both work (the
+    /// webhook configuration may not exist yet while the install is under way).
+    pub async fn ensure_until_ready(&self, retry: std::time::Duration) -> ServingCert {
+        loop {
+            match self.ensure().await {
+                Ok(cert) => match self.inject_ca(&cert.ca_pem).await {
+                    Ok(_) => return cert,
+                    Err(e) => tracing::warn!(error = %e, "cannot inject the webhook CA; retrying"),
+                },
+                Err(e) => tracing::warn!(error = %e, "cannot ensure the webhook certificate; retrying"),
+            }
+            tokio::time::sleep(retry).await;
+        }
     }
 
     /// Puts `ca` into the caBundle of every webhook of the configuration, keeping the previous CA.
     /// Writes nothing when every webhook already starts with it; says whether it wrote.
     pub async fn inject_ca(&self, ca_pem: &str) -> Result<bool, Error> {
-        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let what = format!("MutatingWebhookConfiguration {}", self.webhook_config);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.kind.resource());
+        let what = self.config_name();
         let config = api
             .get_opt(&self.webhook_config)
             .await
             .map_err(kube_err(&what))?
-            .ok_or_else(|| Error::NoWebhookConfig(self.webhook_config.clone()))?;
-        let webhooks = config.webhooks.unwrap_or_default();
+            .ok_or_else(|| Error::NoWebhookConfig(what.clone()))?;
+        let webhooks = config.data["webhooks"].as_array().cloned().unwrap_or_default();
         let mut ops = Vec::new();
         for (i, hook) in webhooks.iter().enumerate() {
-            let previous = hook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice());
+            let previous = hook["clientConfig"]["caBundle"]
+                .as_str()
+                .and_then(|b| base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b).ok());
+            let previous = previous.as_deref();
             let bundle = bundle_with(previous, ca_pem);
             if previous != Some(bundle.as_bytes()) {
                 let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bundle.as_bytes());
@@ -302,6 +346,8 @@ mod tests {
             service_namespace: "ns".into(),
             service_name: "storageos-webhook".into(),
             webhook_config: "storageos-mutating-webhook".into(),
+            kind: ConfigKind::Mutating,
+            component: "storageos-api-manager".into(),
             validity: chrono::Duration::days(365),
         };
         m.secret_for(&cert, None)

@@ -1,4 +1,7 @@
-//! `storageos-operator run`: health and metrics on every replica, controllers on the leader.
+//! `storageos-operator run`: health, metrics and the validating webhook on every replica,
+//! controllers on the leader.
+
+pub mod webhook;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,6 +73,18 @@ pub struct RunArgs {
     /// every editor may act as cluster-admin. `*` trusts every namespace.
     #[arg(long, env = "WATCH_NAMESPACES")]
     pub watch_namespaces: Option<crate::runtime::kube::trusted::TrustedNamespaces>,
+
+    /// Address of the validating webhook that refuses a second StorageOSCluster (`HOST:PORT`
+    /// or `:PORT`); empty serves none (its `failurePolicy: Ignore` then lets creates through).
+    #[arg(long, env = "WEBHOOK_ADDR", default_value = ":9443")]
+    pub webhook_addr: String,
+
+    /// Directory of a mounted webhook certificate (`tls.crt`, `tls.key`), as OLM provides it.
+    /// Without those files the replicas share a certificate they issue in the Secret
+    /// `storageos-operator-webhook` and inject its CA into the ValidatingWebhookConfiguration
+    /// `storageos-operator`.
+    #[arg(long, env = "WEBHOOK_CERT_DIR", default_value = webhook::OLM_CERT_DIR)]
+    pub webhook_cert_dir: PathBuf,
 }
 
 impl RunArgs {
@@ -97,6 +112,9 @@ pub enum Error {
     /// Leader election failed or leadership was lost; the process exits to restart clean.
     #[error(transparent)]
     Leader(#[from] leader::Error),
+    /// The webhook cannot be served.
+    #[error(transparent)]
+    Webhook(#[from] webhook::Error),
 }
 
 /// Every metric family `run` serves on `/metrics`.
@@ -139,6 +157,22 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             source,
         })?;
     health.set_ready();
+
+    // Every replica serves the webhook; it only reads.
+    if !args.webhook_addr.is_empty() {
+        let listener = webhook::bind(&args.webhook_addr).await?;
+        let settings = webhook::Settings {
+            addr: args.webhook_addr.clone(),
+            cert_dir: args.webhook_cert_dir.clone(),
+            namespace: args.leader_election_namespace.clone(),
+        };
+        let client = client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = webhook::serve(client, listener, settings).await {
+                tracing::error!(error = %e, "not serving the StorageOSCluster webhook; a second cluster is left Pending instead of refused");
+            }
+        });
+    }
 
     let identity = args
         .identity
