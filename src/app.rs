@@ -35,6 +35,9 @@ pub enum Error {
     /// `plan` failed.
     #[error(transparent)]
     Plan(#[from] preview::Error),
+    /// `plan` of a StorageOSUpgrade failed.
+    #[error(transparent)]
+    UpgradePlan(#[from] crate::upgrade::plan_command::Error),
     /// `manifests` failed.
     #[error(transparent)]
     Manifests(#[from] install::Error),
@@ -72,7 +75,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => Ok(trimming(operator::run(args)).await?),
         Command::ApiManager(args) => Ok(trimming(apimanager::run(*args)).await?),
         Command::Render(args) => Ok(render::run(&args)?),
-        Command::Plan(args) => Ok(preview::run(&args).await?),
+        Command::Plan(args) => plan(&args).await,
         #[cfg(feature = "simulator")]
         Command::Simulate(args) => Ok(simulate::run(args).await?),
         Command::Manifests(args) => manifests(&args),
@@ -81,6 +84,26 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// `plan`: of the StorageOSUpgrade in the file if it holds one, else of its StorageOSCluster.
+async fn plan(args: &preview::PlanArgs) -> Result<(), Error> {
+    use crate::upgrade::plan_command;
+    let Some(up) = plan_command::upgrade_in(&args.file)? else {
+        return Ok(preview::run(args).await?);
+    };
+    let connection = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), Some("plan"))
+        .await
+        .map_err(preview::Error::from)?;
+    let p = plan_command::preview(
+        &connection.client,
+        up.clone(),
+        &args.operator_namespace,
+        args.storageos_endpoint.clone(),
+    )
+    .await?;
+    print!("{}", plan_command::render(&up, &p, args.json)?);
+    Ok(())
 }
 
 /// Writes `text` to `path` (creating its directory), or to stdout when there is none. A closed

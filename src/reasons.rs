@@ -221,6 +221,8 @@ reasons! {
         "Phase Pending: the StorageOS volumes could not all be read, so whether an upgrade is safe cannot be told; the upgrade waits.";
     DRAIN_BLOCKED = "DrainBlocked", ConditionAndEvent, "StorageOSUpgrade, Node",
         "On a StorageOSUpgrade, phase Pending: a cordoned node holds the last copy of a volume (a drain guard's PodDisruptionBudget); the upgrade waits. On a Node, a Normal event: the node holds the last online copy of a volume; a guard pod and PodDisruptionBudget make its evictions wait.";
+    DRY_RUN = "DryRun", ConditionAndEvent, "StorageOSUpgrade",
+        "Phase Pending: spec.dryRun is true; status.preview says what the upgrade would do, and nothing is touched.";
     INVALID_TIMEOUT = "InvalidTimeout", ConditionAndEvent, "StorageOSUpgrade",
         "Degraded=True: spec.timeout is not a duration.";
     FAILED = "Failed", Condition, "StorageOSUpgrade",

@@ -42,6 +42,12 @@ pub struct StorageOSUpgradeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
     pub timeout: Option<String>,
+
+    /// Only preview the upgrade: decide as it would start, record in status.preview the
+    /// applications it would scale to zero, the image every node pulls, the nodes that restart
+    /// and what would keep it from starting, and touch nothing. Set it to false to run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
 }
 
 /// The health gate's bound when `spec.timeout` is unset.
@@ -117,6 +123,31 @@ pub struct StorageOSUpgradeStatus {
     /// What happened, one entry per phase entered, oldest first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal: Option<Vec<JournalEntry>>,
+    /// What the upgrade would do, while spec.dryRun is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<UpgradePreview>,
+}
+
+/// What an upgrade would do if it started now (spec.dryRun, `storageos-operator plan`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradePreview {
+    /// It would start now (every check before the start passes).
+    pub would_start: bool,
+    /// What keeps it from starting, when something does (the reason it would wait or be refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocker: Option<String>,
+    /// The image the nodes run now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_image: Option<String>,
+    /// The image every node would pull, then restart on.
+    pub image: String,
+    /// The applications it would scale to zero (and restore afterwards).
+    #[serde(default)]
+    pub apps: Vec<ScaledApp>,
+    /// The nodes whose StorageOS pod would restart.
+    #[serde(default)]
+    pub nodes: Vec<String>,
 }
 
 /// Why and to what an upgrade rolled back.

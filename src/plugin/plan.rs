@@ -12,7 +12,7 @@ use crate::preview;
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
     /// File holding the StorageOSCluster as it would be applied (an edited CR, or a Go
-    /// operator's CR before a take-over).
+    /// operator's CR before a take-over), or a StorageOSUpgrade as it would be created.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub file: PathBuf,
     /// Render with this operator image (and this shell's RELATED_IMAGE_* variables) instead of
@@ -31,10 +31,18 @@ pub enum Error {
     Kubernetes(#[source] kube::Error),
     #[error(transparent)]
     Preview(#[from] preview::Error),
+    #[error(transparent)]
+    Upgrade(#[from] crate::upgrade::plan_command::Error),
 }
 
 /// `kubectl storageos plan`.
 pub async fn run(client: &Client, namespace: &str, args: &PlanArgs) -> Result<(), Error> {
+    use crate::upgrade::plan_command;
+    if let Some(up) = plan_command::upgrade_in(&args.file)? {
+        let p = plan_command::preview(client, up.clone(), namespace, None).await?;
+        print!("{}", plan_command::render(&up, &p, args.json)?);
+        return Ok(());
+    }
     let version = client.apiserver_version().await.map_err(Error::Kubernetes)?;
     let preview_args = preview::PlanArgs {
         file: args.file.clone(),
@@ -42,6 +50,7 @@ pub async fn run(client: &Client, namespace: &str, args: &PlanArgs) -> Result<()
         operator_image: args.operator_image.clone(),
         operator_namespace: namespace.to_string(),
         json: args.json,
+        storageos_endpoint: None,
     };
     let entries = preview::plan(client, &preview_args, &version.git_version).await?;
     Ok(preview::print(&entries, args.json)?)

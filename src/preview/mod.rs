@@ -30,8 +30,8 @@ use diff::{Action, Entry};
 /// Arguments of `plan`.
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
-    /// File holding the StorageOSCluster as it would be applied: an edited CR, or the Go
-    /// operator's CR to preview an adoption.
+    /// File holding the StorageOSCluster as it would be applied (an edited CR, or the Go
+    /// operator's CR to preview an adoption), or a StorageOSUpgrade as it would be created.
     #[arg(short = 'f', long = "filename")]
     pub file: PathBuf,
 
@@ -53,6 +53,11 @@ pub struct PlanArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// For a StorageOSUpgrade: read StorageOS here (for example a port-forward,
+    /// `http://127.0.0.1:5705`) instead of the cluster's Service, which routes only in-cluster.
+    #[arg(long, env = "STORAGEOS_ENDPOINT")]
+    pub storageos_endpoint: Option<String>,
 }
 
 /// Why `plan` failed.

@@ -20,6 +20,8 @@ pub mod health;
 pub mod nodes;
 pub mod path;
 pub mod plan;
+pub mod plan_command;
+pub mod preview;
 pub mod pull;
 pub mod read;
 pub mod reconcile;

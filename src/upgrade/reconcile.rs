@@ -17,6 +17,7 @@ use serde_json::json;
 use super::apps::{self, LiveApp, Volumes};
 use super::nodes::{self, NODE_CONTAINER, NODE_DAEMONSET, NodeView};
 use super::plan::{self, Act, ClusterView, Observed, Step};
+use super::preview;
 use super::pull::{self, PullerView};
 use super::read;
 use super::status;
@@ -74,6 +75,17 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     let generation = up.meta().generation;
     let now = now();
     let step = plan::next(&name, &image, phase, &recorded, &observed);
+    if up.spec.dry_run == Some(true) && matches!(phase, UpgradePhase::Pending | UpgradePhase::Refused) {
+        // Only the preview: the same decision, nothing touched.
+        let preview = preview::build(&step, &image, &observed, candidates(&ctx).await?);
+        let message = preview::summary(&preview);
+        let (next, news) = status::dry_run(&previous, preview, generation, &now);
+        write_status(&api, &up, &previous, next).await?;
+        if news {
+            ctx.kit.event(&up, EventType::Normal, reasons::DRY_RUN, message).await;
+        }
+        return Ok(Action::requeue(HOLD_RECHECK));
+    }
     let what = match &step {
         Step::Idle => return Ok(Action::await_change()),
         Step::Wait(message) => {
@@ -183,6 +195,15 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     // One step per reconcile, then back into the queue at once: another upgrade's reconcile
     // (one saying it must wait) is not held up for a whole upgrade.
     Ok(Action::requeue(Duration::ZERO))
+}
+
+/// What `up` would do if it started now, read as its dry run reads it (`storageos-operator
+/// plan -f upgrade.yaml`): the same observations and decision, nothing written.
+pub async fn preview(up: &StorageOSUpgrade, ctx: &Context) -> Result<crate::crd::UpgradePreview, Error> {
+    let image = up.spec.new_image.clone();
+    let observed = observe(up, UpgradePhase::Pending, &[], ctx).await?;
+    let step = plan::next(&up.name_any(), &image, UpgradePhase::Pending, &[], &observed);
+    Ok(preview::build(&step, &image, &observed, candidates(ctx).await?))
 }
 
 /// An upgrade in a namespace the operator does not trust: Ready=False with reason

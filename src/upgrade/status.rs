@@ -7,7 +7,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::crd::{JournalEntry, ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase, UpgradeRollback};
+use crate::crd::{
+    JournalEntry, ScaledApp, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase, UpgradePreview, UpgradeRollback,
+};
 use crate::reasons::{self, Reason};
 use crate::runtime::kube::conditions;
 
@@ -86,6 +88,8 @@ fn base(previous: &StorageOSUpgradeStatus, generation: Option<i64>) -> (StorageO
     s.phase = Some(phase);
     s.completed = Some(phase == UpgradePhase::Completed);
     s.observed_generation = generation;
+    // A preview describes only a dry run ([`dry_run`] sets it again).
+    s.preview = None;
     (s, phase)
 }
 
@@ -181,6 +185,20 @@ pub fn held(
     (s, news)
 }
 
+/// The status of a dry run (spec.dryRun): phase Pending with reason DryRun and `preview`; the
+/// bool says whether that is news (the event is sent when the preview says something new).
+pub fn dry_run(
+    previous: &StorageOSUpgradeStatus,
+    preview: UpgradePreview,
+    generation: Option<i64>,
+    now: &Time,
+) -> (StorageOSUpgradeStatus, bool) {
+    let message = super::preview::summary(&preview);
+    let (mut s, news) = held(previous, reasons::DRY_RUN, &message, generation, now);
+    s.preview = Some(preview);
+    (s, news)
+}
+
 /// The status while waiting at the current phase for what `message` says.
 pub fn waiting(
     previous: &StorageOSUpgradeStatus,
@@ -219,12 +237,7 @@ pub fn degraded(
 ) -> (StorageOSUpgradeStatus, bool) {
     let (mut s, phase) = base(previous, generation);
     let news = !conditions_say(previous, "Degraded", message);
-    let progress = previous
-        .conditions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|c| c.type_ == "Progressing")
+    let progress = conditions::find(previous.conditions.as_deref(), "Progressing")
         .map_or_else(|| message.to_string(), |c| c.message.clone());
     set_conditions(&mut s, phase, &progress, Some((reason, message)), generation, now);
     (s, news)
@@ -254,12 +267,7 @@ pub fn refused(
 }
 
 fn conditions_say(status: &StorageOSUpgradeStatus, type_: &str, message: &str) -> bool {
-    status
-        .conditions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == type_ && c.message == message)
+    conditions::find(status.conditions.as_deref(), type_).is_some_and(|c| c.message == message)
 }
 
 /// The status with `apps` added to the applications scaled down (each recorded once, with the

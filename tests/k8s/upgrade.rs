@@ -681,6 +681,97 @@ async fn upgrade_scales_apps_down_restarts_nodes_on_the_new_image_and_restores_a
 }
 
 #[tokio::test]
+async fn a_dry_run_previews_exactly_what_the_upgrade_then_does_and_touches_nothing() {
+    let (scene, operator) = Scene::new("dryrun").await;
+    let new = "storageos/node:v2.10.0";
+    let pods_before = scene.node_pod_uids().await;
+    // `storageos-operator plan -f upgrade.yaml`, as the operator's ServiceAccount, before the
+    // upgrade exists.
+    let file: StorageOSUpgrade = from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+        "metadata": {"name": "upgrade"}, "spec": {"newImage": new}
+    }));
+    let planned = storageos_operator::upgrade::plan_command::preview(
+        &support::identity::operator_client().await,
+        file,
+        &scene.ns.name,
+        Some(scene.sim.url()),
+    )
+    .await
+    .unwrap();
+    scene
+        .create_upgrade_with("upgrade", json!({"newImage": new, "dryRun": true}))
+        .await;
+    let preview = scene
+        .wait("the dry run's preview", || async {
+            let up = scene.upgrades().get("upgrade").await.ok()?;
+            up.status?.preview.filter(|p| p.would_start)
+        })
+        .await;
+    let up = scene.upgrades().get("upgrade").await.unwrap();
+    let status = up.status.unwrap();
+    assert_eq!(status.phase, Some(UpgradePhase::Pending));
+    let ready = support::condition(&status, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "DryRun"),
+        "{ready:?}"
+    );
+    assert_eq!(preview.image, new);
+    assert_eq!(preview.from_image.as_deref(), Some(OLD_IMAGE));
+    assert_eq!(preview.nodes, support::KWOK_NODES, "every StorageOS node restarts");
+    let mine: Vec<ScaledApp> = preview
+        .apps
+        .iter()
+        .filter(|a| a.namespace == scene.ns.name)
+        .cloned()
+        .collect();
+    let app = |kind: &str, name: &str, replicas| ScaledApp {
+        kind: kind.into(),
+        namespace: scene.ns.name.clone(),
+        name: name.into(),
+        replicas,
+    };
+    assert_eq!(
+        mine,
+        [app(DEPLOY, "web", 3), app(STS, "db", 2)],
+        "the apps it would scale to 0"
+    );
+    assert_eq!(planned, preview, "`plan` and the dry run preview the same upgrade");
+
+    // Nothing touched: no puller, no pause, the apps and node pods as they were.
+    let puller = pull::daemonset_name("upgrade");
+    assert!(scene.ns.api::<DaemonSet>().get_opt(&puller).await.unwrap().is_none());
+    assert_eq!(scene.paused_by().await, None);
+    assert_eq!(scene.app(DEPLOY, "web").await.unwrap().0, 3);
+    assert_eq!(scene.app(STS, "db").await.unwrap().0, 2);
+    assert_eq!(scene.node_pod_uids().await, pods_before);
+
+    // Run it: what it scales is what the preview said, and the preview goes.
+    scene
+        .upgrades()
+        .patch(
+            "upgrade",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"dryRun": false}})),
+        )
+        .await
+        .unwrap();
+    scene.wait_phase("upgrade", UpgradePhase::Completed).await;
+    let status = scene.upgrades().get("upgrade").await.unwrap().status.unwrap();
+    let scaled: Vec<ScaledApp> = status
+        .scaled_apps
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.namespace == scene.ns.name)
+        .collect();
+    assert_eq!(scaled, mine, "the upgrade scaled other apps than its preview named");
+    assert!(status.preview.is_none(), "a preview outlived the dry run");
+    scene.delete_upgrade("upgrade").await;
+    scene.teardown(operator).await;
+}
+
+#[tokio::test]
 async fn operator_killed_in_every_phase_resumes_and_completes() {
     use UpgradePhase::*;
     let started = std::time::Instant::now();

@@ -155,6 +155,7 @@ pub async fn plan(client: &kube::Client, cr: &impl serde::Serialize) -> Vec<stor
         operator_image: Some(OPERATOR_IMAGE.into()),
         operator_namespace: storageos_operator::install::NAMESPACE.into(),
         json: false,
+        storageos_endpoint: None,
     };
     let version = client.apiserver_version().await.unwrap().git_version;
     let mut entries = storageos_operator::preview::plan(client, &args, &version)

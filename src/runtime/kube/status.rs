@@ -29,7 +29,12 @@ where
     if next == previous {
         return Ok(false);
     }
-    let patch = json!({"metadata": {"resourceVersion": obj.resource_version()}, "status": next});
+    // A merge patch keeps what it does not mention: a field `next` drops is sent as null.
+    let status = with_removals(
+        &serde_json::to_value(previous).unwrap_or_default(),
+        serde_json::to_value(next).unwrap_or_default(),
+    );
+    let patch = json!({"metadata": {"resourceVersion": obj.resource_version()}, "status": status});
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
@@ -37,6 +42,28 @@ where
     api.patch_status(&obj.name_any(), &params, &Patch::Merge(&patch))
         .await?;
     Ok(true)
+}
+
+/// `next` with a null for every object key of `previous` it lacks, at any depth (a JSON merge
+/// patch removes only what it sets to null; lists are replaced whole).
+fn with_removals(previous: &serde_json::Value, next: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (previous, next) {
+        (Value::Object(before), Value::Object(mut after)) => {
+            for (key, old) in before {
+                match after.remove(key) {
+                    Some(new) => {
+                        after.insert(key.clone(), with_removals(old, new));
+                    }
+                    None => {
+                        after.insert(key.clone(), Value::Null);
+                    }
+                }
+            }
+            Value::Object(after)
+        }
+        (_, next) => next,
+    }
 }
 
 /// A status that carries conditions.
@@ -67,4 +94,24 @@ where
     }
     write_if_changed(api, obj, previous, &next).await?;
     Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_field_is_sent_as_null_at_any_depth() {
+        let previous = json!({"phase": "Pending", "preview": {"image": "x"}, "cluster": {"name": "a", "namespace": "b"}, "apps": [1, 2]});
+        let next = json!({"phase": "Completed", "cluster": {"name": "a"}, "apps": [1]});
+        assert_eq!(
+            with_removals(&previous, next),
+            json!({"phase": "Completed", "preview": null, "cluster": {"name": "a", "namespace": null}, "apps": [1]})
+        );
+        // Nothing dropped: the patch is `next` itself.
+        assert_eq!(
+            with_removals(&json!({"a": 1}), json!({"a": 2, "b": 3})),
+            json!({"a": 2, "b": 3})
+        );
+    }
 }
