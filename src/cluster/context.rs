@@ -65,6 +65,8 @@ pub struct Context {
     /// Per cluster UID, the generation whose pass found no (more) Go operator leftovers: they
     /// are looked for once per generation, not on every pass.
     go_leftovers: Mutex<HashMap<String, Option<i64>>>,
+    /// The kv backend's latest check per cluster UID.
+    pub kv_checks: super::kv_backend::Recent,
 }
 
 /// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
@@ -94,6 +96,7 @@ impl Context {
             caches: OnceLock::new(),
             trusted: TrustedNamespaces::Any,
             go_leftovers: Mutex::new(HashMap::new()),
+            kv_checks: Default::default(),
         }
     }
 

@@ -1,5 +1,6 @@
-//! Can the operator reach the etcd StorageOS is configured with? Checked on every pass, read
-//! only: the address parses, the TLS Secret holds PEM, its client certificate has not expired,
+//! Can the operator reach the etcd StorageOS is configured with? Checked at most once a minute
+//! per cluster ([`Recent`]; at once when the address or the TLS Secret changes), read only: the
+//! address parses, the TLS Secret holds PEM, its client certificate has not expired,
 //! and etcd's `/health` answers healthy on every endpoint. Reported as the condition
 //! `KVBackendReachable` (and an event when it turns False), with metrics; it never stops the
 //! rest of the pass (StorageOS itself reports what it cannot reach).
@@ -18,6 +19,50 @@ pub const CONDITION: &str = "KVBackendReachable";
 
 /// How long one endpoint may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an outcome stands for the same address and TLS Secret. A pass comes every few
+/// seconds while a cluster settles: an unreachable endpoint would cost each of them the timeout.
+const RECHECK: Duration = Duration::from_secs(60);
+
+/// The latest outcome per cluster, with what it was checked against.
+#[derive(Default)]
+pub struct Recent(std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant, Outcome)>>);
+
+impl Recent {
+    /// [`check`], or the outcome of one made for `cluster` less than [`RECHECK`] ago against the
+    /// same address and the same version of the TLS Secret.
+    pub async fn check(
+        &self,
+        cluster: &str,
+        resolved: &Resolved,
+        tls_secret: Option<&Secret>,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let version = tls_secret.and_then(|s| s.metadata.resource_version.as_deref());
+        let against = format!(
+            "{}|{:?}|{}",
+            resolved.etcd_endpoints,
+            resolved.etcd_tls_secret_ref,
+            version.unwrap_or_default()
+        );
+        let cached = self.0.lock().ok().and_then(|map| {
+            map.get(cluster)
+                .filter(|(key, at, _)| *key == against && at.elapsed() < RECHECK)
+                .map(|(_, _, outcome)| outcome.clone())
+        });
+        if let Some(outcome) = cached {
+            return outcome;
+        }
+        let outcome = check(resolved, tls_secret, now).await;
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(
+                cluster.to_string(),
+                (against, std::time::Instant::now(), outcome.clone()),
+            );
+        }
+        outcome
+    }
+}
 
 /// What the check found.
 #[derive(Clone, Debug, PartialEq)]

@@ -224,13 +224,17 @@ pub async fn update_status(
                 .await;
         }
     }
-    // The kv backend, checked on every pass and shown beside Ready (it does not change it).
-    let kv = kv_backend::check(&plan.resolved, inputs.etcd_tls_secret.as_ref(), chrono::Utc::now()).await;
-    let was_reachable = previous
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == kv_backend::CONDITION)
+    // The kv backend (checked at most once a minute), shown beside Ready (it does not change it).
+    let kv = ctx
+        .kv_checks
+        .check(
+            &cluster.uid().unwrap_or_default(),
+            &plan.resolved,
+            inputs.etcd_tls_secret.as_ref(),
+            chrono::Utc::now(),
+        )
+        .await;
+    let was_reachable = conditions::find(previous.conditions.as_deref(), kv_backend::CONDITION)
         .map(|c| (c.status == "True", c.reason.clone()));
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let generation = cluster.meta().generation;
@@ -271,6 +275,5 @@ pub const NODES_ELIGIBLE: &str = "NodesEligible";
 
 /// The message of condition `type_` in `status`.
 fn previous_message<'a>(status: &'a StorageOSClusterStatus, type_: &str) -> Option<&'a str> {
-    let cond = status.conditions.as_ref()?.iter().find(|c| c.type_ == type_)?;
-    Some(cond.message.as_str())
+    conditions::find(status.conditions.as_deref(), type_).map(|c| c.message.as_str())
 }

@@ -5,6 +5,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::reasons::Reason;
 
+/// The condition of `type_` among `conditions`, if there is one.
+pub fn find<'a>(conditions: Option<&'a [Condition]>, type_: &str) -> Option<&'a Condition> {
+    conditions?.iter().find(|c| c.type_ == type_)
+}
+
 /// The current time, as conditions and status fields record it.
 pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
