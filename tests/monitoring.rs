@@ -62,6 +62,7 @@ async fn metrics_of_both() -> BTreeSet<String> {
     m.cluster.observe("default", "storageos", &status);
     m.cluster
         .observe_kv_backend("default", "storageos", true, Some(1_900_000_000));
+    m.cluster.observe_ineligible("default", "storageos", 1);
     client_with(m.api).login().await.unwrap();
     prometheus_client::encoding::text::encode(&mut text, &operator).unwrap();
 

@@ -27,6 +27,7 @@ pub struct ClusterMetrics {
     ready: Family<ClusterLabels, Gauge>,
     kv_backend_reachable: Family<ClusterLabels, Gauge>,
     etcd_client_cert_expiry: Family<ClusterLabels, Gauge>,
+    nodes_ineligible: Family<ClusterLabels, Gauge>,
 }
 
 impl ClusterMetrics {
@@ -47,6 +48,11 @@ impl ClusterMetrics {
             "storageos_operator_etcd_client_cert_expiry_timestamp_seconds",
             "When the etcd client certificate of the StorageOSCluster expires (Unix time)",
             m.etcd_client_cert_expiry.clone(),
+        );
+        registry.register(
+            "storageos_cluster_nodes_ineligible",
+            "Selected nodes StorageOS cannot run on (operating system, architecture, kernel), named by the NodesEligible condition",
+            m.nodes_ineligible.clone(),
         );
         m
     }
@@ -69,6 +75,17 @@ impl ClusterMetrics {
                 self.etcd_client_cert_expiry.remove(&labels);
             }
         }
+    }
+
+    /// Records how many selected nodes of `namespace/name` StorageOS cannot run on.
+    pub fn observe_ineligible(&self, namespace: &str, name: &str, count: usize) {
+        let labels = ClusterLabels {
+            cluster_namespace: namespace.into(),
+            name: name.into(),
+        };
+        self.nodes_ineligible
+            .get_or_create(&labels)
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Records the Ready condition of `namespace/name` as written in `status`.
@@ -96,6 +113,7 @@ impl ClusterMetrics {
         self.ready.remove(&labels);
         self.kv_backend_reachable.remove(&labels);
         self.etcd_client_cert_expiry.remove(&labels);
+        self.nodes_ineligible.remove(&labels);
     }
 }
 

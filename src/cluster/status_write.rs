@@ -182,6 +182,11 @@ pub async fn update_status(
     }
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let had_ineligible = conds.iter().any(|c| c.type_ == NODES_ELIGIBLE && c.status == "False");
+    ctx.cluster_metrics.observe_ineligible(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        ineligible.len(),
+    );
     let generation = cluster.meta().generation;
     if ineligible.is_empty() {
         let message = "StorageOS can run on every selected node";
