@@ -22,11 +22,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, PersistentVolumeClaimSpec};
 use kube::Client;
+use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
+use kube::runtime::events::EventType;
 
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
 use super::storageos_poll::{ApiSource, StorageOSPoll};
+use crate::crd::StorageOSCluster;
+use crate::reasons::Reason;
 use crate::runtime::kube::cache::Shared;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
@@ -105,6 +109,23 @@ impl Context {
     /// nothing destructive.
     pub async fn maintenance(&self) -> Result<Maintenance, kube::Error> {
         maintenance::current(&self.kube, self.config.maintenance_of.as_ref()).await
+    }
+}
+
+/// Publishes an event on every StorageOSCluster (there is one per install; the api-manager
+/// does not know which object is its own when `-storageos-cluster` is unset). A failed list
+/// is logged: an event is never worth failing a controller's work for.
+pub async fn cluster_event(ctx: &Context, kit: &ControllerKit, kind: EventType, reason: Reason, note: String) {
+    match Api::<StorageOSCluster>::all(ctx.kube.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(clusters) => {
+            for c in &clusters.items {
+                kit.event(c, kind, reason, note.clone()).await;
+            }
+        }
+        Err(e) => tracing::warn!(reason = %reason, error = %e, "cannot list StorageOSClusters to publish an event"),
     }
 }
 
