@@ -7,10 +7,12 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::apimanager::controllers::config::{
-    Config, DeleteSyncConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, SharedVolumeConfig,
+    Config, DeleteSyncConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, OutOfServiceConfig,
+    SharedVolumeConfig,
 };
 use crate::apimanager::storageos_poll::{MIN_VOLUME_POLL, PollConfig};
 use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
+use crate::render::defaults::{DEFAULT_COOL_DOWN, DEFAULT_OFFLINE_POLLS};
 
 /// Arguments of `storageos-operator api-manager`.
 #[derive(Args, Debug, Clone)]
@@ -37,6 +39,16 @@ pub struct ApiManagerArgs {
     /// Fence pods on nodes StorageOS reports offline (false for `spec.disableFencing`).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_fencing: bool,
+    /// Taint nodes StorageOS reports offline and Kubernetes NotReady with
+    /// `node.kubernetes.io/out-of-service` (`spec.nodeOutOfService.automatic`; docs/api-manager.md).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
+    pub enable_node_out_of_service: bool,
+    /// Consecutive node polls reporting a node offline before it is tainted out of service.
+    #[arg(long, default_value_t = DEFAULT_OFFLINE_POLLS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub node_out_of_service_offline_polls: u16,
+    /// How long a node tainted out of service must be online and Ready before the taint goes.
+    #[arg(long, default_value = DEFAULT_COOL_DOWN, value_parser = duration)]
+    pub node_out_of_service_cool_down: Duration,
     /// Sync Kubernetes node labels to StorageOS nodes.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_label_sync: bool,
@@ -254,6 +266,10 @@ impl ApiManagerArgs {
                 .map(str::trim)
                 .filter(|i| !i.is_empty())
                 .map(|image| DrainGuardConfig { image: image.into() }),
+            out_of_service: self.enable_node_out_of_service.then_some(OutOfServiceConfig {
+                offline_polls: self.node_out_of_service_offline_polls,
+                cool_down: self.node_out_of_service_cool_down,
+            }),
         }
     }
 

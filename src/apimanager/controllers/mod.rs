@@ -13,6 +13,7 @@ pub mod mirror;
 pub mod namespace_delete;
 pub mod node_delete;
 pub mod node_label;
+pub mod out_of_service;
 pub mod pvc_label;
 pub mod shared_volume;
 pub mod snapshot;
@@ -188,6 +189,7 @@ pub async fn run(ctx: Arc<Context>) {
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
         drain::run(ctx.clone()),
+        out_of_service::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),
         node_label::run(ctx.clone()),
