@@ -24,6 +24,7 @@ mod label_sync;
 mod leader;
 mod mirror;
 mod olm;
+mod out_of_service;
 mod partial_apply;
 mod plan;
 mod plane;
