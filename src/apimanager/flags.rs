@@ -409,6 +409,34 @@ mod tests {
         assert_eq!(a.k8s_create_wait_duration.as_secs(), 20);
     }
 
+    #[test]
+    fn the_out_of_service_controller_is_off_unless_enabled_and_takes_its_rules_from_two_flags() {
+        assert_eq!(parse("").unwrap().controllers().out_of_service, None);
+        let on = parse("-enable-node-out-of-service")
+            .unwrap()
+            .controllers()
+            .out_of_service
+            .unwrap();
+        assert_eq!(
+            (on.offline_polls, on.cool_down.as_secs()),
+            (3, 300),
+            "the CR's defaults"
+        );
+        let tuned = parse(
+            "--enable-node-out-of-service=true --node-out-of-service-offline-polls=6 --node-out-of-service-cool-down=90s",
+        )
+        .unwrap()
+        .controllers()
+        .out_of_service
+        .unwrap();
+        assert_eq!((tuned.offline_polls, tuned.cool_down.as_secs()), (6, 90));
+        assert!(
+            parse("--node-out-of-service-offline-polls=0").is_err(),
+            "at least one poll"
+        );
+        assert!(parse("--node-out-of-service-cool-down=soon").is_err());
+    }
+
     /// The flags of the Go api-manager v1.2.12 with their defaults (None: no default to compare,
     /// such as the zap logging flags); docs/api-manager.md.
     const GO_FLAGS: &[(&str, Option<&str>)] = &[

@@ -344,6 +344,31 @@ mod tests {
         assert!(text.contains(r#"storageos_nodes{health="offline"} 0"#), "{text}");
     }
 
+    #[test]
+    fn out_of_service_taints_are_counted_from_zero_and_tainted_nodes_gauged() {
+        let mut registry = Registry::default();
+        let m = ApiManagerMetrics::register(&mut registry);
+        let text = render(&registry);
+        assert!(
+            text.contains(r#"storageos_out_of_service_taints_total{action="applied"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains("storageos_out_of_service_nodes 0"), "{text}");
+        m.count_out_of_service(true);
+        m.count_out_of_service(false);
+        m.set_out_of_service_nodes(2);
+        let text = render(&registry);
+        assert!(
+            text.contains(r#"storageos_out_of_service_taints_total{action="applied"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"storageos_out_of_service_taints_total{action="removed"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("storageos_out_of_service_nodes 2"), "{text}");
+    }
+
     #[tokio::test]
     async fn helper_calls_are_counted_by_function_and_bounded_error_kind() {
         let mut registry = Registry::default();
