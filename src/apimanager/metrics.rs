@@ -358,15 +358,13 @@ mod tests {
         m.count_out_of_service(false);
         m.set_out_of_service_nodes(2);
         let text = render(&registry);
-        assert!(
-            text.contains(r#"storageos_out_of_service_taints_total{action="applied"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"storageos_out_of_service_taints_total{action="removed"} 1"#),
-            "{text}"
-        );
-        assert!(text.contains("storageos_out_of_service_nodes 2"), "{text}");
+        for line in [
+            r#"storageos_out_of_service_taints_total{action="applied"} 1"#,
+            r#"storageos_out_of_service_taints_total{action="removed"} 1"#,
+            "storageos_out_of_service_nodes 2",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[tokio::test]
