@@ -133,6 +133,9 @@ impl Memory {
         for node in kube {
             let name = node.name_any();
             let ready = ready(node);
+            if marked(node) && out_of_service(node) {
+                decision.marked += 1;
+            }
             let Some(sos) = storageos.iter().find(|n| n.name == name) else {
                 if marked(node) && !out_of_service(node) {
                     decision.actions.push(Action::Unmark { node: name });
@@ -141,7 +144,6 @@ impl Memory {
             };
             let Some(t) = self.nodes.get_mut(&name) else { continue };
             if marked(node) {
-                decision.marked += 1;
                 if !out_of_service(node) {
                     t.back_since = None;
                     decision.actions.push(Action::Unmark { node: name });

@@ -114,7 +114,10 @@ impl OutOfService {
         let Decision { actions, held, marked } = decision;
         let mut marked = marked as i64;
         match held {
-            Some((hold, names)) if self.held.as_ref() != Some(&hold) => {
+            // Once per hold: a partition whose count changes is the same hold.
+            Some((hold, names))
+                if self.held.as_ref().map(std::mem::discriminant) != Some(std::mem::discriminant(&hold)) =>
+            {
                 let note = hold.note(&names);
                 tracing::warn!(controller = CONTROLLER, "{note}");
                 cluster_event(
@@ -138,7 +141,10 @@ impl OutOfService {
                 continue;
             };
             let patch = match &action {
-                Action::Taint { .. } => taint(node, &chrono::Utc::now().to_rfc3339()),
+                Action::Taint { .. } => taint(
+                    node,
+                    &chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                ),
                 Action::Untaint { .. } => untaint(node),
                 Action::Unmark { .. } => unmark(node),
             };
