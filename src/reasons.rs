@@ -265,6 +265,12 @@ reasons! {
         "Warning: the node is offline but an upgrade is in progress; nothing is fenced meanwhile.";
     FENCING_SKIPPED_CORDONED = "FencingSkippedCordoned", Event, "Node",
         "Warning: the node is offline but cordoned (being drained or serviced on purpose); nothing is fenced.";
+    OUT_OF_SERVICE_TAINTED = "OutOfServiceTainted", Event, "Node, StorageOSCluster",
+        "Warning: the node was offline in StorageOS and NotReady long enough; the api-manager tainted it out of service so its pods move.";
+    OUT_OF_SERVICE_UNTAINTED = "OutOfServiceUntainted", Event, "Node, StorageOSCluster",
+        "Normal: the node is back online and Ready; the api-manager removed the out-of-service taint it had applied.";
+    OUT_OF_SERVICE_HELD = "OutOfServiceHeld", Event, "StorageOSCluster",
+        "Warning: lost nodes are not tainted out of service: too many nodes offline at once, or an upgrade in progress.";
     DRAIN_WAITING = "DrainWaiting", Event, "Node",
         "Warning: the node is cordoned (a drain) but holds the last online copy of a volume; its evictions are refused until the replicas are ready.";
     DRAIN_UNBLOCKED = "DrainUnblocked", Event, "Node",

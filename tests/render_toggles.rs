@@ -433,14 +433,7 @@ fn a_pinned_old_scheduler_reads_the_config_version_of_its_release() {
 
 /// The defaults case rendered with `labels` on the StorageOSCluster.
 fn with_cr_labels(labels: &[(&str, &str)]) -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
-    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
-    inputs.cluster.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-    render::build(&inputs)
-        .unwrap()
-        .iter()
-        .map(|o| o.to_value().unwrap())
-        .collect()
+    with_cluster(|c| c.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
 }
 
 #[test]
@@ -542,4 +535,76 @@ fn our_api_manager_has_health_probes_and_the_go_image_none() {
     };
     assert_eq!(probes(&objects("defaults")), (json!("/healthz"), json!("/readyz")));
     assert_eq!(probes(&objects("go-api-manager")), (Value::Null, Value::Null));
+}
+
+/// The defaults rendered with `edit` applied to the cluster's spec first.
+fn with_spec(edit: impl FnOnce(&mut storageos_operator::crd::StorageOSClusterSpec)) -> Vec<Value> {
+    with_cluster(|c| edit(&mut c.spec))
+}
+
+/// The defaults rendered with `edit` applied to the cluster first.
+fn with_cluster(edit: impl FnOnce(&mut storageos_operator::crd::StorageOSCluster)) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
+    edit(&mut inputs.cluster);
+    render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect()
+}
+
+#[test]
+fn automatic_out_of_service_renders_its_flags_and_the_node_patch_role_only_when_on() {
+    use storageos_operator::crd::StorageOSClusterNodeOutOfService as Oos;
+    let off = objects("defaults");
+    assert!(find(&off, "ClusterRole", "storageos:api-manager-out-of-service").is_none());
+    assert!(!api_manager_args(&off).iter().any(|a| a.contains("out-of-service")));
+    let not_automatic = with_spec(|s| {
+        s.node_out_of_service = Some(Oos {
+            automatic: Some(false),
+            offline_polls: Some(9),
+            cool_down: None,
+        })
+    });
+    assert_eq!(not_automatic, off, "automatic: false is the default");
+
+    let on = with_spec(|s| {
+        s.node_out_of_service = Some(Oos {
+            automatic: Some(true),
+            ..Oos::default()
+        })
+    });
+    let args = api_manager_args(&on);
+    for flag in [
+        "--enable-node-out-of-service=true",
+        "--node-out-of-service-offline-polls=3",
+        "--node-out-of-service-cool-down=5m",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag} in {args:?}");
+    }
+    let role = get(&on, "ClusterRole", "storageos:api-manager-out-of-service");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}])
+    );
+    let binding = get(&on, "ClusterRoleBinding", "storageos:api-manager-out-of-service");
+    assert_eq!(binding["subjects"][0]["name"], "storageos-api-manager-sa");
+    assert_eq!(on.len(), off.len() + 2);
+    let tuned = with_spec(|s| {
+        s.node_out_of_service = Some(Oos {
+            automatic: Some(true),
+            offline_polls: Some(6),
+            cool_down: Some("10m".into()),
+        })
+    });
+    let args = api_manager_args(&tuned);
+    assert!(
+        args.contains(&"--node-out-of-service-offline-polls=6".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--node-out-of-service-cool-down=10m".to_string()),
+        "{args:?}"
+    );
 }

@@ -7,10 +7,12 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::apimanager::controllers::config::{
-    Config, DeleteSyncConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, SharedVolumeConfig,
+    Config, DeleteSyncConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, OutOfServiceConfig,
+    SharedVolumeConfig,
 };
 use crate::apimanager::storageos_poll::{MIN_VOLUME_POLL, PollConfig};
 use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
+use crate::render::defaults::{DEFAULT_COOL_DOWN, DEFAULT_OFFLINE_POLLS};
 
 /// Arguments of `storageos-operator api-manager`.
 #[derive(Args, Debug, Clone)]
@@ -37,6 +39,16 @@ pub struct ApiManagerArgs {
     /// Fence pods on nodes StorageOS reports offline (false for `spec.disableFencing`).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_fencing: bool,
+    /// Taint nodes StorageOS reports offline and Kubernetes NotReady with
+    /// `node.kubernetes.io/out-of-service` (`spec.nodeOutOfService.automatic`; docs/api-manager.md).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
+    pub enable_node_out_of_service: bool,
+    /// Consecutive node polls reporting a node offline before it is tainted out of service.
+    #[arg(long, default_value_t = DEFAULT_OFFLINE_POLLS, value_parser = clap::value_parser!(u16).range(1..))]
+    pub node_out_of_service_offline_polls: u16,
+    /// How long a node tainted out of service must be online and Ready before the taint goes.
+    #[arg(long, default_value = DEFAULT_COOL_DOWN, value_parser = duration)]
+    pub node_out_of_service_cool_down: Duration,
     /// Sync Kubernetes node labels to StorageOS nodes.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_label_sync: bool,
@@ -254,6 +266,10 @@ impl ApiManagerArgs {
                 .map(str::trim)
                 .filter(|i| !i.is_empty())
                 .map(|image| DrainGuardConfig { image: image.into() }),
+            out_of_service: self.enable_node_out_of_service.then_some(OutOfServiceConfig {
+                offline_polls: self.node_out_of_service_offline_polls,
+                cool_down: self.node_out_of_service_cool_down,
+            }),
         }
     }
 
@@ -391,6 +407,34 @@ mod tests {
         );
         assert_eq!((a.node_fencer_workers, a.node_fencer_timeout.as_secs()), (5, 25));
         assert_eq!(a.k8s_create_wait_duration.as_secs(), 20);
+    }
+
+    #[test]
+    fn the_out_of_service_controller_is_off_unless_enabled_and_takes_its_rules_from_two_flags() {
+        assert_eq!(parse("").unwrap().controllers().out_of_service, None);
+        let on = parse("-enable-node-out-of-service")
+            .unwrap()
+            .controllers()
+            .out_of_service
+            .unwrap();
+        assert_eq!(
+            (on.offline_polls, on.cool_down.as_secs()),
+            (3, 300),
+            "the CR's defaults"
+        );
+        let tuned = parse(
+            "--enable-node-out-of-service=true --node-out-of-service-offline-polls=6 --node-out-of-service-cool-down=90s",
+        )
+        .unwrap()
+        .controllers()
+        .out_of_service
+        .unwrap();
+        assert_eq!((tuned.offline_polls, tuned.cool_down.as_secs()), (6, 90));
+        assert!(
+            parse("--node-out-of-service-offline-polls=0").is_err(),
+            "at least one poll"
+        );
+        assert!(parse("--node-out-of-service-cool-down=soon").is_err());
     }
 
     /// The flags of the Go api-manager v1.2.12 with their defaults (None: no default to compare,

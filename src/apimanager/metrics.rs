@@ -41,6 +41,8 @@ pub struct ApiManagerMetrics {
     shared_volume_pass: Histogram,
     fencing_held: Counter,
     fencer_outcomes: Family<OutcomeOnly, Counter>,
+    out_of_service_nodes: Gauge,
+    out_of_service_taints: Family<ActionOnly, Counter>,
     cert_expiry: Gauge,
     mirror: [Histogram; 6],
     nodes: Family<HealthLabel, Gauge>,
@@ -72,6 +74,11 @@ fn set_counts<'a>(family: &Family<HealthLabel, Gauge>, known: &[&str], healths: 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeOnly {
     outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionOnly {
+    action: &'static str,
 }
 
 /// What the fencer did about a pod (or, for `Suspended`, a node) on an offline node.
@@ -155,6 +162,8 @@ impl ApiManagerMetrics {
             shared_volume_pass: Histogram::new(buckets()),
             fencing_held: Counter::default(),
             fencer_outcomes: Family::default(),
+            out_of_service_nodes: Gauge::default(),
+            out_of_service_taints: Family::default(),
             cert_expiry: Gauge::default(),
             mirror: std::array::from_fn(|_| Histogram::new(buckets())),
             nodes: Family::default(),
@@ -203,6 +212,19 @@ impl ApiManagerMetrics {
             m.fencer_outcomes.clone(),
         );
         stos.register(
+            "out_of_service_nodes",
+            "Kubernetes Nodes carrying the out-of-service taint the api-manager applied, at the leader's last read (0 on other replicas)",
+            m.out_of_service_nodes.clone(),
+        );
+        for action in ["applied", "removed"] {
+            let _ = m.out_of_service_taints.get_or_create(&ActionOnly { action });
+        }
+        stos.register(
+            "out_of_service_taints",
+            "Out-of-service taints the api-manager applied to lost nodes and removed from nodes back online",
+            m.out_of_service_taints.clone(),
+        );
+        stos.register(
             "webhook_certificate_expiry_timestamp_seconds",
             "When the webhook serving certificate in use expires (Unix time)",
             m.cert_expiry.clone(),
@@ -221,6 +243,17 @@ impl ApiManagerMetrics {
             FencerOutcome::Suspended => "suspended",
         };
         self.fencer_outcomes.get_or_create(&OutcomeOnly { outcome }).inc();
+    }
+
+    /// Counts one out-of-service taint applied (`true`) or removed.
+    pub fn count_out_of_service(&self, applied: bool) {
+        let action = if applied { "applied" } else { "removed" };
+        self.out_of_service_taints.get_or_create(&ActionOnly { action }).inc();
+    }
+
+    /// Sets how many Nodes carry the out-of-service taint the api-manager applied.
+    pub fn set_out_of_service_nodes(&self, n: i64) {
+        self.out_of_service_nodes.set(n);
     }
 
     /// Records when the serving certificate in use expires.
@@ -309,6 +342,29 @@ mod tests {
         m.set_nodes(["online"].into_iter());
         let text = render(&registry);
         assert!(text.contains(r#"storageos_nodes{health="offline"} 0"#), "{text}");
+    }
+
+    #[test]
+    fn out_of_service_taints_are_counted_from_zero_and_tainted_nodes_gauged() {
+        let mut registry = Registry::default();
+        let m = ApiManagerMetrics::register(&mut registry);
+        let text = render(&registry);
+        assert!(
+            text.contains(r#"storageos_out_of_service_taints_total{action="applied"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains("storageos_out_of_service_nodes 0"), "{text}");
+        m.count_out_of_service(true);
+        m.count_out_of_service(false);
+        m.set_out_of_service_nodes(2);
+        let text = render(&registry);
+        for line in [
+            r#"storageos_out_of_service_taints_total{action="applied"} 1"#,
+            r#"storageos_out_of_service_taints_total{action="removed"} 1"#,
+            "storageos_out_of_service_nodes 2",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[tokio::test]

@@ -270,6 +270,25 @@ mod tests {
     }
 
     #[test]
+    fn node_out_of_service_takes_bounded_polls_and_a_cool_down_with_a_unit() {
+        let mut spec = base();
+        spec["nodeOutOfService"] = json!({"automatic": true, "offlinePolls": 3, "coolDown": "5m"});
+        assert!(violations(spec.clone()).is_empty(), "{:?}", violations(spec.clone()));
+        spec["nodeOutOfService"] = json!({"automatic": true, "offlinePolls": 0, "coolDown": "5 minutes"});
+        let v = violations(spec);
+        assert!(
+            v.iter()
+                .any(|m| m.starts_with("spec.nodeOutOfService.coolDown: Invalid value") && m.contains("5m")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter()
+                .any(|m| m.starts_with("spec.nodeOutOfService.offlinePolls: Invalid value: 0")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn the_crd_cel_rules_apply() {
         let mut spec = base();
         spec["csi"] = json!({"deploymentStrategy": "daemonset"});

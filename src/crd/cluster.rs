@@ -125,6 +125,12 @@ pub struct StorageOSClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_fencing: Option<bool>,
 
+    /// The `node.kubernetes.io/out-of-service` taint, which the api-manager always honours (every
+    /// pod using StorageOS volumes on a tainted node is fenced): whether it also applies it to
+    /// lost nodes. Unset: it never taints a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_out_of_service: Option<StorageOSClusterNodeOutOfService>,
+
     /// Disable telemetry, version checks and crash reports on every StorageOS node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_telemetry: Option<bool>,
@@ -157,6 +163,32 @@ pub struct StorageOSClusterSpec {
     /// Do not run the StorageOS scheduler extender (pods then use the default scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_scheduler: Option<bool>,
+}
+
+/// When the api-manager taints a lost node out of service (docs/api-manager.md, "Out of
+/// service").
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterNodeOutOfService {
+    /// Taint a node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` when StorageOS
+    /// has reported it offline for offlinePolls polls in a row and its Kubernetes Node is
+    /// NotReady, unless it is cordoned, more than half the StorageOS nodes are offline or an
+    /// upgrade is in progress; Kubernetes then force-deletes its pods and detaches its volumes.
+    /// The api-manager's Go image ignores it. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automatic: Option<bool>,
+
+    /// Consecutive StorageOS node polls (5 s apart) reporting the node offline before it is
+    /// tainted. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub offline_polls: Option<u16>,
+
+    /// How long a tainted node must be online in StorageOS and Ready again before the taint
+    /// (only one the api-manager applied) is removed: a whole number of s, m or h. Default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = validation::cool_down()))]
+    pub cool_down: Option<String>,
 }
 
 /// Settings of the api-manager.

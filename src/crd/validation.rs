@@ -31,6 +31,15 @@ pub fn sidecar_timeout() -> Value {
     }])
 }
 
+/// `nodeOutOfService.coolDown`: a whole number of s, m or h (the api-manager's duration flags
+/// take it as is).
+pub fn cool_down() -> Value {
+    json!([{
+        "rule": "self.matches('^[0-9]+(s|m|h)$')",
+        "message": "nodeOutOfService.coolDown must be a whole number with a unit, for example 30s, 5m or 1h"
+    }])
+}
+
 /// The Kubernetes Service types.
 pub fn service_type() -> Value {
     json!([{

@@ -88,6 +88,11 @@ pub const API_MANAGER_DRAIN_GUARD: &[Rule] = &[
     ),
 ];
 
+/// `storageos:api-manager-out-of-service` (only with `spec.nodeOutOfService.automatic`): the
+/// api-manager taints lost Nodes and takes its taint off again (a patch that carries the Node's
+/// resourceVersion).
+pub const API_MANAGER_OUT_OF_SERVICE: &[Rule] = &[rule(&[""], &["nodes"], &["patch"])];
+
 /// `storageos:scheduler-extender-vol-checker`: the node answers the scheduler extender.
 pub const VOL_CHECKER: &[Rule] = &[
     rule(&[""], &["persistentvolumes", "persistentvolumeclaims"], &["get"]),
@@ -272,6 +277,10 @@ pub const ROLES: &[ComponentRole] = &[
     ComponentRole {
         name: "storageos:csi-resizer",
         rules: CSI_RESIZER,
+    },
+    ComponentRole {
+        name: "storageos:api-manager-out-of-service",
+        rules: API_MANAGER_OUT_OF_SERVICE,
     },
     ComponentRole {
         name: "storageos:pod-fencer",

@@ -165,6 +165,24 @@ mod tests {
     }
 
     #[test]
+    fn the_api_manager_patches_nodes_only_under_its_out_of_service_role() {
+        let base = crate::rbac::permissions(&policy_rules(components::API_MANAGER));
+        assert!(
+            !base
+                .iter()
+                .any(|p| p.group.is_empty() && p.resource == "nodes" && ["patch", "update"].contains(&p.verb.as_str())),
+            "storageos:api-manager writes no Node: {base:?}"
+        );
+        let oos = crate::rbac::permissions(&policy_rules(components::API_MANAGER_OUT_OF_SERVICE));
+        assert_eq!(oos.len(), 1, "{oos:?}");
+        assert!(
+            oos.iter()
+                .all(|p| p.group.is_empty() && p.resource == "nodes" && p.verb == "patch"),
+            "{oos:?}"
+        );
+    }
+
+    #[test]
     fn no_wildcard_and_no_escalation_verbs() {
         let all: Vec<_> = cluster_role_rules()
             .into_iter()

@@ -22,6 +22,10 @@ pub const DEFAULT_SERVICE_TYPE: &str = "ClusterIP";
 pub const DEFAULT_API_PORT: i32 = 5705;
 /// Ingress host name when `spec.ingress.hostname` is empty.
 pub const DEFAULT_INGRESS_HOSTNAME: &str = "storageos.local";
+/// `spec.nodeOutOfService.offlinePolls` unset (the api-manager flag's default too).
+pub const DEFAULT_OFFLINE_POLLS: u16 = 3;
+/// `spec.nodeOutOfService.coolDown` unset (the api-manager flag's default too).
+pub const DEFAULT_COOL_DOWN: &str = "5m";
 /// The CSI helpers run as a Deployment unless the spec asks for a StatefulSet.
 pub const DEFAULT_CSI_STRATEGY: &str = "deployment";
 /// CSI socket of the node driver, as the CRD defaults it.
@@ -98,6 +102,8 @@ pub struct Resolved {
     pub resources: Option<ResourceRequirements>,
     /// No pod-fencer RBAC.
     pub disable_fencing: bool,
+    /// `spec.nodeOutOfService` when `automatic`: the offline polls and the cool-down.
+    pub node_out_of_service: Option<(u16, String)>,
     /// No telemetry, version checks or crash reports.
     pub disable_telemetry: bool,
     /// Disable TCMU.
@@ -224,6 +230,19 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
             .filter(|n| !n.is_empty()),
         resources: spec.resources.clone(),
         disable_fencing: spec.disable_fencing.unwrap_or(false),
+        node_out_of_service: spec
+            .node_out_of_service
+            .as_ref()
+            .filter(|o| o.automatic == Some(true))
+            .map(|o| {
+                (
+                    o.offline_polls.unwrap_or(DEFAULT_OFFLINE_POLLS),
+                    o.cool_down
+                        .clone()
+                        .filter(|c| !c.is_empty())
+                        .unwrap_or_else(|| DEFAULT_COOL_DOWN.into()),
+                )
+            }),
         disable_telemetry: spec.disable_telemetry.unwrap_or(false),
         disable_tcmu: spec.disable_tcmu.unwrap_or(false),
         force_tcmu: spec.force_tcmu.unwrap_or(false),

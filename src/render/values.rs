@@ -130,6 +130,12 @@ fn api_manager_command(r: &Resolved, image: &str, go_image: bool) -> (Vec<String
     if r.disable_fencing && !go_image {
         args.push("--enable-node-fencing=false".into());
     }
+    // The Go api-manager has no out-of-service controller.
+    if let (Some((polls, cool_down)), false) = (&r.node_out_of_service, go_image) {
+        args.push("--enable-node-out-of-service=true".into());
+        args.push(format!("--node-out-of-service-offline-polls={polls}"));
+        args.push(format!("--node-out-of-service-cool-down={cool_down}"));
+    }
     if r.webhook_client_ca_config_map.is_some() {
         args.push(format!("--webhook-client-ca-file={WEBHOOK_CLIENT_CA_DIR}/ca.crt"));
     }
@@ -349,6 +355,7 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, E
         },
         "openshift": openshift,
         "fencing": !r.disable_fencing,
+        "nodeOutOfService": r.node_out_of_service.is_some(),
         "serviceMonitor": inputs.service_monitor_crd,
         "operator": {"namespace": inputs.operator_namespace, "selector": crate::rbac::operator::selector()},
         "rbac": crate::rbac::components::template_values(),

@@ -25,8 +25,8 @@ use support::{
     ClusterObjects, TestNamespace, end_maintenance, events, from_json, message, start_maintenance, suffix, wait_for,
 };
 
-const POLL: Duration = Duration::from_secs(5);
-const FLAGS: &[&str] = &[
+pub(crate) const POLL: Duration = Duration::from_secs(5);
+pub(crate) const FLAGS: &[&str] = &[
     "-node-poll-interval",
     "5s",
     "-node-fencer-retry-interval",
@@ -36,17 +36,17 @@ const FLAGS: &[&str] = &[
 ];
 
 /// One test's world: the plane, its simulator and its cluster-scoped objects.
-struct World {
-    ns: TestNamespace,
-    client: Client,
-    sim: SimHandle,
-    objects: ClusterObjects,
+pub(crate) struct World {
+    pub(crate) ns: TestNamespace,
+    pub(crate) client: Client,
+    pub(crate) sim: SimHandle,
+    pub(crate) objects: ClusterObjects,
     class: String,
-    id: String,
+    pub(crate) id: String,
 }
 
 impl World {
-    async fn new(prefix: &str) -> Self {
+    pub(crate) async fn new(prefix: &str) -> Self {
         let ns = TestNamespace::new(prefix).await;
         let client = ns.client.clone();
         let sim = Simulator::start(sim::Config::default()).await.unwrap();
@@ -65,7 +65,7 @@ impl World {
     }
 
     /// A unique node name, registered in Kubernetes (if `k8s`) and in StorageOS (online).
-    async fn node(&self, short: &str, k8s: bool) -> String {
+    pub(crate) async fn node(&self, short: &str, k8s: bool) -> String {
         let name = format!("fence-{}-{short}", self.id);
         if k8s {
             self.objects.node(&self.client, &name, json!({})).await;
@@ -77,7 +77,7 @@ impl World {
     /// PVC `claim` bound to a pre-provisioned PV `pv-<claim>` (StorageOS CSI unless
     /// `storageos` is false), optionally with the StorageOS provisioner annotation (dynamic
     /// provisioning), and the StorageOS volume with its master on `master`.
-    async fn claim(&self, claim: &str, storageos: bool, annotated: bool, master: &str) -> String {
+    pub(crate) async fn claim(&self, claim: &str, storageos: bool, annotated: bool, master: &str) -> String {
         let pv = format!("pv-{}-{claim}", self.id);
         self.objects
             .pv(&self.client, &pv, &self.class, &self.ns.name, claim, storageos)
@@ -110,7 +110,7 @@ impl World {
     }
 
     /// A pod on `node` mounting `claims`, opted into fencing with `fenced` (label omitted if None).
-    async fn pod(&self, name: &str, node: &str, fenced: Option<&str>, claims: &[&str]) {
+    pub(crate) async fn pod(&self, name: &str, node: &str, fenced: Option<&str>, claims: &[&str]) {
         let labels = match fenced {
             Some(v) => json!({"storageos.com/fenced": v}),
             None => json!({}),
@@ -131,17 +131,17 @@ impl World {
         self.ns.api::<Pod>().create(&PostParams::default(), &pod).await.unwrap();
     }
 
-    async fn attachment(&self, short: &str, node: &str, pv: Option<&str>) -> String {
+    pub(crate) async fn attachment(&self, short: &str, node: &str, pv: Option<&str>) -> String {
         let name = format!("csi-{}-{short}", self.id);
         self.objects.attachment(&self.client, &name, node, pv).await;
         name
     }
 
-    async fn pod_exists(&self, name: &str) -> bool {
+    pub(crate) async fn pod_exists(&self, name: &str) -> bool {
         self.ns.api::<Pod>().get_opt(name).await.unwrap().is_some()
     }
 
-    async fn attachment_exists(&self, name: &str) -> bool {
+    pub(crate) async fn attachment_exists(&self, name: &str) -> bool {
         Api::<VolumeAttachment>::all(self.client.clone())
             .get_opt(name)
             .await
@@ -150,7 +150,7 @@ impl World {
     }
 
     /// Waits until the fencer has listed the StorageOS nodes once (it saw them online).
-    async fn polled(&self) {
+    pub(crate) async fn polled(&self) {
         support::apimanager::fencer_polled(&self.sim, Duration::from_secs(60)).await;
     }
 
@@ -165,7 +165,7 @@ impl World {
         (w, lost, pv)
     }
 
-    async fn pod_events(&self, pod: &str, reason: &str) -> Vec<k8s_openapi::api::core::v1::Event> {
+    pub(crate) async fn pod_events(&self, pod: &str, reason: &str) -> Vec<k8s_openapi::api::core::v1::Event> {
         events(&self.client, &self.ns.name, Some("Pod"), pod, reason).await
     }
 }

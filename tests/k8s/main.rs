@@ -25,6 +25,7 @@ mod leader;
 mod mirror;
 mod olm;
 mod one_cluster;
+mod out_of_service;
 mod partial_apply;
 mod plan;
 mod plane;

@@ -130,6 +130,21 @@ pub async fn install_drain_guard_role(admin: &Client, namespace: &str) {
     .await;
 }
 
+/// The api-manager's ClusterRole for tainting lost Nodes (`storageos:api-manager-out-of-service`,
+/// rendered with `spec.nodeOutOfService.automatic`), bound to its ServiceAccount.
+#[allow(dead_code)]
+pub async fn install_out_of_service_role(admin: &Client) {
+    let name = "storageos-tests:api-manager-out-of-service";
+    apply(
+        admin,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name, "labels": {"storageos-operator-test": "true"}},
+                "rules": rbac::policy_rules(rbac::components::API_MANAGER_OUT_OF_SERVICE)}),
+    )
+    .await;
+    apply(admin, &binding(name, name, API_MANAGER)).await;
+}
+
 /// A ClusterRoleBinding of `role` to `who`.
 pub fn binding(name: &str, role: &str, who: Identity) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -29,6 +29,17 @@ pub struct Config {
     /// The drain gate's guards; `None` when no guard image is given (the gate is then only
     /// shown, not enforced).
     pub drain_guard: Option<DrainGuardConfig>,
+    /// The out-of-service controller; `None` when off (the default).
+    pub out_of_service: Option<OutOfServiceConfig>,
+}
+
+/// When the out-of-service controller taints and untaints nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfServiceConfig {
+    /// Consecutive node polls reporting a node offline before it is tainted (at least 1).
+    pub offline_polls: u16,
+    /// How long a tainted node must be back (online and Ready) before the taint goes.
+    pub cool_down: Duration,
 }
 
 /// The drain gate's guard pods.

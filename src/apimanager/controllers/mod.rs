@@ -13,6 +13,7 @@ pub mod mirror;
 pub mod namespace_delete;
 pub mod node_delete;
 pub mod node_label;
+pub mod out_of_service;
 pub mod pvc_label;
 pub mod shared_volume;
 pub mod snapshot;
@@ -22,11 +23,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, PersistentVolumeClaimSpec};
 use kube::Client;
+use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
+use kube::runtime::events::EventType;
 
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
 use super::storageos_poll::{ApiSource, StorageOSPoll};
+use crate::crd::StorageOSCluster;
+use crate::reasons::Reason;
 use crate::runtime::kube::cache::Shared;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
@@ -108,6 +113,23 @@ impl Context {
     }
 }
 
+/// Publishes an event on every StorageOSCluster (there is one per install; the api-manager
+/// does not know which object is its own when `-storageos-cluster` is unset). A failed list
+/// is logged: an event is never worth failing a controller's work for.
+pub async fn cluster_event(ctx: &Context, kit: &ControllerKit, kind: EventType, reason: Reason, note: String) {
+    match Api::<StorageOSCluster>::all(ctx.kube.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(clusters) => {
+            for c in &clusters.items {
+                kit.event(c, kind, reason, note.clone()).await;
+            }
+        }
+        Err(e) => tracing::warn!(reason = %reason, error = %e, "cannot list StorageOSClusters to publish an event"),
+    }
+}
+
 /// The process's PVC cache (objects go through [`trim_pvc`]).
 pub fn pvc_cache() -> Shared<PersistentVolumeClaim> {
     Shared::trimmed(trim_pvc)
@@ -167,6 +189,7 @@ pub async fn run(ctx: Arc<Context>) {
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
         drain::run(ctx.clone()),
+        out_of_service::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),
         node_label::run(ctx.clone()),

@@ -22,15 +22,25 @@
 //!   gets a `FencingSuspended` event once per episode.
 //! - Events: `Fenced` (Warning) on each deleted pod, `FencingSkipped` (Warning) once per pod and
 //!   episode for a pod left alone.
+//! - **Out of service.** A Kubernetes Node tainted `node.kubernetes.io/out-of-service` (by an
+//!   admin after a non-graceful shutdown, or by the [`super::out_of_service`] controller) is
+//!   fenced too, at each poll, whatever StorageOS says of it: *every* pod there using StorageOS
+//!   volumes goes, opted in or not, cordoned or not, and the hold does not apply (the taint is
+//!   a statement, not a report that could be a partition). The volume checks, the upgrade
+//!   suspension and the fresh reads still do; pods without StorageOS volumes are left to
+//!   Kubernetes. The Nodes are listed from the apiserver's cache at each poll; a pass reads its
+//!   Node fresh and does nothing if the taint is gone.
 
 pub mod episodes;
 pub mod lookups;
 pub mod pass;
 pub mod select;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use tokio::sync::{Semaphore, watch};
@@ -38,15 +48,14 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::Context;
 use super::config::FencerConfig;
 use super::snapshot::{OnSnapshot, Subscription};
+use super::{Context, cluster_event};
 use crate::apimanager::storageos_poll::NodeSnapshot;
-use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::telemetry::spans;
-use episodes::{Episodes, Start};
+use episodes::{Episodes, Start, Trigger};
 use lookups::Live;
 
 /// The controller name (metrics, logs).
@@ -107,22 +116,44 @@ impl OnSnapshot for Fencer {
         }
         // A failed read says nothing about any node: nothing starts or stops.
         let Some(nodes) = snapshot.ok() else { return };
-        if let Some((offline, total)) = episodes::too_many_offline(nodes) {
+        let tainted = match out_of_service_nodes(&self.ctx).await {
+            Ok(tainted) => tainted,
+            Err(e) => {
+                tracing::warn!(controller = CONTROLLER, error = %e, "cannot list the Kubernetes Nodes; nothing starts or stops until the next poll");
+                return;
+            }
+        };
+        let held = episodes::too_many_offline(nodes);
+        if let Some((offline, total)) = held {
             self.ctx.metrics.count_fencing_held();
-            self.episodes.hold_all();
             if !self.held {
                 self.held = true;
                 announce_hold(&self.ctx, &self.kit, offline, total).await;
             }
-            return;
+        } else {
+            self.held = false;
         }
-        self.held = false;
-        for start in self.episodes.observe(nodes, Instant::now()) {
-            tracing::info!(controller = CONTROLLER, node = %start.node, "StorageOS reports the node offline");
+        let seen = episodes::triggers(nodes, &tainted, held.is_some());
+        for start in self.episodes.observe(&seen, Instant::now()) {
+            tracing::info!(controller = CONTROLLER, node = %start.node, trigger = ?start.trigger, "fencing the node");
             let (ctx, kit, workers) = (self.ctx.clone(), self.kit.clone(), self.workers.clone());
             self.running.spawn(episode(ctx, kit, workers, self.config, start));
         }
     }
+}
+
+/// The names of the Kubernetes Nodes tainted out of service, from the apiserver's cache (a
+/// pass reads its Node fresh before acting).
+async fn out_of_service_nodes(ctx: &Context) -> Result<BTreeSet<String>, kube::Error> {
+    let nodes = Api::<Node>::all(ctx.kube.clone())
+        .list(&ListParams::default().match_any())
+        .await?;
+    Ok(nodes
+        .items
+        .iter()
+        .filter(|n| select::out_of_service(n))
+        .map(ResourceExt::name_any)
+        .collect())
 }
 
 /// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are
@@ -133,20 +164,7 @@ async fn announce_hold(ctx: &Context, kit: &ControllerKit, offline: usize, total
          than lost nodes, so no pod is fenced until at most half are offline"
     );
     tracing::warn!(controller = CONTROLLER, offline, total, "{note}");
-    match Api::<StorageOSCluster>::all(ctx.kube.clone())
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(clusters) => {
-            for c in &clusters.items {
-                kit.event(c, EventType::Warning, reasons::FENCING_HELD, note.clone())
-                    .await;
-            }
-        }
-        Err(e) => {
-            tracing::warn!(controller = CONTROLLER, error = %e, "cannot list StorageOSClusters to report the hold")
-        }
-    }
+    cluster_event(ctx, kit, EventType::Warning, reasons::FENCING_HELD, note).await;
 }
 
 /// One episode: fence, then retry while something is left, the node stays offline and the
@@ -161,6 +179,7 @@ async fn episode(
     let Start {
         node,
         id,
+        trigger,
         episode,
         mut stop,
     } = start;
@@ -175,7 +194,7 @@ async fn episode(
             }
             let finished = {
                 let Ok(_permit) = workers.acquire().await else { break "stopped" };
-                match attempt(&ctx, &kit, &node, &id, &mut memory).await {
+                match attempt(&ctx, &kit, &node, &id, trigger, &mut memory).await {
                     Ok(finished) => finished,
                     Err(e) => {
                         tracing::warn!(controller = CONTROLLER, node, error = %e, "fencing pass failed; retrying");
@@ -215,6 +234,7 @@ async fn attempt(
     kit: &ControllerKit,
     node: &str,
     id: &str,
+    trigger: Trigger,
     memory: &mut pass::Memory,
 ) -> Result<bool, Error> {
     let Some(k8s_node) = Api::<Node>::all(ctx.kube.clone()).get_opt(node).await? else {
@@ -225,9 +245,17 @@ async fn attempt(
         );
         return Ok(true);
     };
+    if trigger == Trigger::OutOfService && !select::out_of_service(&k8s_node) {
+        tracing::info!(
+            controller = CONTROLLER,
+            node,
+            "the out-of-service taint is gone; nothing to fence"
+        );
+        return Ok(true);
+    }
     let io = Live { ctx, kit };
     let finished = kit
-        .measure(&k8s_node, pass::fence_node(&io, &k8s_node, id, memory))
+        .measure(&k8s_node, pass::fence_node(&io, &k8s_node, id, trigger, memory))
         .await?;
     Ok(finished)
 }

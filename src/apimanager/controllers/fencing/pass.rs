@@ -9,8 +9,9 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
 use super::CONTROLLER;
+use super::episodes::Trigger;
 use super::lookups::{About, Deleted, FenceActions, FenceLookups, StorageOSClaim};
-use super::select;
+use super::select::{self, OUT_OF_SERVICE_TAINT};
 use crate::apimanager::maintenance::Maintenance;
 use crate::apimanager::metrics::FencerOutcome;
 use crate::reasons;
@@ -39,15 +40,25 @@ impl Memory {
     }
 }
 
-/// One pass over `node`, which StorageOS reports offline as node ID `id`; Ok(true) when nothing
-/// is left to fence.
+/// Why the pass runs, as its events say it.
+fn cause(trigger: Trigger, node: &str) -> String {
+    match trigger {
+        Trigger::Offline => format!("StorageOS reports node {node} offline"),
+        Trigger::OutOfService => format!("node {node} is tainted {OUT_OF_SERVICE_TAINT}"),
+    }
+}
+
+/// One pass over `node` (StorageOS node ID `id`, empty if StorageOS does not know it), fenced
+/// for `trigger`; Ok(true) when nothing is left to fence.
 pub async fn fence_node<I: FenceLookups + FenceActions>(
     io: &I,
     node: &Node,
     id: &str,
+    trigger: Trigger,
     memory: &mut Memory,
 ) -> Result<bool, kube::Error> {
     let name = node.name_any();
+    let cause = cause(trigger, &name);
     let pods = io.pods_on(&name).await?;
     let mut left = 0usize;
     let mut targets = Vec::new();
@@ -56,6 +67,8 @@ pub async fn fence_node<I: FenceLookups + FenceActions>(
             continue;
         }
         match select::opted_in(&pod) {
+            // Out of service: every pod with StorageOS volumes, opted in or not.
+            _ if trigger == Trigger::OutOfService => {}
             Ok(true) => {}
             Ok(false) => continue,
             Err(why) => {
@@ -76,8 +89,9 @@ pub async fn fence_node<I: FenceLookups + FenceActions>(
         return Ok(left == 0);
     }
     // Cordoned: taken down on purpose (a drain, a node upgrade); its pods are being evicted or
-    // come back with it, and a force-delete would only race the drain.
-    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+    // come back with it, and a force-delete would only race the drain. The out-of-service taint
+    // says the node is not coming back, cordoned or not.
+    if trigger == Trigger::Offline && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
         tracing::info!(controller = CONTROLLER, node = %name, "the node is cordoned: not fencing");
         if !memory.cordoned {
             memory.cordoned = true;
@@ -97,7 +111,7 @@ pub async fn fence_node<I: FenceLookups + FenceActions>(
             if !memory.suspended {
                 memory.suspended = true;
                 let note = format!(
-                    "StorageOS reports node {name} offline, but upgrade {upgrade} is in progress: {} pod(s) are not fenced while it runs",
+                    "{cause}, but upgrade {upgrade} is in progress: {} pod(s) are not fenced while it runs",
                     targets.len()
                 );
                 io.count(FencerOutcome::Suspended);
@@ -120,14 +134,14 @@ pub async fn fence_node<I: FenceLookups + FenceActions>(
             tracing::info!(controller = CONTROLLER, node = %name, pod = %pod.name_any(), "not fenced: {problems}");
             if memory.skipped.insert(pod.uid().unwrap_or_default()) {
                 let note = format!(
-                    "StorageOS reports node {name} offline, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
+                    "{cause}, but the pod is not fenced: {problems}. It is left alone because the node may hold the only copy of the data"
                 );
                 io.count(FencerOutcome::Skipped);
                 io.warn(About::Pod(&pod), reasons::FENCING_SKIPPED, note).await;
             }
             continue;
         }
-        match fence_pod(io, &name, &pod, &claims, &mut attachments).await {
+        match fence_pod(io, &name, &cause, &pod, &claims, &mut attachments).await {
             Ok(()) => {
                 memory.fenced.insert(pod.uid().unwrap_or_default());
             }
@@ -198,6 +212,7 @@ impl Volumes {
 async fn fence_pod<I: FenceLookups + FenceActions>(
     io: &I,
     node: &str,
+    cause: &str,
     pod: &Pod,
     claims: &[StorageOSClaim],
     attachments: &mut Option<Result<Vec<VolumeAttachment>, String>>,
@@ -225,7 +240,7 @@ async fn fence_pod<I: FenceLookups + FenceActions>(
         None => {}
     }
     let mut note = format!(
-        "StorageOS reports node {node} offline and the pod's StorageOS volumes are online elsewhere: deleted the pod (grace period 0) so that it can start on another node"
+        "{cause} and the pod's StorageOS volumes are online elsewhere: deleted the pod (grace period 0) so that it can start on another node"
     );
     if !deleted.is_empty() {
         note.push_str(&format!(", and VolumeAttachments {}", deleted.join(", ")));
@@ -396,7 +411,9 @@ mod tests {
     async fn a_pod_whose_volume_is_online_on_another_node_is_fenced_with_its_attachment_there() {
         let fake = world(volume("pv1", "id-b", Health::Online));
         let mut memory = Memory::default();
-        let finished = fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        let finished = fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert!(finished, "nothing left");
         assert_eq!(*fake.deleted_pods.lock().unwrap(), ["web"]);
         assert_eq!(
@@ -407,7 +424,9 @@ mod tests {
         assert_eq!(events(&fake), [("Fenced".to_string(), "web".to_string())]);
         assert_eq!(memory.fenced(), 1);
         // The next pass does not delete it again (a pod with a finalizer can linger).
-        fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert_eq!(fake.deleted_pods.lock().unwrap().len(), 1);
     }
 
@@ -416,11 +435,15 @@ mod tests {
         let mut fake = world(volume("pv1", "id-b", Health::Online));
         fake.volumes.clear();
         let mut memory = Memory::default();
-        let finished = fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        let finished = fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert!(!finished, "the pod is left to fence, retried");
         assert!(fake.deleted_pods.lock().unwrap().is_empty());
         assert!(fake.deleted_attachments.lock().unwrap().is_empty());
-        fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert_eq!(
             events(&fake),
             [("FencingSkipped".to_string(), "web".to_string())],
@@ -436,7 +459,7 @@ mod tests {
             volume("pv1", "", Health::Online),
         ] {
             let fake = world(v.clone());
-            fence_node(&fake, &node(), OFFLINE, &mut Memory::default())
+            fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut Memory::default())
                 .await
                 .unwrap();
             assert!(fake.deleted_pods.lock().unwrap().is_empty(), "{v:?}");
@@ -450,7 +473,7 @@ mod tests {
                 pv: "pv1".into(),
             }],
         );
-        fence_node(&missing, &node(), OFFLINE, &mut Memory::default())
+        fence_node(&missing, &node(), OFFLINE, Trigger::Offline, &mut Memory::default())
             .await
             .unwrap();
         assert!(
@@ -466,8 +489,14 @@ mod tests {
             upgrade: "up (StorageOSCluster kube-system/storageos)".into(),
         });
         let mut memory = Memory::default();
-        assert!(!fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap());
-        fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        assert!(
+            !fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+                .await
+                .unwrap()
+        );
+        fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert!(fake.deleted_pods.lock().unwrap().is_empty());
         assert_eq!(
             events(&fake),
@@ -477,7 +506,11 @@ mod tests {
 
         fake.maintenance = None;
         let mut memory = Memory::default();
-        assert!(!fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap());
+        assert!(
+            !fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+                .await
+                .unwrap()
+        );
         assert!(fake.deleted_pods.lock().unwrap().is_empty());
     }
 
@@ -487,12 +520,20 @@ mod tests {
         let cordoned: Node =
             serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"unschedulable": true}})).unwrap();
         let mut memory = Memory::default();
-        assert!(!fence_node(&fake, &cordoned, OFFLINE, &mut memory).await.unwrap());
-        fence_node(&fake, &cordoned, OFFLINE, &mut memory).await.unwrap();
+        assert!(
+            !fence_node(&fake, &cordoned, OFFLINE, Trigger::Offline, &mut memory)
+                .await
+                .unwrap()
+        );
+        fence_node(&fake, &cordoned, OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert!(fake.deleted_pods.lock().unwrap().is_empty());
         assert_eq!(events(&fake), [("FencingSkippedCordoned".to_string(), "a".to_string())]);
         // Uncordoned: fenced at the next pass.
-        fence_node(&fake, &node(), OFFLINE, &mut memory).await.unwrap();
+        fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut memory)
+            .await
+            .unwrap();
         assert_eq!(*fake.deleted_pods.lock().unwrap(), ["web"]);
     }
 
@@ -502,11 +543,52 @@ mod tests {
         fake.pods = vec![pod("web", false), pod("cache", true)];
         // `web` is not opted in; `cache` has no StorageOS claims. Neither asks for maintenance.
         fake.maintenance = None;
-        let finished = fence_node(&fake, &node(), OFFLINE, &mut Memory::default())
+        let finished = fence_node(&fake, &node(), OFFLINE, Trigger::Offline, &mut Memory::default())
             .await
             .unwrap();
         assert!(finished);
         assert!(fake.deleted_pods.lock().unwrap().is_empty());
         assert!(events(&fake).is_empty());
+    }
+
+    #[tokio::test]
+    async fn out_of_service_fences_every_storageos_pod_cordoned_or_not_and_nothing_else() {
+        let mut fake = world(volume("pv1", "id-b", Health::Online));
+        fake.pods = vec![pod("web", false), pod("cache", false), pod("labelled", true)];
+        let claims = fake.claims["web"].clone();
+        fake.claims.insert("labelled".into(), claims);
+        let cordoned: Node =
+            serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"unschedulable": true}})).unwrap();
+        let mut memory = Memory::default();
+        let finished = fence_node(&fake, &cordoned, OFFLINE, Trigger::OutOfService, &mut memory)
+            .await
+            .unwrap();
+        assert!(finished);
+        assert_eq!(
+            *fake.deleted_pods.lock().unwrap(),
+            ["web", "labelled"],
+            "opted in or not; `cache` has no StorageOS volume and is left to Kubernetes"
+        );
+        let deleted = fake.deleted_attachments.lock().unwrap().clone();
+        assert!(deleted.iter().all(|va| va == "va-web"), "{deleted:?}");
+    }
+
+    #[tokio::test]
+    async fn out_of_service_still_never_acts_on_a_failed_read_or_an_unsafe_volume_or_during_an_upgrade() {
+        let mut failed = world(volume("pv1", "id-b", Health::Online));
+        failed.volumes.clear();
+        let unsafe_master = world(volume("pv1", OFFLINE, Health::Online));
+        let mut upgrading = world(volume("pv1", "id-b", Health::Online));
+        upgrading.maintenance = Some(Maintenance::On { upgrade: "up".into() });
+        let mut unreadable = world(volume("pv1", "id-b", Health::Online));
+        unreadable.maintenance = None;
+        for fake in [failed, unsafe_master, upgrading, unreadable] {
+            let finished = fence_node(&fake, &node(), OFFLINE, Trigger::OutOfService, &mut Memory::default())
+                .await
+                .unwrap();
+            assert!(!finished);
+            assert!(fake.deleted_pods.lock().unwrap().is_empty());
+            assert!(fake.deleted_attachments.lock().unwrap().is_empty());
+        }
     }
 }

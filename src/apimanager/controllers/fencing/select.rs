@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
@@ -14,6 +14,18 @@ use crate::storageos::models::{Health, Volume};
 
 /// The pod label that opts a pod into fencing.
 pub const FENCED_LABEL: &str = "storageos.com/fenced";
+
+/// The Kubernetes taint saying a node is down for good (non-graceful node shutdown): with it,
+/// every pod using StorageOS volumes there is fenced, opted in or not.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// Whether the Node carries the out-of-service taint (any value or effect).
+pub fn out_of_service(node: &Node) -> bool {
+    node.spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .any(|t| t.key == OUT_OF_SERVICE_TAINT)
+}
 
 /// Whether the pod opted in: its fenced label parses as true (Go `strconv.ParseBool`). `Err`
 /// for a value that is not a boolean (the pod is then not fenced).
@@ -142,6 +154,23 @@ mod tests {
             claim_names(&pod(json!({}))).into_iter().collect::<Vec<_>>(),
             ["data", "logs"]
         );
+    }
+
+    #[test]
+    fn any_out_of_service_taint_counts() {
+        let node = |taints: serde_json::Value| -> Node {
+            from(json!({"metadata": {"name": "n"}, "spec": {"taints": taints}}))
+        };
+        assert!(!out_of_service(&from(json!({"metadata": {"name": "n"}}))));
+        assert!(!out_of_service(&node(
+            json!([{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}])
+        )));
+        assert!(out_of_service(&node(
+            json!([{"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"}])
+        )));
+        assert!(out_of_service(&node(
+            json!([{"key": OUT_OF_SERVICE_TAINT, "effect": "NoSchedule"}])
+        )));
     }
 
     #[test]
