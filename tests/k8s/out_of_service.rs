@@ -80,7 +80,8 @@ async fn cluster(w: &World, name: &str) {
     let cluster: StorageOSCluster = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": name},
-        "spec": {"secretRefName": "none", "secretRefNamespace": w.ns.name}
+        "spec": {"secretRefName": "none", "secretRefNamespace": w.ns.name,
+                 "kvBackend": {"address": support::KV_ADDRESS}}
     }));
     w.ns.api::<StorageOSCluster>()
         .create(&PostParams::default(), &cluster)
