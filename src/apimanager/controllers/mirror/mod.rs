@@ -273,8 +273,15 @@ impl Mirror<'_> {
             }
         }
         let saved = self.save_all(stale, "Node", MirrorStep::SaveNode).await;
-        self.written_nodes
-            .retain(|name, _| nodes.iter().any(|n| n.name == *name));
+        // Only writes the cache does not show yet are kept (a few, not a copy of every mirror).
+        let (cache, now) = (&self.caches.nodes, Instant::now());
+        self.written_nodes.retain(|name, w| {
+            let cached = cache.get(&ObjectRef::new(name));
+            w.stands(
+                cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref()),
+                now,
+            )
+        });
         self.written_nodes.extend(saved);
         let known: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         for orphan in self.caches.nodes.state() {
@@ -347,9 +354,14 @@ impl Mirror<'_> {
             wanted.insert(key);
         }
         let saved = self.save_all(stale, "Volume", MirrorStep::SaveVolume).await;
-        if list.complete() {
-            self.written_volumes.retain(|key, _| wanted.contains(key));
-        }
+        let (cache, now) = (&self.caches.volumes, Instant::now());
+        self.written_volumes.retain(|key, w| {
+            let cached = cache.get(&ObjectRef::new(&key.name).within(&key.namespace));
+            w.stands(
+                cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref()),
+                now,
+            )
+        });
         self.written_volumes.extend(saved);
         if list.complete() {
             // A partial read would under-count: the counts stand until a complete one.
@@ -387,14 +399,15 @@ impl Mirror<'_> {
                 let saved = Instant::now();
                 let namespace = m.api.namespace().unwrap_or_default();
                 let result = save(&m.api, &m.name, &m.owner, kind, &m.status, m.writes).await;
+                let result = result.map(|made| std::iter::once(m.cached_version).chain(made).collect());
                 self.observe(step, saved);
                 match result {
-                    Ok(()) => {
+                    Ok(older_versions) => {
                         tracing::debug!(controller = CONTROLLER, %kind, name = %m.name, %namespace, object = m.writes.object, "mirror written");
                         Some((
                             m.key,
                             Written {
-                                cached_version: m.cached_version,
+                                older_versions,
                                 owner: m.owner,
                                 status: m.status,
                                 at: saved,
@@ -420,7 +433,8 @@ impl Mirror<'_> {
 
 /// Writes one mirror: its metadata (owner) and empty spec, then its status, each only when
 /// `writes` says so. A status write that finds no object (deleted since the cache saw it)
-/// writes the object first.
+/// writes the object first. Returns the `resourceVersion`s of the object writes that a status
+/// write followed (the cache may show them before it shows the status).
 async fn save<K, S>(
     api: &Api<K>,
     name: &str,
@@ -428,7 +442,7 @@ async fn save<K, S>(
     kind: &str,
     status: &S,
     writes: Writes,
-) -> Result<(), Error>
+) -> Result<Vec<Option<String>>, Error>
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: Serialize,
@@ -440,22 +454,27 @@ where
         "metadata": {"name": name, "ownerReferences": owner.iter().collect::<Vec<_>>()},
         "spec": {},
     });
+    let version = |o: K| o.meta().resource_version.clone();
+    let mut before_status = Vec::new();
     if writes.object {
-        api.patch(name, &params, &Patch::Apply(&object)).await?;
+        before_status.push(version(api.patch(name, &params, &Patch::Apply(&object)).await?));
     }
     if writes.status {
         let status = json!({"apiVersion": api_version, "kind": kind, "status": status});
         match api.patch_status(name, &params, &Patch::Apply(&status)).await {
             Err(kube::Error::Api(e)) if e.code == 404 && !writes.object => {
-                api.patch(name, &params, &Patch::Apply(&object)).await?;
+                before_status.push(version(api.patch(name, &params, &Patch::Apply(&object)).await?));
                 api.patch_status(name, &params, &Patch::Apply(&status)).await?;
             }
             other => {
                 other?;
             }
         }
+    } else {
+        // The object write is the last one: the cache showing it shows the write.
+        before_status.clear();
     }
-    Ok(())
+    Ok(before_status)
 }
 
 /// Deletes an orphaned mirror (only this very object: a newer one of the same name stays).
