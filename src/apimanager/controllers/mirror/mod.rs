@@ -282,6 +282,8 @@ impl Mirror<'_> {
                 now,
             )
         });
+        // A first pass fills it with every mirror; the room is not kept once the cache caught up.
+        self.written_nodes.shrink_to_fit();
         self.written_nodes.extend(saved);
         let known: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         for orphan in self.caches.nodes.state() {
@@ -362,6 +364,7 @@ impl Mirror<'_> {
                 now,
             )
         });
+        self.written_volumes.shrink_to_fit();
         self.written_volumes.extend(saved);
         if list.complete() {
             // A partial read would under-count: the counts stand until a complete one.
