@@ -23,8 +23,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::crd::{NodeMirrorStatus, VolumeMirrorStatus};
-
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
@@ -42,7 +40,7 @@ use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
-use crate::crd::{StorageOSNode, StorageOSVolume};
+use crate::crd::{NodeMirrorStatus, StorageOSNode, StorageOSVolume, VolumeMirrorStatus};
 use crate::storageos::models::Health;
 use build::{Drain, MirrorPlace, Writes, Written};
 
