@@ -8,23 +8,30 @@
 #     `storageos-operator/...` user agent) and StorageOS API requests by route (simulator log);
 #   - StorageOSCluster created → every child applied (audit log), over fresh clusters;
 #   - fencing latency: node offline in the simulator → fenced pod deleted, at a random point
-#     of the poll cycle;
+#     of the poll cycle, and the api-manager's apiserver writes per node flap (audit log);
 #   - pod and PVC mutating webhook latency at a fixed rate through the real apiserver
 #     (dry-run creates: the webhooks run, nothing is stored);
 #   - one shared-volume pass (NFS volumes → Services, Endpoints, mount endpoints published);
+#   - a fresh api-manager on the full cluster with its mirrors deleted: its apiserver writes from
+#     its first StorageOS poll on, in its first 35 s (the first pass) and in the minute after
+#     (idle: nothing may be written), so a backlog or a loop cannot hide behind a warm-up;
 #
 # and writes OUT/results.json, OUT/table.md, PNG plots (gnuplot) and, unless --no-doc, the
 # generated part of docs/benchmarks.md (between its bench markers) and docs/benchmarks/*.png.
 #
-#   hack/bench.sh [--nodes 3,100,1000] [--pods 10000] [--out DIR] [--no-doc]
-#                 [--fence-trials 20] [--cluster-trials 10] [--shared 1000] [--rps 200]
-#                 [--webhook-seconds 30] [--report-only] [--no-build]
+#   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--force-density]
+#                 [--out DIR] [--no-doc] [--fence-trials 20] [--cluster-trials 10]
+#                 [--shared 1000] [--rps 200] [--webhook-seconds 30] [--report-only] [--no-build]
 #
-# --pods is the pod count at the largest size; smaller sizes get as many per node. Each size
-# gets 2 StorageOS volumes per 10 pods, and one namespace per 100 pods (half of them hold the
-# StorageOS volumes and the pods using them). Loopback only, except the webhook listener: the
-# apiserver reaches webhooks through a Service, and Endpoints may not point at loopback, so it
-# listens on this machine's own address. Everything it starts is stopped on exit.
+# Pods follow the sizes: --pods-per-node (default 10, a realistic density well below the
+# kubelet's default maximum of 110 pods a node) at every size; --pods N instead sets the count at
+# the largest size (smaller sizes get as many per node). More than 110 pods a node is refused
+# unless --force-density (a density no kubelet runs by default makes fencing and memory figures
+# that mean nothing). Each size gets 2 StorageOS volumes per 10 pods, and one namespace per 100
+# pods (half of them hold the StorageOS volumes and the pods using them). Loopback only, except
+# the webhook listener: the apiserver reaches webhooks through a Service, and Endpoints may not
+# point at loopback, so it listens on this machine's own address. Everything it starts is
+# stopped on exit.
 #
 # Its plane is its own (K8S_STATE, K8S_PORT, ETCD_PORT default to bench values, apart from
 # hack/test.sh's); ports K8S_PORT+10..+13 serve the simulator, metrics and the webhook.
@@ -41,7 +48,15 @@ export ETCD_PORT=${ETCD_PORT:-25790}
 KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
 
 SIZES=3,100,1000
-PODS=10000
+# Pods per node at every size (--pods-per-node), unless --pods sets the count at the largest.
+PODS_PER_NODE=10
+PODS=
+# The kubelet's default --max-pods.
+KUBELET_MAX_PODS=110
+FORCE_DENSITY=0
+# The fresh api-manager's first pass and the idle minute after it, from its first poll.
+FRESH_FIRST_PASS=35
+FRESH_IDLE=60
 OUT=$ROOT/target/bench/$(date -u +%Y%m%dT%H%M%SZ)
 DOC=1
 FENCE_TRIALS=20
@@ -58,6 +73,8 @@ while (($#)); do
   case $1 in
     --nodes) SIZES=$2; shift 2 ;;
     --pods) PODS=$2; shift 2 ;;
+    --pods-per-node) PODS_PER_NODE=$2; shift 2 ;;
+    --force-density) FORCE_DENSITY=1; shift ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --no-doc) DOC=0; shift ;;
     --fence-trials) FENCE_TRIALS=$2; shift 2 ;;
@@ -67,12 +84,26 @@ while (($#)); do
     --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 IFS=, read -r -a NODE_SIZES <<<"$SIZES"
 MAX_NODES=$(printf '%s\n' "${NODE_SIZES[@]}" | sort -n | tail -1)
+# Pods at size $1 (see --pods, --pods-per-node).
+pods_at() {
+  local n=$1 p
+  if [[ -n $PODS ]]; then p=$((PODS * n / MAX_NODES)); else p=$((PODS_PER_NODE * n)); fi
+  ((p >= 10)) || p=10
+  echo "$p"
+}
+for n in "${NODE_SIZES[@]}"; do
+  p=$(pods_at "$n")
+  if ((p > KUBELET_MAX_PODS * n && !FORCE_DENSITY)); then
+    echo "[bench] error: $p pods on $n nodes is $((p / n)) a node, more than the kubelet's default maximum of $KUBELET_MAX_PODS; lower --pods or --pods-per-node, or pass --force-density" >&2
+    exit 2
+  fi
+done
 POLL=5
 SIM_ADDR=127.0.0.1:$((K8S_PORT + 10))
 SIM=http://$SIM_ADDR
@@ -155,7 +186,7 @@ fi
   echo "  \"operator\": \"$("$BIN" --version 2>/dev/null || echo unknown)\","
   echo "  \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo -dirty)\","
   echo "  \"kubernetes\": \"$K8S_VERSION\", \"etcd\": \"$ETCD_VERSION\", \"kwok\": \"$KWOK_VERSION\","
-  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $PODS,"
+  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $(pods_at "$MAX_NODES"), \"pods_flag\": \"$PODS\", \"pods_per_node\": $PODS_PER_NODE,"
   echo "  \"load_at_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\""
   echo "}"
 } >"$OUT/machine.json"
@@ -204,14 +235,44 @@ proc_stats() {
   echo "$rss $hwm $cpu"
 }
 
+# A fresh api-manager on the full cluster whose mirrors are deleted, as on a first install: its
+# apiserver writes are counted (by the report, from the audit log) from its first StorageOS poll
+# on, in the first $FRESH_FIRST_PASS s and in the $FRESH_IDLE s after. Its first poll is the
+# first node list the simulator answers after it starts.
+fresh_api_manager() {
+  local n=$1 pid
+  step "n=$n: fresh api-manager, mirrors deleted: writes from its first poll on (${FRESH_FIRST_PASS} s + ${FRESH_IDLE} s)"
+  pid=$(cat "$DIR/api-manager.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  local volume_mirrors node_mirrors
+  volume_mirrors=$(kc get volumes.api.storageos.com -A --no-headers 2>/dev/null | wc -l)
+  node_mirrors=$(kc get nodes.api.storageos.com --no-headers 2>/dev/null | wc -l)
+  kc delete volumes.api.storageos.com --all -A --wait=false >/dev/null
+  kc delete nodes.api.storageos.com --all --wait=false >/dev/null
+  wait_until "mirrors deleted" 600 bash -c "[[ -z \$('$KUBECTL' get volumes.api.storageos.com,nodes.api.storageos.com -A -o name 2>/dev/null | head -1) ]]"
+  curl -sf -X DELETE "$SIM/_sim/requests" >/dev/null
+  local started
+  started=$(date -u +%s.%N)
+  start api-manager-fresh "$BIN" api-manager -kubeconfig "$DIR/api-manager.kubeconfig" -api-endpoint "$SIM" \
+    -api-secret-path "$DIR/api-secret" -namespace "$AM_NAMESPACE" -enable-leader-election \
+    -metrics-addr "$AM_METRICS" --webhook-addr "$(host_ip):$WEBHOOK_PORT" -node-poll-interval "${POLL}s"
+  wait_until "the fresh api-manager's first node list" 120 bash -c "curl -sf $SIM/_sim/requests | jq -e 'any(.[]; .method == \"GET\" and .path == \"/v2/nodes\")'"
+  local first
+  first=$(curl -sf "$SIM/_sim/requests" | jq -r '[.[] | select(.method == "GET" and .path == "/v2/nodes") | .time] | min')
+  sleep $((FRESH_FIRST_PASS + FRESH_IDLE + 2))
+  echo "{\"started\": $started, \"first_poll\": \"$first\", \"first_pass_s\": $FRESH_FIRST_PASS, \"idle_s\": $FRESH_IDLE, \"node_mirrors\": $node_mirrors, \"volume_mirrors\": $volume_mirrors}" >"$DIR/fresh.json"
+}
+
 # ---------------------------------------------------------------- one size
 
 run_size() {
   local n=$1
   DIR=$OUT/n$n
   mkdir -p "$DIR"
-  local pods=$((PODS * n / MAX_NODES))
-  ((pods >= 10)) || pods=10
+  local pods
+  pods=$(pods_at "$n")
   local volumes=$((pods / 5)) namespaces=$(((pods + 99) / 100))
 
   step "n=$n: control plane with $n kwok nodes"
@@ -266,6 +327,7 @@ EOF
   local cns
   cns=$(kc get stos storageos -n storageos-operator -o jsonpath='{.spec.namespace}')
   cns=${cns:-kube-system}
+  AM_NAMESPACE=$cns
   mkdir -p "$DIR/api-secret"
   printf storageos >"$DIR/api-secret/username"
   printf storageos >"$DIR/api-secret/password"
@@ -320,7 +382,13 @@ EOF
 EOF
 
   step "n=$n: fencing, $FENCE_TRIALS trials (poll ${POLL}s)"
+  local f0
+  f0=$(date -u +%s.%N)
   "$TOOL" fence --sim "$SIM" --nodes "$n" --trials "$FENCE_TRIALS" --poll "$POLL" >"$DIR/fence.json"
+  # The flaps' window, for the writes per flap (audit log): the last trial's node is back
+  # online and polled; one more poll of each kind lets its writes land.
+  sleep $((POLL * 2))
+  echo "{\"from\": $f0, \"to\": $(date -u +%s.%N), \"trials\": $FENCE_TRIALS, \"pods_per_node\": $((pods / n))}" >"$DIR/fence-window.json"
 
   step "n=$n: baseline: pods without a PVC (no webhook), $RPS rps for ${WEBHOOK_SECONDS}s (dry-run creates)"
   "$TOOL" webhook --kind pod-baseline --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-baseline.json"
@@ -336,6 +404,7 @@ EOF
 
   read -r op_rss op_hwm _ <<<"$(proc_stats "$op_pid")"
   read -r am_rss am_hwm _ <<<"$(proc_stats "$am_pid")"
+  fresh_api_manager "$n"
   echo "{\"operator_vmhwm_kib\": $op_hwm, \"api_manager_vmhwm_kib\": $am_hwm, \"load\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >"$DIR/end.json"
   cp "$audit" "$DIR/audit.jsonl"
   step "n=$n: done; stopping"

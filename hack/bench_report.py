@@ -110,6 +110,53 @@ def idle(d):
     return writes, reads, sim
 
 
+def api_manager_writes(audit_path, windows):
+    """The api-manager's apiserver writes (Lease renewals apart) in each `(from, to)` window of
+    epoch seconds, by verb and resource, from the audit log (stageTimestamp, completed)."""
+    out = [Counter() for _ in windows]
+    if not windows:
+        return out
+    for ev in lines(audit_path):
+        if (ev.get("stage") != "ResponseComplete" or ev.get("verb") not in WRITES
+                or not ev.get("userAgent", "").startswith(UA) or component(ev) != "api-manager"):
+            continue
+        r = resource(ev)
+        if r == "leases":
+            continue
+        t = ts(ev["stageTimestamp"])
+        for i, (a, b) in enumerate(windows):
+            if a <= t < b:
+                out[i][f"{ev.get('verb')} {r}"] += 1
+    return out
+
+
+def flaps(d):
+    """Writes per node flap (offline, then online) over the fencing trials' window."""
+    w = load(os.path.join(d, "fence-window.json"))
+    if not w:
+        return None
+    (c,) = api_manager_writes(os.path.join(d, "audit.jsonl"), [(w["from"], w["to"])])
+    trials = max(1, w.get("trials", 1))
+    mirror = sum(v for k, v in c.items() if k.endswith((" nodes", " nodes/status", " volumes", " volumes/status")))
+    return {"trials": trials, "pods_per_node": w.get("pods_per_node"), "writes": dict(c),
+            "per_flap": round(sum(c.values()) / trials, 1), "mirror_per_flap": round(mirror / trials, 1)}
+
+
+def fresh(d):
+    """A fresh api-manager's writes from its first poll on: the first pass, then an idle minute."""
+    f = load(os.path.join(d, "fresh.json"))
+    if not f or not f.get("first_poll") or f["first_poll"] == "null":
+        return None
+    t0 = ts(f["first_poll"])
+    a, b = f.get("first_pass_s", 35), f.get("idle_s", 60)
+    first, idle_w = api_manager_writes(os.path.join(d, "audit.jsonl"), [(t0, t0 + a), (t0 + a, t0 + a + b)])
+    mirrors = (f.get("node_mirrors") or 0) + (f.get("volume_mirrors") or 0)
+    return {"first_pass_s": a, "idle_s": b, "node_mirrors": f.get("node_mirrors"), "volume_mirrors": f.get("volume_mirrors"),
+            "first_pass": dict(first), "first_pass_total": sum(first.values()),
+            "per_mirror": round(sum(first.values()) / mirrors, 2) if mirrors else None,
+            "idle": dict(idle_w), "idle_total": sum(idle_w.values())}
+
+
 def pct(values, p):
     v = sorted(values)
     if not v:
@@ -152,6 +199,8 @@ def collect(out):
                 "webhook_pod": load(os.path.join(d, "webhook-pod.json"), {}),
                 "webhook_pvc": load(os.path.join(d, "webhook-pvc.json"), {}),
                 "shared": load(os.path.join(d, "shared.json")),
+                "flap_writes": flaps(d),
+                "fresh_api_manager": fresh(d),
             }
         )
     return sizes
@@ -189,9 +238,16 @@ def table(machine, sizes):
         lambda s: f"{sum(v for k, v in s['writes_per_min'].items() if not k.endswith(' leases'))} ({sum(s['writes_per_min'].values())})")
     row("apiserver reads (get+list) / min at idle", "", lambda s: str(sum(s["reads_per_min"].values())))
     row("StorageOS API requests / min at idle", "≤ 30 (3 nodes)", lambda s: str(sum(s["storageos_requests_per_min"].values())))
-    row("fencing p50 / p99 / max, ms (poll 5 s)", "p99 ≤ 5200",
+    row("fencing p50 / p99 / max, ms (poll 5 s), at pods per node", "p99 ≤ 5200",
         lambda s: f"{fmt(s['fencing'].get('p50_ms'))} / {fmt(s['fencing'].get('p99_ms'))} / {fmt(s['fencing'].get('max_ms'))}"
-        + (f" (n={s['fencing'].get('count')}, missed {s['fencing'].get('missed')})" if s["fencing"] else ""))
+        + (f" (n={s['fencing'].get('count')}, missed {s['fencing'].get('missed')})" if s["fencing"] else "")
+        + (f" at {s['workload'].get('pods', 0) // max(1, s['nodes'])}/node" if s.get("workload") else ""))
+    row("api-manager apiserver writes per node flap (of them mirror writes)", "a few per changed mirror",
+        lambda s: f"{fmt((s.get('flap_writes') or {}).get('per_flap'))} ({fmt((s.get('flap_writes') or {}).get('mirror_per_flap'))})")
+    row("fresh api-manager, mirrors deleted: writes in its first 35 s (per mirror)", "≤ 2 per mirror",
+        lambda s: f"{fmt((s.get('fresh_api_manager') or {}).get('first_pass_total'))} ({fmt((s.get('fresh_api_manager') or {}).get('per_mirror'))})")
+    row("fresh api-manager: writes in the minute after, from 35 s", "0",
+        lambda s: fmt((s.get("fresh_api_manager") or {}).get("idle_total")))
     row("cluster applied → children applied p50 (max), ms", "≤ 1000",
         lambda s: f"{fmt(s['cluster_apply']['p50_ms'])} ({fmt(s['cluster_apply']['max_ms'])}, n={len(s['cluster_apply']['trials'])})")
     row("baseline: pod without PVC (no webhook) p50 / p99, ms", "",
@@ -218,6 +274,18 @@ def breakdown(sizes):
             items = sorted(s[key].items(), key=lambda kv: -kv[1])
             text = ", ".join(f"`{k}` {v}" for k, v in items) if items else "none"
             out.append(f"- {title}: {text}")
+        f = s.get("flap_writes")
+        if f:
+            items = sorted(f["writes"].items(), key=lambda kv: -kv[1])
+            text = ", ".join(f"`{k}` {v}" for k, v in items) if items else "none"
+            out.append(f"- api-manager writes in {f['trials']} node flaps (fencing trials, each also creating its PVC, volume and pod): {text}")
+        f = s.get("fresh_api_manager")
+        if f:
+            for title, key in ((f"fresh api-manager's first {f['first_pass_s']} s ({f['node_mirrors']} node and {f['volume_mirrors']} volume mirrors to write)", "first_pass"),
+                               (f"fresh api-manager's next {f['idle_s']} s", "idle")):
+                items = sorted(f[key].items(), key=lambda kv: -kv[1])
+                text = ", ".join(f"`{k}` {v}" for k, v in items) if items else "none"
+                out.append(f"- {title}: {text}")
     return "\n".join(out) + "\n"
 
 
@@ -297,7 +365,8 @@ def main():
     gen = [
         BEGIN,
         "",
-        f"Run of {m.get('date', '?')} (`hack/bench.sh --nodes {m.get('sizes', '?')} --pods {m.get('pods_at_largest', '?')}`), "
+        f"Run of {m.get('date', '?')} (`hack/bench.sh --nodes {m.get('sizes', '?')} "
+        + (f"--pods {m['pods_flag']}" if m.get("pods_flag") else f"--pods-per-node {m.get('pods_per_node', m.get('pods_at_largest', '?'))}") + "`), "
         f"commit `{m.get('commit', '?')}`: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, "
         f"Linux {m.get('kernel', '?')}, {m.get('rustc', '?')}; Kubernetes {m.get('kubernetes', '?')}, etcd {m.get('etcd', '?')}, "
         f"kwok {m.get('kwok', '?')}. Load average at the start: {m.get('load_at_start', '?')}; during each idle minute: "

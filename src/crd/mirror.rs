@@ -138,9 +138,9 @@ pub struct VolumeMirrorStatus {
     /// The NFS endpoints of a shared (RWX) volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nfs: Option<VolumeNfs>,
-    /// The StorageOS object version.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub version: String,
+    // No StorageOS object version: it changes with every StorageOS write to the volume, labels
+    // included, which the mirror does not show (the PVC label sync's first pass would rewrite
+    // every volume mirror for it), and nothing reads it.
 }
 
 /// Where the master is.

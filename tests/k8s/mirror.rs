@@ -206,6 +206,97 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
         "a node holding no last copy"
     );
 
+    // A node flap with more volumes than nodes writes the mirrors whose status changed, one
+    // request each, and nothing else: the volumes mastered on the flapped node (no replicas, as
+    // the bench's), that node's mirror, and no other.
+    sim.set_health(NODES[1], Health::Online).unwrap();
+    node_mirror(&nodes, NODES[1], "online").await;
+    let flapped = NODES[2];
+    let per_node = 8;
+    for i in 0..per_node * NODES.len() {
+        let (claim_name, volume) = (format!("flap-{i}"), format!("{pv}-flap-{i}"));
+        pvcs.create(&PostParams::default(), &claim(&claim_name, Some(&volume)))
+            .await
+            .unwrap();
+        sim.add_volume(support::seed::volume(
+            &ns.name,
+            &volume,
+            &claim_name,
+            NODES[i % NODES.len()],
+        ))
+        .unwrap();
+    }
+    let on_flapped = per_node;
+    let blocked_by_all = || async {
+        for name in NODES {
+            let count = nodes.get(name).await.ok()?.status?.drain_blocked_count?;
+            (count >= i64::try_from(per_node).unwrap()).then_some(())?;
+        }
+        let mirrored = volumes.list(&Default::default()).await.ok()?;
+        (mirrored.items.iter().filter(|v| v.status.is_some()).count() > per_node * NODES.len()).then_some(())
+    };
+    wait_for(
+        "every flap volume mirrored and every node blocked by its volumes",
+        SETTLE,
+        blocked_by_all,
+    )
+    .await;
+    // One more node poll, so that nothing of the seeding is still to be written.
+    tokio::time::sleep(NODE_POLL + Duration::from_secs(1)).await;
+    let flap_from = chrono::Utc::now();
+    sim.set_health(flapped, Health::Offline).unwrap();
+    node_mirror(&nodes, flapped, "offline").await;
+    let unavailable = |health: &'static str| {
+        let volumes = volumes.clone();
+        move || {
+            let volumes = volumes.clone();
+            async move {
+                let list = volumes.list(&Default::default()).await.ok()?;
+                let n = list
+                    .items
+                    .iter()
+                    .filter_map(|v| v.status.as_ref())
+                    .filter(|s| s.master.node == flapped && s.health == health)
+                    .count();
+                (n == on_flapped).then_some(())
+            }
+        }
+    };
+    wait_for(
+        "the flapped node's volumes unavailable",
+        SETTLE,
+        unavailable("unavailable"),
+    )
+    .await;
+    sim.set_health(flapped, Health::Online).unwrap();
+    node_mirror(&nodes, flapped, "online").await;
+    wait_for("the flapped node's volumes healthy", SETTLE, unavailable("healthy")).await;
+    // A node poll after the volumes' (the drain fields follow the volume read).
+    tokio::time::sleep(NODE_POLL + Duration::from_secs(1)).await;
+    let writes = writes_by(API_MANAGER, flap_from);
+    println!(
+        "one flap of {flapped} ({on_flapped} of {} volumes on it): {writes:#?}",
+        per_node * NODES.len()
+    );
+    let count = |prefix: &str| writes.iter().filter(|w| w.starts_with(prefix)).count();
+    assert_eq!(
+        count("patch volumes/status "),
+        2 * on_flapped,
+        "each volume on the node written once offline, once online: {writes:#?}"
+    );
+    assert_eq!(count("patch volumes "), 0, "no volume object rewritten: {writes:#?}");
+    assert_eq!(count("patch nodes "), 0, "no node object rewritten: {writes:#?}");
+    let node_writes = count("patch nodes/status ");
+    assert!(
+        (2..=4).contains(&node_writes)
+            && writes
+                .iter()
+                .filter(|w| w.starts_with("patch nodes/status"))
+                .all(|w| w.ends_with(&format!("/{flapped}"))),
+        "only the flapped node's mirror, health and drain fields: {writes:#?}"
+    );
+    assert_eq!(writes.len(), 2 * on_flapped + node_writes, "nothing else: {writes:#?}");
+
     // An idle minute: nothing is written.
     let idle_from = chrono::Utc::now();
     sim.clear_requests();

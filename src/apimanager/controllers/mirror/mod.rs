@@ -4,7 +4,13 @@
 //!
 //! - Every node and volume snapshot of the shared poll is compared with the mirror objects, read
 //!   from a watch cache; only a difference is written (server-side apply, status through its
-//!   subresource), so an idle cluster costs no writes.
+//!   subresource), so an idle cluster costs no writes. The object itself is applied only when it
+//!   is new or its owner changed; a changed status is one request. What was written and the
+//!   cache does not show yet counts as written ([`build::Written`]): a watch that lags behind a
+//!   pass over thousands of mirrors does not make the next poll write them all again.
+//! - The node mirrors are first written once the volumes have been read (or their read failed),
+//!   so that their first write already says whether each node is safe to drain; a pass that
+//!   wrote every node twice (first without, then with it) would double a first install's writes.
 //! - A node's mirror is owned by the Kubernetes Node of its name, a volume's (named after its PV,
 //!   in its PVC's namespace) by its PVC: Kubernetes deletes them with their owner.
 //! - Mirrors whose StorageOS object is gone are deleted, only after a complete read (a failed
@@ -34,9 +40,9 @@ use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
-use crate::crd::{StorageOSNode, StorageOSVolume};
+use crate::crd::{NodeMirrorStatus, StorageOSNode, StorageOSVolume, VolumeMirrorStatus};
 use crate::storageos::models::Health;
-use build::{Drain, MirrorPlace};
+use build::{Drain, MirrorPlace, Writes, Written};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "storageos-mirror";
@@ -72,6 +78,10 @@ pub async fn run(ctx: Arc<Context>) {
             last_online: HashMap::new(),
             node_names: None,
             drain: None,
+            volumes_read: false,
+            waiting_nodes: None,
+            written_nodes: HashMap::new(),
+            written_volumes: HashMap::new(),
         };
         subscription.follow(&mut mirror).await;
     };
@@ -133,23 +143,29 @@ pub fn owner_of<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReferen
     })
 }
 
-/// Whether the cached mirror already is as wanted.
-fn up_to_date<S: PartialEq>(
-    meta: &kube::api::ObjectMeta,
-    status: Option<&S>,
-    owner: &Option<OwnerReference>,
-    want: &S,
-) -> bool {
-    let owners = meta.owner_references.clone().unwrap_or_default();
-    owners == owner.clone().into_iter().collect::<Vec<_>>() && status == Some(want)
-}
-
-/// A mirror to write: where, its name, its owner and its status.
-struct Stale<K, S> {
+/// A mirror to write: where, its name (and key in the written map), its owner and status, what
+/// of it to write, and its `resourceVersion` in the cache.
+struct Stale<K, S, Key> {
     api: Api<K>,
+    key: Key,
     name: String,
     owner: Option<OwnerReference>,
     status: S,
+    writes: Writes,
+    cached_version: Option<String>,
+}
+
+/// What to write of the mirror `cached` (from the watch cache) to give it `owner` and `want`,
+/// given what this process has `written` to it.
+fn plan<K: Resource, S: PartialEq>(
+    cached: Option<&K>,
+    status_of: impl Fn(&K) -> Option<&S>,
+    written: Option<&Written<S>>,
+    owner: Option<&OwnerReference>,
+    want: &S,
+) -> Writes {
+    let cached = cached.map(|c| (c.meta(), status_of(c)));
+    build::writes(build::known(cached, written, Instant::now()), owner, want)
 }
 
 struct Mirror<'a> {
@@ -162,6 +178,14 @@ struct Mirror<'a> {
     /// By StorageOS node ID, the volumes whose last online copy it holds, from the last complete
     /// volume read (`None` before one).
     drain: Option<BTreeMap<String, BTreeSet<String>>>,
+    /// Whether a volume snapshot (complete, partial or failed) has been handled.
+    volumes_read: bool,
+    /// A node snapshot that came before any volume snapshot: written after the first one.
+    waiting_nodes: Option<Arc<NodeSnapshot>>,
+    /// What was written to each node mirror (by name) and the cache may not show yet.
+    written_nodes: HashMap<String, Written<NodeMirrorStatus>>,
+    /// The same for the volume mirrors.
+    written_volumes: HashMap<MirrorPlace, Written<VolumeMirrorStatus>>,
 }
 
 impl OnSnapshot for Mirror<'_> {
@@ -169,11 +193,22 @@ impl OnSnapshot for Mirror<'_> {
     const VOLUMES: bool = true;
 
     async fn nodes(&mut self, snapshot: &NodeSnapshot) {
+        if let (false, Some(nodes)) = (self.volumes_read, snapshot.ok()) {
+            // The node list is kept for its names (volumes show node names), and its mirrors
+            // are written after the first volume read says what each node holds.
+            self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect());
+            self.waiting_nodes = Some(Arc::new(snapshot.clone()));
+            return;
+        }
         self.write_nodes(snapshot).await;
     }
 
     async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
         self.write_volumes(snapshot).await;
+        self.volumes_read = true;
+        if let Some(nodes) = self.waiting_nodes.take() {
+            self.write_nodes(&nodes).await;
+        }
     }
 }
 
@@ -192,7 +227,14 @@ impl Mirror<'_> {
         let mut stale = Vec::new();
         for n in nodes {
             let cached = self.caches.nodes.get(&ObjectRef::new(&n.name));
-            let previous = cached.as_ref().and_then(|c| c.status.as_ref());
+            let written = self.written_nodes.get(&n.name);
+            // The status it has, as far as known (written and not yet in the cache included).
+            let previous = build::known(
+                cached.as_ref().map(|c| (&c.metadata, c.status.as_ref())),
+                written,
+                Instant::now(),
+            )
+            .and_then(|k| k.status);
             let drain = match &self.drain {
                 None => Drain::Unknown,
                 Some(by_node) => by_node.get(&n.id).map_or(Drain::Safe, Drain::Blocked),
@@ -209,19 +251,38 @@ impl Mirror<'_> {
                 .k8s_nodes
                 .get(&ObjectRef::new(&n.name))
                 .and_then(|k| owner_of(k.as_ref()));
-            if !cached
-                .as_ref()
-                .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want))
-            {
+            let writes = plan(
+                cached.as_deref(),
+                |c: &StorageOSNode| c.status.as_ref(),
+                written,
+                owner.as_ref(),
+                &want,
+            );
+            if writes.any() {
                 stale.push(Stale {
                     api: api.clone(),
+                    key: n.name.clone(),
                     name: n.name.clone(),
                     owner,
                     status: want,
+                    writes,
+                    cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
                 });
             }
         }
-        self.save_all(stale, "Node", MirrorStep::SaveNode).await;
+        let saved = self.save_all(stale, "Node", MirrorStep::SaveNode).await;
+        // Only writes the cache does not show yet are kept (a few, not a copy of every mirror).
+        let (cache, now) = (&self.caches.nodes, Instant::now());
+        self.written_nodes.retain(|name, w| {
+            let cached = cache.get(&ObjectRef::new(name));
+            w.stands(
+                cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref()),
+                now,
+            )
+        });
+        // A first pass fills it with every mirror; the room is not kept once the cache caught up.
+        self.written_nodes.shrink_to_fit();
+        self.written_nodes.extend(saved);
         let known: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         for orphan in self.caches.nodes.state() {
             if !known.contains(orphan.name_any().as_str()) {
@@ -268,25 +329,41 @@ impl Mirror<'_> {
             };
             let want = build::volume_status(v, &pvc, node_names);
             healths.push(want.health.clone());
-            let owner = Some(owner);
             let cached = self
                 .caches
                 .volumes
                 .get(&ObjectRef::new(&key.name).within(&key.namespace));
-            if !cached
-                .as_ref()
-                .is_some_and(|c| up_to_date(&c.metadata, c.status.as_ref(), &owner, &want))
-            {
+            let writes = plan(
+                cached.as_deref(),
+                |c: &StorageOSVolume| c.status.as_ref(),
+                self.written_volumes.get(&key),
+                Some(&owner),
+                &want,
+            );
+            if writes.any() {
                 stale.push(Stale {
                     api: Api::<StorageOSVolume>::namespaced(self.ctx.kube.clone(), &key.namespace),
+                    key: key.clone(),
                     name: key.name.clone(),
-                    owner,
+                    owner: Some(owner),
                     status: want,
+                    writes,
+                    cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
                 });
             }
             wanted.insert(key);
         }
-        self.save_all(stale, "Volume", MirrorStep::SaveVolume).await;
+        let saved = self.save_all(stale, "Volume", MirrorStep::SaveVolume).await;
+        let (cache, now) = (&self.caches.volumes, Instant::now());
+        self.written_volumes.retain(|key, w| {
+            let cached = cache.get(&ObjectRef::new(&key.name).within(&key.namespace));
+            w.stands(
+                cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref()),
+                now,
+            )
+        });
+        self.written_volumes.shrink_to_fit();
+        self.written_volumes.extend(saved);
         if list.complete() {
             // A partial read would under-count: the counts stand until a complete one.
             self.ctx.metrics.set_volumes(healths.iter().map(String::as_str));
@@ -307,27 +384,47 @@ impl Mirror<'_> {
     }
 
     /// Writes the `stale` mirrors of `kind`, [`WRITES_IN_FLIGHT`] at once; a failure is logged
-    /// and retried at the next snapshot.
-    async fn save_all<K, S>(&self, stale: Vec<Stale<K, S>>, kind: &str, step: MirrorStep)
+    /// and retried at the next snapshot. Returns what was written, by key.
+    async fn save_all<K, S, Key>(
+        &self,
+        stale: Vec<Stale<K, S, Key>>,
+        kind: &str,
+        step: MirrorStep,
+    ) -> Vec<(Key, Written<S>)>
     where
         K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         S: Serialize,
     {
         stream::iter(stale)
-            .for_each_concurrent(WRITES_IN_FLIGHT, |m| async move {
+            .map(|m| async move {
                 let saved = Instant::now();
                 let namespace = m.api.namespace().unwrap_or_default();
-                match save(&m.api, &m.name, &m.owner, kind, &m.status).await {
-                    Ok(()) => {
-                        tracing::debug!(controller = CONTROLLER, %kind, name = %m.name, %namespace, "mirror written")
+                let result = save(&m.api, &m.name, &m.owner, kind, &m.status, m.writes).await;
+                let result = result.map(|made| std::iter::once(m.cached_version).chain(made).collect());
+                self.observe(step, saved);
+                match result {
+                    Ok(older_versions) => {
+                        tracing::debug!(controller = CONTROLLER, %kind, name = %m.name, %namespace, object = m.writes.object, "mirror written");
+                        Some((
+                            m.key,
+                            Written {
+                                older_versions,
+                                owner: m.owner,
+                                status: m.status,
+                                at: saved,
+                            },
+                        ))
                     }
                     Err(e) => {
-                        tracing::warn!(controller = CONTROLLER, %kind, name = %m.name, %namespace, error = %e, "cannot write the mirror")
+                        tracing::warn!(controller = CONTROLLER, %kind, name = %m.name, %namespace, error = %e, "cannot write the mirror");
+                        None
                     }
                 }
-                self.observe(step, saved);
             })
-            .await;
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .filter_map(std::future::ready)
+            .collect()
+            .await
     }
 
     fn observe(&self, step: MirrorStep, since: Instant) {
@@ -335,14 +432,18 @@ impl Mirror<'_> {
     }
 }
 
-/// Writes one mirror: its metadata (owner) and empty spec, then its status.
+/// Writes one mirror: its metadata (owner) and empty spec, then its status, each only when
+/// `writes` says so. A status write that finds no object (deleted since the cache saw it)
+/// writes the object first. Returns the `resourceVersion`s of the object writes that a status
+/// write followed (the cache may show them before it shows the status).
 async fn save<K, S>(
     api: &Api<K>,
     name: &str,
     owner: &Option<OwnerReference>,
     kind: &str,
     status: &S,
-) -> Result<(), Error>
+    writes: Writes,
+) -> Result<Vec<Option<String>>, Error>
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: Serialize,
@@ -354,10 +455,27 @@ where
         "metadata": {"name": name, "ownerReferences": owner.iter().collect::<Vec<_>>()},
         "spec": {},
     });
-    api.patch(name, &params, &Patch::Apply(&object)).await?;
-    let status = json!({"apiVersion": api_version, "kind": kind, "status": status});
-    api.patch_status(name, &params, &Patch::Apply(&status)).await?;
-    Ok(())
+    let version = |o: K| o.meta().resource_version.clone();
+    let mut before_status = Vec::new();
+    if writes.object {
+        before_status.push(version(api.patch(name, &params, &Patch::Apply(&object)).await?));
+    }
+    if writes.status {
+        let status = json!({"apiVersion": api_version, "kind": kind, "status": status});
+        match api.patch_status(name, &params, &Patch::Apply(&status)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 && !writes.object => {
+                before_status.push(version(api.patch(name, &params, &Patch::Apply(&object)).await?));
+                api.patch_status(name, &params, &Patch::Apply(&status)).await?;
+            }
+            other => {
+                other?;
+            }
+        }
+    } else {
+        // The object write is the last one: the cache showing it shows the write.
+        before_status.clear();
+    }
+    Ok(before_status)
 }
 
 /// Deletes an orphaned mirror (only this very object: a newer one of the same name stays).
