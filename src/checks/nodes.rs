@@ -14,11 +14,8 @@ use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 /// nothing (a node that does not say is not excluded).
 pub fn ineligible(node: &Node) -> Option<String> {
     let info = node.status.as_ref()?.node_info.as_ref()?;
-    if !info.operating_system.is_empty() && info.operating_system != "linux" {
-        return Some(format!("operating system {}", info.operating_system));
-    }
-    if !info.architecture.is_empty() && info.architecture != "amd64" {
-        return Some(format!("architecture {}", info.architecture));
+    if let Some(why) = platform(&info.operating_system, &info.architecture) {
+        return Some(why);
     }
     let major = info
         .kernel_version
@@ -29,6 +26,24 @@ pub fn ineligible(node: &Node) -> Option<String> {
         Some(m) if m < 3 => Some(format!("kernel {}", info.kernel_version)),
         _ => None,
     }
+}
+
+/// The OS and architecture rule of [`ineligible`]; an empty value is unknown, not excluded.
+fn platform(os: &str, arch: &str) -> Option<String> {
+    if !os.is_empty() && os != "linux" {
+        return Some(format!("operating system {os}"));
+    }
+    if !arch.is_empty() && arch != "amd64" {
+        return Some(format!("architecture {arch}"));
+    }
+    None
+}
+
+/// [`ineligible`] from a Node's well-known labels `kubernetes.io/os` and `kubernetes.io/arch`
+/// (which a metadata-only watch carries; the kernel is not among them).
+pub fn ineligible_by_labels(labels: &BTreeMap<String, String>) -> Option<String> {
+    let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
+    platform(label("kubernetes.io/os"), label("kubernetes.io/arch"))
 }
 
 /// OS, architecture, kernel, runtime and allocatable resources of one node.

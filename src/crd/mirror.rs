@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacity.total","description":"Storage capacity of the node."}"#,
     printcolumn = r#"{"name":"Free","type":"string","jsonPath":".status.capacity.free","description":"Free capacity, in whole GiB."}"#,
     printcolumn = r#"{"name":"Last-Online","type":"date","jsonPath":".status.lastSeenOnline","description":"The last poll that saw the node online (set once it is not)."}"#,
+    printcolumn = r#"{"name":"Eligible","type":"boolean","jsonPath":".status.eligible","description":"Whether StorageOS can run on the node (its OS and architecture).","priority":1}"#,
     printcolumn = r#"{"name":"Safe-To-Drain","type":"boolean","jsonPath":".status.safeToDrain","description":"Whether draining or rebooting the node keeps an online copy of every volume (unset until a complete volume read)."}"#,
     doc = "A StorageOS node as the StorageOS API reports it; written by the api-manager, read-only for users."
 )]
@@ -68,6 +69,14 @@ pub struct NodeMirrorStatus {
     /// How many volumes block a drain (all of them, also beyond those named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_blocked_count: Option<i64>,
+    /// Whether StorageOS can run on this node, from the Kubernetes Node's `kubernetes.io/os` and
+    /// `kubernetes.io/arch` (linux, amd64); unset while that Node is not known. The
+    /// StorageOSCluster's NodesEligible condition also checks the kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eligible: Option<bool>,
+    /// Why StorageOS cannot run on this node, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ineligible_because: Option<String>,
 }
 
 /// How many blocking PVCs a node mirror names.

@@ -111,6 +111,8 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
         let status = m.status.unwrap();
         assert_eq!(status.capacity.unwrap().total, "100Gi");
         assert_eq!(status.last_seen_online, None);
+        // From the Node's kubernetes.io/os and kubernetes.io/arch (linux, amd64 on kwok).
+        assert_eq!((status.eligible, status.ineligible_because), (Some(true), None));
     }
     let table = kubectl_get(&["nodes.api.storageos.com"]);
     println!("$ kubectl get nodes.api.storageos.com\n{table}");

@@ -1,7 +1,7 @@
 //! The build step of the mirror (pure): the status of each `api.storageos.com` object from a
 //! StorageOS node or volume, and which objects to write or delete.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -31,6 +31,15 @@ pub fn quantity(bytes: u64) -> String {
     } else {
         format!("{}Mi", bytes / MIB)
     }
+}
+
+/// `status` with the eligibility of its Kubernetes Node, from that Node's `labels` (None while
+/// the Node is not known: then nothing is said).
+pub fn with_eligibility(mut status: NodeMirrorStatus, labels: Option<&BTreeMap<String, String>>) -> NodeMirrorStatus {
+    let why = labels.and_then(crate::checks::ineligible_by_labels);
+    status.eligible = labels.map(|_| why.is_none());
+    status.ineligible_because = why;
+    status
 }
 
 /// The status of the mirror of StorageOS node `n`, seen by the poll `taken`. `previous` is the
@@ -79,6 +88,9 @@ pub fn node_status(
             Drain::Blocked(by) => Some(i64::try_from(by.len()).unwrap_or(i64::MAX)),
             _ => None,
         },
+        // Set from the Kubernetes Node by [`with_eligibility`].
+        eligible: None,
+        ineligible_because: None,
     }
 }
 
@@ -318,6 +330,25 @@ mod tests {
             node_status(&node(Health::Offline), Some(&off), t4, Some(t2), Drain::Unknown),
             off
         );
+    }
+
+    #[test]
+    fn eligibility_comes_from_the_nodes_os_and_arch_labels_once_the_node_is_known() {
+        let t = at("2026-01-01T00:00:00Z");
+        let status = node_status(&node(Health::Online), None, t, Some(t), Drain::Unknown);
+        let labels = |arch: &str| {
+            BTreeMap::from([
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), arch.to_string()),
+            ])
+        };
+        let amd = with_eligibility(status.clone(), Some(&labels("amd64")));
+        assert_eq!((amd.eligible, amd.ineligible_because), (Some(true), None));
+        let arm = with_eligibility(status.clone(), Some(&labels("arm64")));
+        assert_eq!(arm.eligible, Some(false));
+        assert_eq!(arm.ineligible_because.as_deref(), Some("architecture arm64"));
+        let unknown = with_eligibility(status, None);
+        assert_eq!((unknown.eligible, unknown.ineligible_because), (None, None));
     }
 
     #[test]

@@ -239,18 +239,18 @@ impl Mirror<'_> {
                 None => Drain::Unknown,
                 Some(by_node) => by_node.get(&n.id).map_or(Drain::Safe, Drain::Blocked),
             };
-            let want = build::node_status(
-                n,
-                previous,
-                snapshot.taken,
-                self.last_online.get(&n.name).copied(),
-                drain,
+            let k8s_node = self.caches.k8s_nodes.get(&ObjectRef::new(&n.name));
+            let want = build::with_eligibility(
+                build::node_status(
+                    n,
+                    previous,
+                    snapshot.taken,
+                    self.last_online.get(&n.name).copied(),
+                    drain,
+                ),
+                k8s_node.as_ref().map(|k| k.labels()),
             );
-            let owner = self
-                .caches
-                .k8s_nodes
-                .get(&ObjectRef::new(&n.name))
-                .and_then(|k| owner_of(k.as_ref()));
+            let owner = k8s_node.and_then(|k| owner_of(k.as_ref()));
             let writes = plan(
                 cached.as_deref(),
                 |c: &StorageOSNode| c.status.as_ref(),
