@@ -131,6 +131,10 @@ reasons! {
         "NodesEligible=True: every selected node reports an OS, architecture and kernel StorageOS runs on.";
     NODES_INELIGIBLE = "NodesIneligible", ConditionAndEvent, "StorageOSCluster",
         "NodesEligible=False: selected nodes report an OS, architecture or kernel StorageOS cannot run on; they are named and not counted.";
+    KUBERNETES_TESTED = "KubernetesTested", Condition, "StorageOSCluster",
+        "KubernetesSupported=True: the cluster runs a Kubernetes minor this release was tested on.";
+    KUBERNETES_NEWER_THAN_TESTED = "KubernetesNewerThanTested", ConditionAndEvent, "StorageOSCluster",
+        "KubernetesSupported=True, with a Warning event: the cluster runs a Kubernetes minor newer than the newest this release was tested on.";
     ETCD_HEALTHY = "EtcdHealthy", Condition, "StorageOSCluster",
         "KVBackendReachable=True: every endpoint of spec.kvBackend.address answers etcd's health check from the operator, with the configured TLS.";
     KV_BACKEND_NOT_SET = "KVBackendNotSet", ConditionAndEvent, "StorageOSCluster",

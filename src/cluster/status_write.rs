@@ -260,6 +260,38 @@ pub async fn update_status(
         ctx.event(cluster, EventType::Warning, kv.reason, kv.message.clone())
             .await;
     }
+    // The Kubernetes the operator connected to (an older one than supported stops it at start).
+    if let Some(v) = &ctx.config.kubernetes_version {
+        let (major, minor) = crate::checks::TESTED_KUBERNETES;
+        let newer = (v.major, v.minor) > (major, minor);
+        let (reason, message) = if newer {
+            (
+                reasons::KUBERNETES_NEWER_THAN_TESTED,
+                format!(
+                    "Kubernetes {v} is newer than the newest tested, {major}.{minor}: expect it to work, and report anything that does not"
+                ),
+            )
+        } else {
+            (
+                reasons::KUBERNETES_TESTED,
+                format!("Kubernetes {v} is within the tested range"),
+            )
+        };
+        let news = newer && previous_message(&previous, KUBERNETES_SUPPORTED) != Some(message.as_str());
+        let conds = status.conditions.get_or_insert_with(Vec::new);
+        conditions::set(
+            conds,
+            KUBERNETES_SUPPORTED,
+            true,
+            reason,
+            &message,
+            cluster.meta().generation,
+            &now,
+        );
+        if news {
+            ctx.event(cluster, EventType::Warning, reason, message).await;
+        }
+    }
     if status.ready != previous.ready {
         let ready = status.ready.clone().unwrap_or_default();
         let all = status.phase.as_deref() == Some(phase::RUNNING);
@@ -277,6 +309,9 @@ pub async fn update_status(
 
 /// The condition that says whether StorageOS can run on every selected node.
 pub const NODES_ELIGIBLE: &str = "NodesEligible";
+
+/// The condition type saying whether the cluster runs a Kubernetes this release was tested on.
+pub const KUBERNETES_SUPPORTED: &str = "KubernetesSupported";
 
 /// The message of condition `type_` in `status`.
 fn previous_message<'a>(status: &'a StorageOSClusterStatus, type_: &str) -> Option<&'a str> {

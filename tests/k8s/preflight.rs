@@ -149,9 +149,11 @@ async fn reachability(clusters: &Api<StorageOSCluster>, name: &str, status: &str
     .await
 }
 
-/// The cluster controller, acting as the operator's ServiceAccount, talking to `sim`.
+/// The cluster controller, acting as the operator's ServiceAccount, talking to `sim`, as if
+/// it had found a Kubernetes newer than the newest tested at start.
 async fn operator(sim: &sim::SimHandle) -> tokio::task::JoinHandle<()> {
-    spawn_cluster_controller(operator_config(sim.url(), None)).await
+    let newer = semver::Version::new(1, storageos_operator::checks::TESTED_KUBERNETES.1 + 1, 0);
+    spawn_cluster_controller(operator_config(sim.url(), Some(newer))).await
 }
 
 /// A StorageOSCluster in `ns` with this kv backend address.
@@ -198,6 +200,15 @@ async fn the_kv_backend_is_checked_and_each_failure_says_what_to_fix() {
         .unwrap();
     let ok = reachability(&clusters, name, "True", "EtcdHealthy").await;
     assert!(ok.contains(&plane_etcd()), "{ok}");
+    // The Kubernetes version: newer than tested is said, and applied as usual.
+    let status = clusters.get(name).await.unwrap().status.unwrap();
+    let k8s = support::condition(&status, "KubernetesSupported").expect("KubernetesSupported");
+    assert_eq!(
+        (k8s.status.as_str(), k8s.reason.as_str()),
+        ("True", "KubernetesNewerThanTested"),
+        "{k8s:?}"
+    );
+    assert!(k8s.message.contains("newer than the newest tested"), "{k8s:?}");
 
     let patch = |spec: serde_json::Value| {
         let clusters = clusters.clone();
