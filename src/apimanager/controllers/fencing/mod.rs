@@ -28,8 +28,8 @@
 //!   volumes goes, opted in or not, cordoned or not, and the hold does not apply (the taint is
 //!   a statement, not a report that could be a partition). The volume checks, the upgrade
 //!   suspension and the fresh reads still do; pods without StorageOS volumes are left to
-//!   Kubernetes. The Nodes are listed from the apiserver's cache at each poll; a pass reads its
-//!   Node fresh and does nothing if the taint is gone.
+//!   Kubernetes. The taints come from the process's watch cache of Node states (no list of
+//!   every Node per poll); a pass reads its Node fresh and does nothing if the taint is gone.
 
 pub mod episodes;
 pub mod lookups;
@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::events::EventType;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -77,7 +77,11 @@ pub async fn run(ctx: Arc<Context>) {
         return;
     };
     let subscription = Subscription::to::<Fencer>(&ctx);
+    // Which Nodes carry the out-of-service taint is read from the process's Node-state cache.
+    let node_states = ctx.node_states.get(&ctx.kube, CONTROLLER);
+    ctx.node_states.ready().await;
     let mut fencer = Fencer {
+        node_states,
         kit: Arc::new(ctx.kit(CONTROLLER)),
         workers: Arc::new(Semaphore::new(config.workers.into())),
         episodes: Episodes::new(config.expiry),
@@ -92,6 +96,8 @@ pub async fn run(ctx: Arc<Context>) {
 /// The fencer between node snapshots: its episodes, each a task it owns.
 struct Fencer {
     ctx: Arc<Context>,
+    /// Every Node's taints ([`Context::node_states`]).
+    node_states: kube::runtime::reflector::Store<Node>,
     kit: Arc<ControllerKit>,
     config: FencerConfig,
     workers: Arc<Semaphore>,
@@ -116,13 +122,13 @@ impl OnSnapshot for Fencer {
         }
         // A failed read says nothing about any node: nothing starts or stops.
         let Some(nodes) = snapshot.ok() else { return };
-        let tainted = match out_of_service_nodes(&self.ctx).await {
-            Ok(tainted) => tainted,
-            Err(e) => {
-                tracing::warn!(controller = CONTROLLER, error = %e, "cannot list the Kubernetes Nodes; nothing starts or stops until the next poll");
-                return;
-            }
-        };
+        let tainted: BTreeSet<String> = self
+            .node_states
+            .state()
+            .iter()
+            .filter(|n| select::out_of_service(n))
+            .map(|n| n.name_any())
+            .collect();
         let held = episodes::too_many_offline(nodes);
         if let Some((offline, total)) = held {
             self.ctx.metrics.count_fencing_held();
@@ -140,20 +146,6 @@ impl OnSnapshot for Fencer {
             self.running.spawn(episode(ctx, kit, workers, self.config, start));
         }
     }
-}
-
-/// The names of the Kubernetes Nodes tainted out of service, from the apiserver's cache (a
-/// pass reads its Node fresh before acting).
-async fn out_of_service_nodes(ctx: &Context) -> Result<BTreeSet<String>, kube::Error> {
-    let nodes = Api::<Node>::all(ctx.kube.clone())
-        .list(&ListParams::default().match_any())
-        .await?;
-    Ok(nodes
-        .items
-        .iter()
-        .filter(|n| select::out_of_service(n))
-        .map(ResourceExt::name_any)
-        .collect())
 }
 
 /// Says once, on the StorageOSCluster(s), that fencing is held because too many nodes are

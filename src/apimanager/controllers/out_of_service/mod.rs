@@ -12,9 +12,10 @@
 //! - The taint is marked as this controller's with the annotation [`MARK`] on the Node; only a
 //!   marked taint is ever removed, once the node has been online in StorageOS and Ready for
 //!   `--node-out-of-service-cool-down`, poll after poll. A taint someone else applied stays.
-//! - Every read is fresh (the Nodes are listed from the apiserver, not a cache), and a read that
-//!   failed taints nothing and starts every count again ([`decide`]). Each write carries the
-//!   Node's resourceVersion, so a Node changed meanwhile is not overwritten (retried next poll).
+//! - The Nodes come from the process's watch cache of Node states (taints, cordon, Ready, the
+//!   mark; no list of every Node per poll); a failed StorageOS read taints nothing and starts
+//!   every count again ([`decide`]). Each write carries the Node's resourceVersion, so a Node
+//!   changed meanwhile, or a stale cached copy, is not overwritten (made again from a later poll).
 //! - Events: `OutOfServiceTainted` (Warning) and `OutOfServiceUntainted` (Normal) on the Node
 //!   and the StorageOSCluster, `OutOfServiceHeld` (Warning) on the StorageOSCluster once per
 //!   hold. Metrics: `storageos_out_of_service_nodes` (Nodes carrying the marked taint) and
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -56,7 +57,10 @@ pub async fn run(ctx: Arc<Context>) {
     };
     tracing::info!(controller = CONTROLLER, offline_polls = config.offline_polls, cool_down = ?config.cool_down, "tainting lost nodes out of service");
     let subscription = Subscription::to::<OutOfService>(&ctx);
+    let node_states = ctx.node_states.get(&ctx.kube, CONTROLLER);
+    ctx.node_states.ready().await;
     let mut controller = OutOfService {
+        node_states,
         kit: ctx.kit(CONTROLLER),
         rules: config,
         memory: Memory::default(),
@@ -69,6 +73,8 @@ pub async fn run(ctx: Arc<Context>) {
 /// The controller between node snapshots.
 struct OutOfService {
     ctx: Arc<Context>,
+    /// Every Node's taints, cordon, Ready condition and mark ([`Context::node_states`]).
+    node_states: kube::runtime::reflector::Store<Node>,
     kit: ControllerKit,
     rules: Rules,
     memory: Memory,
@@ -82,19 +88,10 @@ impl OnSnapshot for OutOfService {
 
     async fn nodes(&mut self, snapshot: &NodeSnapshot) {
         let storageos = snapshot.ok().map(Vec::as_slice);
-        let kube = match storageos {
-            Some(_) => match Api::<Node>::all(self.ctx.kube.clone())
-                .list(&ListParams::default())
-                .await
-            {
-                Ok(list) => Some(list.items),
-                Err(e) => {
-                    tracing::warn!(controller = CONTROLLER, error = %e, "cannot list the Kubernetes Nodes; no taint changes until a poll reads them");
-                    None
-                }
-            },
-            None => None,
-        };
+        // From the watch cache, not a list each poll; a patch made from a stale copy conflicts
+        // (it carries the resourceVersion) and is made again from a later poll.
+        let kube: Option<Vec<Node>> =
+            storageos.map(|_| self.node_states.state().iter().map(|n| (**n).clone()).collect());
         let maintenance = self.ctx.maintenance().await.ok();
         let seen = Seen {
             storageos,
