@@ -95,15 +95,8 @@ async fn plan(args: &preview::PlanArgs) -> Result<(), Error> {
     let connection = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), Some("plan"))
         .await
         .map_err(preview::Error::from)?;
-    let p = plan_command::preview(
-        &connection.client,
-        up.clone(),
-        &args.operator_namespace,
-        args.storageos_endpoint.clone(),
-    )
-    .await?;
-    print!("{}", plan_command::render(&up, &p, args.json)?);
-    Ok(())
+    let (ns, endpoint) = (&args.operator_namespace, args.storageos_endpoint.clone());
+    Ok(plan_command::print(&connection.client, up, ns, endpoint, args.json).await?)
 }
 
 /// Writes `text` to `path` (creating its directory), or to stdout when there is none. A closed

@@ -39,9 +39,7 @@ pub enum Error {
 pub async fn run(client: &Client, namespace: &str, args: &PlanArgs) -> Result<(), Error> {
     use crate::upgrade::plan_command;
     if let Some(up) = plan_command::upgrade_in(&args.file)? {
-        let p = plan_command::preview(client, up.clone(), namespace, None).await?;
-        print!("{}", plan_command::render(&up, &p, args.json)?);
-        return Ok(());
+        return Ok(plan_command::print(client, up, namespace, None, args.json).await?);
     }
     let version = client.apiserver_version().await.map_err(Error::Kubernetes)?;
     let preview_args = preview::PlanArgs {

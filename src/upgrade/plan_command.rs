@@ -79,6 +79,19 @@ pub async fn preview(
     Ok(reconcile::preview(&up, &ctx).await?)
 }
 
+/// Prints the preview of creating `up` ([`preview`]) as a table, or JSON.
+pub async fn print(
+    client: &Client,
+    up: StorageOSUpgrade,
+    namespace: &str,
+    storageos_endpoint: Option<String>,
+    json: bool,
+) -> Result<(), Error> {
+    let p = preview(client, up.clone(), namespace, storageos_endpoint).await?;
+    print!("{}", render(&up, &p, json)?);
+    Ok(())
+}
+
 /// The preview as a table (or JSON).
 pub fn render(up: &StorageOSUpgrade, p: &UpgradePreview, json: bool) -> Result<String, Error> {
     if json {
