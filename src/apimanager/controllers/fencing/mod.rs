@@ -78,11 +78,13 @@ pub async fn run(ctx: Arc<Context>) {
     };
     let subscription = Subscription::to::<Fencer>(&ctx);
     // Which Nodes carry the out-of-service taint is read from the process's Node-state cache.
+    // The kit (its metrics series) exists from the start, not once the cache is filled.
+    let kit = Arc::new(ctx.kit(CONTROLLER));
     let node_states = ctx.node_states.get(&ctx.kube, CONTROLLER);
     ctx.node_states.ready().await;
     let mut fencer = Fencer {
         node_states,
-        kit: Arc::new(ctx.kit(CONTROLLER)),
+        kit,
         workers: Arc::new(Semaphore::new(config.workers.into())),
         episodes: Episodes::new(config.expiry),
         running: JoinSet::new(),

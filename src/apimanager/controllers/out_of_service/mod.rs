@@ -57,11 +57,12 @@ pub async fn run(ctx: Arc<Context>) {
     };
     tracing::info!(controller = CONTROLLER, offline_polls = config.offline_polls, cool_down = ?config.cool_down, "tainting lost nodes out of service");
     let subscription = Subscription::to::<OutOfService>(&ctx);
+    let kit = ctx.kit(CONTROLLER);
     let node_states = ctx.node_states.get(&ctx.kube, CONTROLLER);
     ctx.node_states.ready().await;
     let mut controller = OutOfService {
         node_states,
-        kit: ctx.kit(CONTROLLER),
+        kit,
         rules: config,
         memory: Memory::default(),
         held: None,
