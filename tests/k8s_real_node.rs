@@ -7,7 +7,8 @@
 //! One scenario, step by step, because each step needs the previous one: install, both operator
 //! replicas Ready with one Lease holder, JSON logs, the container's identity and privileges read
 //! from the kernel, the example cluster Running through the in-cluster operator, the rendered
-//! api-manager Ready and its webhooks answering the apiserver, then the leader deleted.
+//! api-manager Ready and its webhooks answering the apiserver, then the leader deleted, Jobs'
+//! host paths, and a drain of the real node held by a guard pod the kubelet runs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -376,6 +377,7 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
     assert_eq!(after, node_pods, "no StorageOS node pod was restarted");
 
     jobs_never_mount_a_symlink_out_of_the_allowed_directory(&client).await;
+    a_drain_of_the_real_node_waits_on_a_running_guard(&client).await;
 }
 
 /// Host paths planted under /var/lib/storageos on the real node (this host), removed at the end.
@@ -500,4 +502,135 @@ async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client
         "JOB_HOST_PATHS-",
     ]);
     assert!(unset.status.success(), "{}", String::from_utf8_lossy(&unset.stderr));
+}
+
+/// `/_sim/` of the simulator pod (host network, on the real node's address), for seeding.
+async fn sim_control(client: &Client, method: reqwest::Method, path: &str, body: serde_json::Value) {
+    let sim = Api::<Pod>::namespaced(client.clone(), "storageos-simulator")
+        .list(&ListParams::default().labels("app=storageos-simulator"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(ready)
+        .expect("the simulator pod is Ready");
+    let ip = sim.status.and_then(|s| s.pod_ip).unwrap();
+    let answer = reqwest::Client::new()
+        .request(method, format!("http://{ip}:5705{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    assert!(
+        status.is_success(),
+        "{path}: {status} {}",
+        answer.text().await.unwrap_or_default()
+    );
+}
+
+/// The drain gate on the real node: a volume's master placed there with its replica syncing
+/// makes the api-manager start a guard pod from the operator's image, which the kubelet runs
+/// (unprivileged, as the operator's own containers); `kubectl drain` of the node waits on its
+/// budget and the events name the PVC; once the replica is ready the guard is stopped (it exits
+/// on SIGTERM) and the drain completes.
+async fn a_drain_of_the_real_node_waits_on_a_running_guard(client: &Client) {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use storageos_operator::apimanager::controllers::drain::guard;
+    let ns = TestNamespace::new("real-node-drain").await;
+    let pv = format!("pvc-{}", support::suffix());
+    sim_control(client, reqwest::Method::POST, "/_sim/nodes", json!({"name": NODE})).await;
+    sim_control(
+        client,
+        reqwest::Method::POST,
+        "/_sim/volumes",
+        json!({"namespace": ns.name, "name": pv, "pvcName": "data", "pvcNamespace": ns.name,
+               "masterNode": NODE, "replicas": 1}),
+    )
+    .await;
+    let health = format!("/_sim/volumes/{}/{pv}/replicas/health", ns.name);
+    sim_control(client, reqwest::Method::PUT, &health, json!({"health": "syncing"})).await;
+    let blocked = format!("{}/data", ns.name);
+
+    // The guard runs: a real container of the operator's image, Ready, unprivileged.
+    let name = guard::name(NODE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "kube-system");
+    let pod = wait_for(
+        "the guard pod Ready on the real node",
+        Duration::from_secs(120),
+        || async { pods.get_opt(&name).await.ok()?.filter(ready) },
+    )
+    .await;
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(NODE));
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some(real_node::operator_image().as_str())
+    );
+    let st = proc_status(&container_id(&pod));
+    assert!(
+        st["Uid"].split_whitespace().all(|u| u == "65532"),
+        "guard Uid: {}",
+        st["Uid"]
+    );
+    assert_eq!(u64::from_str_radix(&st["CapEff"], 16).unwrap(), 0, "guard CapEff");
+    assert_eq!(st["NoNewPrivs"], "1");
+    wait_for(
+        "the guard's budget to allow no disruption",
+        Duration::from_secs(60),
+        || async {
+            let s = budgets.get_opt(&name).await.ok()??.status?;
+            (s.current_healthy == 1 && s.disruptions_allowed == 0).then_some(())
+        },
+    )
+    .await;
+    support::wait_event(client, "default", NODE, "DrainBlocked", &blocked).await;
+
+    // `kubectl drain` (of the guard alone: the operator's own pods on this one real node have
+    // nowhere else to go) waits on the budget; the node is cordoned meanwhile.
+    struct Uncordon;
+    impl Drop for Uncordon {
+        fn drop(&mut self) {
+            let _ = kubectl(&["uncordon", NODE]);
+        }
+    }
+    let _uncordon = Uncordon;
+    let selector = format!("--pod-selector=app.kubernetes.io/component={}", guard::COMPONENT);
+    let drain = |timeout: &str| kubectl(&["drain", NODE, &selector, &format!("--timeout={timeout}")]);
+    let out = drain("10s");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("$ kubectl drain {NODE} (blocked)\n{text}");
+    assert!(
+        !out.status.success(),
+        "the drain finished while the node held the last copy: {text}"
+    );
+    assert!(text.contains("disruption budget"), "{text}");
+    support::wait_event(client, "default", NODE, "DrainWaiting", &blocked).await;
+    assert_eq!(
+        pods.get_opt(&name).await.unwrap().map(|p| p.uid()),
+        Some(pod.uid()),
+        "the guard stays, the same pod"
+    );
+
+    // The replica is ready: the kubelet stops the guard (it exits on SIGTERM within its 2 s
+    // grace), its budget goes, and the drain completes.
+    sim_control(client, reqwest::Method::PUT, &health, json!({"health": "ready"})).await;
+    wait_for("the guard and its budget to go", Duration::from_secs(90), || async {
+        (pods.get_opt(&name).await.ok()?.is_none() && budgets.get_opt(&name).await.ok()?.is_none()).then_some(())
+    })
+    .await;
+    support::wait_event(client, "default", NODE, "DrainUnblocked", NODE).await;
+    let out = drain("60s");
+    assert!(
+        out.status.success(),
+        "the drain did not proceed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = format!("/_sim/volumes/{}/{pv}", ns.name);
+    sim_control(client, reqwest::Method::DELETE, &path, json!({})).await;
 }
