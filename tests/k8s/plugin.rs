@@ -112,6 +112,8 @@ fn real_writes_since(since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
 async fn plan_previews_the_example_cluster_and_writes_nothing() {
     // Alone on the plane: the other commands write as the same identity.
     let _lock = support::cluster_lock();
+    // The plan reads the live StorageOSCluster: its CRD must exist, whichever scenario ran first.
+    support::install_crds(&support::client().await).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = plugin_kubeconfig(dir.path()).await;
     let example = support::repo_root().join("deploy/examples/storageoscluster.yaml");
