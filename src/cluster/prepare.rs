@@ -11,7 +11,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 
 use super::context::Context;
-use super::error::{Error, Step};
+use super::error::Error;
 use crate::crd::StorageOSCluster;
 use crate::reasons::{self, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED};
 use crate::render::{self, Inputs, Plan, Resolved};
@@ -93,13 +93,6 @@ pub fn namespace_refusal(own: &str, resolved: &Resolved, trusted: &TrustedNamesp
     None
 }
 
-async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
-    Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .step(format!("read Secret {namespace}/{name}"))
-}
-
 /// Reads every input of the build: the Secrets it copies and whether ServiceMonitors are served.
 /// (The status step reads Nodes and node pods, from the caches when they run, and StorageOS.)
 async fn observe(cluster: &StorageOSCluster, ctx: &Context, resolved: &Resolved) -> Result<Inputs, Error> {
@@ -108,18 +101,39 @@ async fn observe(cluster: &StorageOSCluster, ctx: &Context, resolved: &Resolved)
     inputs.node_env = ctx.config.node_env.clone();
     inputs.operator_namespace = ctx.config.operator_namespace.clone();
     inputs.k8s_version = ctx.config.kubernetes_version.clone();
+    read_inputs(&ctx.client, resolved, &mut inputs)
+        .await
+        .map_err(|(step, source)| Error::Kube { step, source })?;
+    Ok(inputs)
+}
+
+/// Reads what the build takes from the cluster besides the CR (the Secrets it copies, and
+/// whether ServiceMonitors are served) into `inputs`; an error names its step. Shared with
+/// `plan`, so a preview renders from exactly what a pass would.
+pub async fn read_inputs(
+    client: &kube::Client,
+    resolved: &Resolved,
+    inputs: &mut Inputs,
+) -> Result<(), (String, kube::Error)> {
+    let secret = |ns: &str, name: &str| {
+        let (api, step) = (
+            Api::<Secret>::namespaced(client.clone(), ns),
+            format!("read Secret {ns}/{name}"),
+        );
+        let name = name.to_string();
+        async move { api.get_opt(&name).await.map_err(|e| (step, e)) }
+    };
     let (name, ns) = &resolved.secret_ref;
-    inputs.secret = get_secret(ctx, ns, name).await?;
+    inputs.secret = secret(ns, name).await?;
     if let Some((name, ns)) = &resolved.etcd_tls_secret_ref {
-        inputs.etcd_tls_secret = get_secret(ctx, ns, name).await?;
+        inputs.etcd_tls_secret = secret(ns, name).await?;
     }
-    let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
-    inputs.service_monitor_crd = crds
+    inputs.service_monitor_crd = Api::<CustomResourceDefinition>::all(client.clone())
         .get_metadata_opt("servicemonitors.monitoring.coreos.com")
         .await
-        .step("look up the ServiceMonitor CRD")?
+        .map_err(|e| ("look up the ServiceMonitor CRD".to_string(), e))?
         .is_some();
-    Ok(inputs)
+    Ok(())
 }
 
 /// Why the build cannot start: a Secret it copies does not exist (condition reason and

@@ -13,15 +13,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::cluster::ownership::{APPLY_OWNERSHIP, owned_kinds, selector};
 use crate::crd::StorageOSCluster;
-use crate::render::{self, DefaultImages, Inputs, labels};
+use crate::render::{self, DefaultImages, labels};
 use crate::runtime::kube::apply::Applier;
 use crate::runtime::kube::connect;
 use crate::runtime::kube::object::{FIELD_MANAGER, ObjectKey};
@@ -114,7 +112,10 @@ pub async fn plan(client: &kube::Client, args: &PlanArgs, k8s_version: &str) -> 
     let mut inputs = render::inputs_from_files(&args.file, &[], Some(k8s_version), &operator_image)?;
     inputs.default_images = DefaultImages::from_env_map(&env);
     inputs.node_env = render::node_env_from(&env);
-    read_inputs(client, &mut inputs).await?;
+    let resolved = render::resolve(&inputs.cluster.spec);
+    crate::cluster::prepare::read_inputs(client, &resolved, &mut inputs)
+        .await
+        .map_err(|(what, source)| Error::Kube { what, source })?;
     let plan = render::plan(&inputs)?;
 
     // Owned by the cluster where they share its namespace, as the operator applies them.
@@ -198,29 +199,6 @@ async fn running_operator(
         .filter_map(|e| Some((e.name, e.value?)))
         .collect();
     Ok((container.image, env))
-}
-
-/// The Secrets the build copies and whether ServiceMonitors are served, read from the cluster.
-async fn read_inputs(client: &kube::Client, inputs: &mut Inputs) -> Result<(), Error> {
-    let resolved = render::resolve(&inputs.cluster.spec);
-    let secret = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
-    let (name, ns) = &resolved.secret_ref;
-    inputs.secret = secret(ns)
-        .get_opt(name)
-        .await
-        .map_err(kube(format!("read Secret {ns}/{name}")))?;
-    if let Some((name, ns)) = &resolved.etcd_tls_secret_ref {
-        inputs.etcd_tls_secret = secret(ns)
-            .get_opt(name)
-            .await
-            .map_err(kube(format!("read Secret {ns}/{name}")))?;
-    }
-    inputs.service_monitor_crd = Api::<CustomResourceDefinition>::all(client.clone())
-        .get_metadata_opt("servicemonitors.monitoring.coreos.com")
-        .await
-        .map_err(kube("look up the ServiceMonitor CRD"))?
-        .is_some();
-    Ok(())
 }
 
 /// The plan as a table: one line per object, changed ones first, then a summary.
