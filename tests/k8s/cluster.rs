@@ -22,9 +22,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use storageos_operator::cluster::{self, Context, OperatorConfig};
+use storageos_operator::cluster::{self, Context};
 use storageos_operator::crd::StorageOSCluster;
-use storageos_operator::render::DefaultImages;
 use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
 use storageos_operator::sim::{self, Simulator};
 use support::{TestNamespace, from_json, wait_for};
@@ -49,24 +48,11 @@ fn context(client: &kube::Client, sim: &sim::SimHandle) -> Arc<Context> {
     context_with_metrics(client, sim, &mut Registry::default())
 }
 
-/// The operator's settings, talking to `sim`.
-fn config(sim: &sim::SimHandle) -> OperatorConfig {
-    OperatorConfig {
-        operator_image: "registry.invalid/storageos-operator:test".into(),
-        default_images: DefaultImages::default(),
-        node_env: Default::default(),
-        storageos_endpoint: Some(sim.url()),
-        storageos_timeouts: (Duration::from_secs(5), Duration::from_secs(5)),
-        operator_namespace: storageos_operator::install::NAMESPACE.into(),
-        kubernetes_version: None,
-    }
-}
-
 /// The operator's context, its reconcile metrics registered in `registry`.
 fn context_with_metrics(client: &kube::Client, sim: &sim::SimHandle, registry: &mut Registry) -> Arc<Context> {
     Arc::new(Context::new(
         client.clone(),
-        config(sim),
+        support::operator::operator_config(sim.url(), None),
         ReconcileMetrics::register(registry),
         None,
     ))
@@ -205,10 +191,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
     assert_eq!(svc.metadata.annotations.unwrap()["example.com/note"], "one");
     let am = ns.api::<Deployment>().get("storageos-api-manager").await.unwrap();
     let am_container = am.spec.unwrap().template.spec.unwrap().containers.remove(0);
-    assert_eq!(
-        am_container.image.as_deref(),
-        Some("registry.invalid/storageos-operator:test")
-    );
+    assert_eq!(am_container.image.as_deref(), Some(support::operator::OPERATOR_IMAGE));
     assert!(
         am_container
             .args
@@ -647,7 +630,7 @@ async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused()
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let ctx = Context::new(
         support::operator_client().await,
-        config(&sim),
+        support::operator::operator_config(sim.url(), None),
         ReconcileMetrics::register(&mut Registry::default()),
         None,
     )
