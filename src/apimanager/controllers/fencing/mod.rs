@@ -141,7 +141,7 @@ impl OnSnapshot for Fencer {
         } else {
             self.held = false;
         }
-        let seen = episodes::triggers(nodes, &tainted, false); // SCRATCH: the partition guard ignored
+        let seen = episodes::triggers(nodes, &tainted, held.is_some());
         for start in self.episodes.observe(&seen, Instant::now()) {
             tracing::info!(controller = CONTROLLER, node = %start.node, trigger = ?start.trigger, "fencing the node");
             let (ctx, kit, workers) = (self.ctx.clone(), self.kit.clone(), self.workers.clone());
