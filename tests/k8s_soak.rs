@@ -851,12 +851,11 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     replicas.home.serving_ca().await;
     support::apimanager::fencer_polled(&sim, SETTLE).await;
     // Baselines: the operator's children, the data-holding objects.
-    let job_ds = wait_for("the Job's DaemonSet", SETTLE, || async {
+    wait_for("the Job's DaemonSet", SETTLE, || async {
         let c = faults::children(&world.cluster_ns).await;
         c.keys().any(|k| k.starts_with("DaemonSet/soak-job")).then_some(())
     })
     .await;
-    let _ = job_ds;
     let children_before = faults::children(&world.cluster_ns).await;
     let data_before = world.data_uids().await;
     println!(
@@ -1049,8 +1048,8 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
         }
     }
 
-    // The summary.
-    let g = h.lock().unwrap();
+    // The summary (the history taken out: every task that wrote to it has ended).
+    let g = std::mem::take(&mut *h.lock().unwrap());
     let mut injected: BTreeMap<Kind, usize> = BTreeMap::new();
     for f in &g.faults {
         *injected.entry(f.kind).or_insert(0) += 1;
@@ -1119,7 +1118,6 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
             g.violations.len()
         );
     }
-    drop(g);
     faults::delete_cluster(&world.cluster_ns).await;
     sync.abort();
 }
@@ -1236,7 +1234,7 @@ async fn run_workload(world: Arc<World>, h: Shared, slots: Vec<Slot>, stop: Arc<
                 }
             }
         }
-        if tick % 5 == 0 {
+        if tick.is_multiple_of(5) {
             let name = format!("enc-{tick}");
             let pvc: PersistentVolumeClaim = from_json(json!({
                 "metadata": {"name": name, "labels": {"storageos.com/encryption": "true"}},
@@ -1312,7 +1310,7 @@ async fn run_monitor(world: Arc<World>, replicas: Arc<Replicas>, h: Shared, stop
         {
             let mut g = h.lock().unwrap();
             g.ready.push((now, ready));
-            if tick % 5 == 0 {
+            if tick.is_multiple_of(5) {
                 for (instance, pid) in replicas.pids() {
                     if let Some(kib) = rss_kib(pid) {
                         g.rss.entry(instance).or_default().push((now, kib));
@@ -1338,7 +1336,7 @@ async fn run_monitor(world: Arc<World>, replicas: Arc<Replicas>, h: Shared, stop
             replicas.start(&name);
         }
         drain_requests(&world.sim, &h);
-        if tick % 10 == 0 {
+        if tick.is_multiple_of(10) {
             check_encryption(&world, &h, false).await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
