@@ -959,7 +959,16 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     let idle_from = Utc::now();
     let idle_seq = sim.requests().last().map_or(0, |r| r.seq);
     tokio::time::sleep(IDLE).await;
-    support::after_polls(&sim, "GET /v2/nodes", 2).await;
+    // Proof the processes ran in the window: StorageOS node polls answered in it (the fencer
+    // polls every 5 s, the operator on its own schedule).
+    let polls = sim
+        .requests()
+        .iter()
+        .filter(|r| r.seq > idle_seq && r.status == 200 && support::evidence::on_route(r, "GET /v2/nodes"))
+        .count();
+    check(&h, "the idle window saw the processes poll", polls >= 4, || {
+        format!("only {polls} successful node polls in the idle {IDLE:?} from {idle_from}")
+    });
     tokio::time::sleep(Duration::from_secs(2)).await; // the audit log's batch
     for who in [OPERATOR, API_MANAGER] {
         let writes: Vec<String> = support::identity::writes_by(who, idle_from)
