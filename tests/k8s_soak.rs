@@ -603,7 +603,10 @@ fn fencer_deletes(ns: &str, since: DateTime<Utc>) -> Vec<(DateTime<Utc>, String)
 
 /// Checks every fencing delete against what StorageOS answered before it (invariants 1 and 2)
 /// and against the soak's record of the node's health (invariant 3).
-fn check_fencing(h: &Shared, ns: &str, since: DateTime<Utc>) -> (usize, Duration) {
+/// Also returns the deletes that landed after the node was back online (a fencer acting on its
+/// last answer while StorageOS failed or was slow), with how long it had been online: within
+/// the window these are allowed, and reported.
+fn check_fencing(h: &Shared, ns: &str, since: DateTime<Utc>) -> (usize, Duration, Vec<String>) {
     let deletes = fencer_deletes(ns, since);
     let snapshot = {
         let g = h.lock().unwrap();
@@ -621,6 +624,7 @@ fn check_fencing(h: &Shared, ns: &str, since: DateTime<Utc>) -> (usize, Duration
         })
         .collect();
     let mut max_lag = Duration::ZERO;
+    let mut late = Vec::new();
     for (t, pod) in &deletes {
         let Some(node) = pods.get(pod) else {
             check(h, "fenced only pods of the workload", false, || {
@@ -696,8 +700,13 @@ fn check_fencing(h: &Shared, ns: &str, since: DateTime<Utc>) -> (usize, Duration
         if let Some(end) = allowed_seen {
             max_lag = max_lag.max((*t - end).to_std().unwrap_or_default());
         }
+        let online_since = health.iter().rev().find(|c| c.node == *node && c.at <= *t);
+        if let Some(c) = online_since.filter(|c| !c.offline) {
+            let online_for = (*t - c.at).to_std().unwrap_or_default();
+            late.push(format!("{pod} on {node}, online for {online_for:?}"));
+        }
     }
-    (deletes.len(), max_lag)
+    (deletes.len(), max_lag, late)
 }
 
 /// StorageOS writes that are not idempotent (a POST that creates, a DELETE) made twice with
@@ -1036,7 +1045,7 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     check(&h, "the simulator's request log is complete", lost == 0, || {
         format!("{lost} requests fell out of the simulator's log between two reads")
     });
-    let (fenced, max_lag) = check_fencing(&h, &world.ns.name, since);
+    let (fenced, max_lag, late) = check_fencing(&h, &world.ns.name, since);
     // RSS: no upward trend over an instance that lived long enough for thirds to mean something.
     let rss = h.lock().unwrap().rss.clone();
     let mut rss_lines = Vec::new();
@@ -1083,6 +1092,10 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
         g.pods.len(),
         g.encrypted.0,
         g.encrypted.1
+    );
+    println!(
+        "  fenced after the node was online again (within the {DECISION_WINDOW:?} window): {} {late:?}",
+        late.len()
     );
     if let Some(why) = &g.denied_because {
         println!("  the first encryption-labelled PVC denied: {why}");
