@@ -728,8 +728,8 @@ fn repeated_writes(requests: &[RequestRecord]) -> Vec<String> {
         .collect()
 }
 
-/// Median of the middle value of each third of the samples: (first third, last third).
-fn thirds(samples: &[(DateTime<Utc>, u64)]) -> Option<(u64, u64)> {
+/// The median of each third of the samples: (first, middle, last).
+fn thirds(samples: &[(DateTime<Utc>, u64)]) -> Option<(u64, u64, u64)> {
     if samples.len() < 9 {
         return None;
     }
@@ -739,7 +739,11 @@ fn thirds(samples: &[(DateTime<Utc>, u64)]) -> Option<(u64, u64)> {
         v[v.len() / 2]
     };
     let third = samples.len() / 3;
-    Some((median(&samples[..third]), median(&samples[samples.len() - third..])))
+    Some((
+        median(&samples[..third]),
+        median(&samples[third..samples.len() - third]),
+        median(&samples[samples.len() - third..]),
+    ))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -1050,14 +1054,20 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     let rss = h.lock().unwrap().rss.clone();
     let mut rss_lines = Vec::new();
     for (instance, samples) in &rss {
-        if let Some((first, last)) = thirds(samples) {
+        if let Some((first, middle, last)) = thirds(samples) {
             rss_lines.push(format!(
-                "{instance}: {} samples, median {:.1} MiB first third, {:.1} MiB last third",
+                "{instance}: {} samples, median {:.1} / {:.1} / {:.1} MiB by third",
                 samples.len(),
                 first as f64 / 1024.0,
+                middle as f64 / 1024.0,
                 last as f64 / 1024.0
             ));
-            let grew = last > first + first / 4 && last - first > 8 * 1024;
+            // A trend grows from each third to the next. One step is not one: a standby that
+            // becomes the leader fills its caches once (about 50 to 65 MiB here, debug build).
+            let grew = last > first + first / 4
+                && last - first > 8 * 1024
+                && middle > first + 2 * 1024
+                && last > middle + 2 * 1024;
             check(&h, "RSS shows no upward trend", !grew, || {
                 format!(
                     "{instance}: {first} KiB in the first third of its samples, {last} KiB in the last: {samples:?}"
@@ -1101,7 +1111,7 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
         println!("  the first encryption-labelled PVC denied: {why}");
     }
     println!(
-        "replicas that exited on their own (leader election ended) and were restarted: {} {:?}",
+        "replicas that exited on their own (by design: leader election ended, or first request refused) and were restarted: {} {:?}",
         g.exits.len(),
         g.exits
     );
@@ -1344,14 +1354,18 @@ async fn run_monitor(world: Arc<World>, replicas: Arc<Replicas>, h: Shared, stop
         // is by design only when its leader election ended (it restarts clean rather than act
         // on stale state); any other exit is a crash.
         for (name, status, tail) in replicas.reap() {
-            let designed = tail.contains("leader election on Lease");
+            // Also by design: a replica started while a restarted kube-apiserver still answers
+            // 403 (its RBAC cache filling) exits at its first request with an error naming
+            // it, and the kubelet starts it again.
+            let designed = tail.contains("leader election on Lease")
+                || (tail.contains("refused the first request") && tail.contains("(403)"));
             h.lock()
                 .unwrap()
                 .exits
                 .push(format!("{} {name} {status}", Utc::now().format("%H:%M:%S")));
             check(
                 &h,
-                "no replica crashes (exits other than on lost leader election)",
+                "no replica crashes (exits other than ended leader election or a refused first request)",
                 designed,
                 || format!("{name} exited ({status}); its log ends:\n{tail}"),
             );
