@@ -57,16 +57,24 @@ cargo clippy --no-default-features --lib --bins -- -D warnings
 
 # The fault matrix (tests/k8s_faults.rs) restarts its kube-apiserver, so it runs on a control
 # plane of its own; it also spends most of its time waiting (a 60 s outage, lease take-overs),
-# so it runs alongside every other test target rather than after them. Its output follows the
-# rest; its failure fails the run.
+# so it runs alongside every other test target rather than after them. After it, in the same
+# background lane, a short seeded chaos soak (tests/k8s_soak.rs, docs/reliability.md; a fixed
+# seed, SOAK_CI_MINUTES) on another plane of its own: one private plane at a time besides the
+# shared one. Their output follows the rest; either failure fails the run.
 faults_log=$(mktemp)
-cargo test --test k8s_faults --no-fail-fast >"$faults_log" 2>&1 &
+(
+  rc=0
+  cargo test --test k8s_faults --no-fail-fast || rc=1
+  echo "---- the seeded chaos soak (tests/k8s_soak.rs) ----"
+  SOAK_MINUTES=${SOAK_CI_MINUTES:-2} SOAK_SEED=1 cargo test --test k8s_soak -- --nocapture || rc=$((rc + 2))
+  exit "$rc"
+) >"$faults_log" 2>&1 &
 faults_pid=$!
-# Every test target but the fault matrix and the integration binary: one file tests/NAME.rs each.
+# Every test target but the fault lane's and the integration binary: one file tests/NAME.rs each.
 targets=()
 for f in tests/*.rs; do
   name=$(basename "$f" .rs)
-  [[ $name == k8s_faults ]] || targets+=(--test "$name")
+  [[ $name == k8s_faults || $name == k8s_soak ]] || targets+=(--test "$name")
 done
 rest=0
 cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
@@ -85,6 +93,7 @@ echo "---- the fault matrix (tests/k8s_faults.rs) ----"
 cat "$faults_log"
 rm -f "$faults_log"
 if [[ $rest != 0 || $faults != 0 ]]; then
-  echo "FAILED: test targets exit $rest, fault matrix exit $faults" >&2
+  # The lane's exit: 1 the fault matrix failed, 2 the soak, 3 both.
+  echo "FAILED: test targets exit $rest, fault lane exit $faults (1: fault matrix, 2: soak, 3: both)" >&2
   exit 1
 fi

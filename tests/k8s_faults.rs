@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use storageos_operator::cluster::PAUSED_BY_ANNOTATION;
 use storageos_operator::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, UpgradePhase};
@@ -39,32 +39,11 @@ const NEW_IMAGE: &str = "storageos/node:v2.10.0";
 /// The operator's lease (15 s) runs out before a standby can take over from a killed leader.
 const TAKEOVER: Duration = Duration::from_secs(60);
 
-/// The children of the cluster the operator made so far, by `kind/name`, with their UIDs: a
-/// child deleted and made again gets another UID.
-async fn children(ns: &TestNamespace) -> BTreeMap<String, String> {
-    let selector = "app.kubernetes.io/managed-by=storageos-operator";
-    let lp = ListParams::default().labels(selector);
-    let mut seen = BTreeMap::new();
-    for sa in ns.api::<ServiceAccount>().list(&lp).await.unwrap() {
-        seen.insert(format!("ServiceAccount/{}", sa.name_any()), sa.uid().unwrap());
-    }
-    for ds in ns.api::<DaemonSet>().list(&lp).await.unwrap() {
-        seen.insert(format!("DaemonSet/{}", ds.name_any()), ds.uid().unwrap());
-    }
-    for d in ns.api::<Deployment>().list(&lp).await.unwrap() {
-        seen.insert(format!("Deployment/{}", d.name_any()), d.uid().unwrap());
-    }
-    for s in ns.api::<Secret>().list(&lp).await.unwrap() {
-        seen.insert(format!("Secret/{}", s.name_any()), s.uid().unwrap());
-    }
-    seen
-}
-
 /// Waits for the reconcile's first children in the cluster's namespace while the cluster is not
 /// yet Running: the point "mid-reconcile" at which the tests inject their fault.
 async fn mid_reconcile(ns: &TestNamespace) -> BTreeMap<String, String> {
     let first = wait_for("the reconcile's first child objects", SETTLE, || async {
-        let seen = children(ns).await;
+        let seen = faults::children(ns).await;
         (!seen.is_empty()).then_some(seen)
     })
     .await;
@@ -85,7 +64,7 @@ async fn assert_nothing_lost_or_repeated(
     since: chrono::DateTime<Utc>,
     sim: &SimHandle,
 ) {
-    let after = children(ns).await;
+    let after = faults::children(ns).await;
     for (child, uid) in before {
         assert_eq!(
             after.get(child),
@@ -215,7 +194,7 @@ async fn apiserver_restarted_mid_upgrade_the_upgrade_completes_and_nothing_is_lo
     faults::create_cluster(ns, OLD_IMAGE).await;
     faults::wait_running(ns, SETTLE).await;
     let pv = storageos_app(ns).await;
-    let before = children(ns).await;
+    let before = faults::children(ns).await;
     let since = Utc::now();
     let upgrade: StorageOSUpgrade = from_json(json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
@@ -260,7 +239,7 @@ async fn apiserver_restarted_mid_upgrade_the_upgrade_completes_and_nothing_is_lo
             || object == &format!("daemonsets {}/up-image-puller", ns.name);
         assert!(expected, "the upgrade deleted {object}: {deleted:?}");
     }
-    let after = children(ns).await;
+    let after = faults::children(ns).await;
     for (child, uid) in &before {
         assert_eq!(after.get(child), Some(uid), "{child} was deleted during the upgrade");
     }

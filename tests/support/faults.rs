@@ -220,6 +220,11 @@ impl Process {
         let _ = self.child.wait();
     }
 
+    /// Its process id (for sampling its memory in /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The exit status, once the process has ended.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().unwrap()
@@ -321,12 +326,18 @@ impl ApiManagerHome {
     /// An api-manager replica named `pod_name` against `sim`, with extra `flags`. The first
     /// serves the webhooks the configuration routes to.
     pub fn replica(&self, sim: &SimHandle, pod_name: &str, flags: &[&str]) -> Process {
-        let ns = &self.namespace;
         let port = if self.port_taken.swap(true, std::sync::atomic::Ordering::SeqCst) {
             free_ports(1, &[self.webhook_port])
         } else {
             self.webhook_port
         };
+        self.replica_at(sim, pod_name, flags, port)
+    }
+
+    /// A replica listening for webhooks on `port`: a replica started again after a SIGKILL
+    /// keeps its port, as a pod restarted in place keeps its address.
+    pub fn replica_at(&self, sim: &SimHandle, pod_name: &str, flags: &[&str], port: u16) -> Process {
+        let ns = &self.namespace;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_storageos-operator"));
         cmd.arg("api-manager")
             .arg(format!("-api-endpoint={}", sim.url()))
@@ -417,6 +428,29 @@ pub fn storageos_writes(sim: &SimHandle) -> Vec<String> {
         .filter(|r| (200..300).contains(&r.status))
         .map(|r| format!("{} {}", r.method, r.path))
         .collect()
+}
+
+/// The children of the cluster the operator made so far in `ns`, by `kind/name`, with their
+/// UIDs: a child deleted and made again gets another UID.
+pub async fn children(ns: &TestNamespace) -> std::collections::BTreeMap<String, String> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let selector = "app.kubernetes.io/managed-by=storageos-operator";
+    let lp = ListParams::default().labels(selector);
+    let mut seen = std::collections::BTreeMap::new();
+    for sa in ns.api::<ServiceAccount>().list(&lp).await.unwrap() {
+        seen.insert(format!("ServiceAccount/{}", sa.name_any()), sa.uid().unwrap());
+    }
+    for ds in ns.api::<DaemonSet>().list(&lp).await.unwrap() {
+        seen.insert(format!("DaemonSet/{}", ds.name_any()), ds.uid().unwrap());
+    }
+    for d in ns.api::<Deployment>().list(&lp).await.unwrap() {
+        seen.insert(format!("Deployment/{}", d.name_any()), d.uid().unwrap());
+    }
+    for s in ns.api::<Secret>().list(&lp).await.unwrap() {
+        seen.insert(format!("Secret/{}", s.name_any()), s.uid().unwrap());
+    }
+    seen
 }
 
 /// Removes every StorageOSCluster and StorageOSUpgrade of this process's plane (finalizers
