@@ -136,7 +136,8 @@ pub fn register_metrics(registry: &mut Registry) -> OperatorMetrics {
 
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let connection = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), None).await?;
+    use crate::runtime::kube::connect::{STARTUP_PATIENCE, connect_patiently};
+    let connection = connect_patiently(args.kubeconfig.as_deref(), None, STARTUP_PATIENCE).await?;
     connection.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %connection.server, from = %connection.from, version = %connection.version, "connected to Kubernetes");
     let kubernetes_version = connection.version.clone();

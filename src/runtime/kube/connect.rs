@@ -49,7 +49,22 @@ pub enum Error {
         server: String,
         from: String,
         message: String,
+        /// The HTTP status.
+        code: u16,
     },
+}
+
+impl Error {
+    /// Whether the API server may answer differently in a few seconds: it did not answer (a
+    /// restart, a rolling control plane), or it refused with 403 (a restarted server refuses
+    /// even `/version` until its RBAC cache is filled), 429 or a 5xx.
+    pub fn transient(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } => true,
+            Error::Refused { code, .. } => matches!(code, 403 | 429 | 500..=599),
+            _ => false,
+        }
+    }
 }
 
 /// A checked connection.
@@ -114,12 +129,41 @@ pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Resu
             server,
             from,
             message: format!("{} ({})", status.message, status.code),
+            code: status.code,
         }),
         Err(e) => Err(Error::Unreachable {
             server,
             from,
             message: chain(&e),
         }),
+    }
+}
+
+/// How long a long-running command (`run`, `api-manager`) retries a transient failure of its
+/// first request before it exits: long enough for an API server restart, so a replica started
+/// meanwhile does not exit and wait out a CrashLoopBackOff; short enough that a wrong address
+/// still fails the pod within its first minute.
+pub const STARTUP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// [`connect`], retrying a [`Error::transient`] failure with backoff (0.5 s doubling to 4 s)
+/// for up to `patience`, each retry logged; any other failure, or one that outlasts `patience`,
+/// is returned at once. For the long-running commands; the CLI's commands fail fast.
+pub async fn connect_patiently(
+    kubeconfig: Option<&Path>,
+    component: Option<&str>,
+    patience: std::time::Duration,
+) -> Result<Connection, Error> {
+    let start = tokio::time::Instant::now();
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match connect(kubeconfig, component).await {
+            Err(e) if e.transient() && start.elapsed() + delay < patience => {
+                tracing::warn!(error = %e, retry_in = ?delay, "the first request to Kubernetes failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(4));
+            }
+            done => return done,
+        }
     }
 }
 
@@ -205,6 +249,53 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_may_pass_by_itself_is_retried() {
+        let refused = |code| Error::Refused {
+            server: "https://k8s:6443/".into(),
+            from: "the pod's ServiceAccount".into(),
+            message: "no".into(),
+            code,
+        };
+        for code in [403, 429, 500, 503] {
+            assert!(refused(code).transient(), "{code}");
+        }
+        // Bad credentials, or a request the server does not know, stay wrong.
+        for code in [401, 404] {
+            assert!(!refused(code).transient(), "{code}");
+        }
+        let unreachable = Error::Unreachable {
+            server: "https://k8s:6443/".into(),
+            from: "x".into(),
+            message: "connection refused".into(),
+        };
+        assert!(unreachable.transient());
+        let missing = Error::KubeconfigMissing {
+            given: "KUBECONFIG",
+            path: "/nope".into(),
+        };
+        assert!(!missing.transient());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_is_retried_only_within_the_patience() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        // Port 1 on loopback: nothing listens, the connection is refused at once.
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n\
+             users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let failed = connect_patiently(Some(&path), None, std::time::Duration::from_secs(2)).await;
+        assert!(matches!(failed, Err(Error::Unreachable { .. })), "{:?}", failed.err());
+        // Retried (0.5 s, then 1 s) rather than failing on the first answer, and given up
+        // once the next wait would outlast the patience.
+        assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
+    }
 
     #[tokio::test]
     async fn a_cluster_older_than_the_minimum_is_refused_naming_both_versions() {
