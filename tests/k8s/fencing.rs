@@ -618,6 +618,8 @@ async fn the_fencer_fences_while_the_rest_of_the_process_is_blocked() {
     let config = support::identity::api_manager_config().await;
     let ctx = support::api_manager_context_as(&w.sim, FLAGS, Client::try_from(config.clone()).unwrap()).await;
     let mut worker = fencing::worker::start(&ctx, config, ctx.poll_pvcs()).unwrap();
+    // The Node-state cache the fencer waits for is filled by this runtime, before it is blocked.
+    ctx.node_states.ready().await;
     w.polled().await;
 
     w.sim.set_health(&lost, Health::Offline).unwrap();
