@@ -20,7 +20,7 @@
 # generated part of docs/benchmarks.md (between its bench markers) and docs/benchmarks/*.png.
 #
 #   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--force-density]
-#                 [--out DIR] [--no-doc] [--fence-trials 20] [--cluster-trials 10]
+#                 [--out DIR] [--no-doc] [--fence-trials 20] [--no-fence-busy] [--cluster-trials 10]
 #                 [--shared 1000] [--rps 200] [--webhook-seconds 30] [--report-only] [--no-build]
 #
 # Pods follow the sizes: --pods-per-node (default 10, a realistic density well below the
@@ -60,6 +60,8 @@ FRESH_IDLE=60
 OUT=$ROOT/target/bench/$(date -u +%Y%m%dT%H%M%SZ)
 DOC=1
 FENCE_TRIALS=20
+# Fencing trials again while the api-manager is busy (--no-fence-busy skips them).
+FENCE_BUSY=1
 CLUSTER_TRIALS=10
 # Fresh clusters at larger sizes cost minutes of DaemonSet pod churn each (controller-manager
 # at its default 20 requests/s): above this size one cluster is measured.
@@ -78,6 +80,7 @@ while (($#)); do
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --no-doc) DOC=0; shift ;;
     --fence-trials) FENCE_TRIALS=$2; shift 2 ;;
+    --no-fence-busy) FENCE_BUSY=0; shift ;;
     --cluster-trials) CLUSTER_TRIALS=$2; shift 2 ;;
     --shared) SHARED=$2; shift 2 ;;
     --rps) RPS=$2; shift 2 ;;
@@ -159,7 +162,19 @@ stop_all() {
   done
   PIDS=()
 }
+# The busy load of fence_busy (its loops, their kubectl, the webhook load).
+BUSY=()
+stop_busy() {
+  local p
+  for p in "${BUSY[@]}"; do
+    pkill -P "$p" 2>/dev/null || true
+    kill "$p" 2>/dev/null || true
+  done
+  wait "${BUSY[@]}" 2>/dev/null || true
+  BUSY=()
+}
 cleanup() {
+  stop_busy
   stop_all
   hack/k8s.sh down >/dev/null 2>&1 || true
 }
@@ -263,6 +278,49 @@ fresh_api_manager() {
   first=$(curl -sf "$SIM/_sim/requests" | jq -r '[.[] | select(.method == "GET" and .path == "/v2/nodes") | .time] | min')
   sleep $((FRESH_FIRST_PASS + FRESH_IDLE + 2))
   echo "{\"started\": $started, \"first_poll\": \"$first\", \"first_pass_s\": $FRESH_FIRST_PASS, \"idle_s\": $FRESH_IDLE, \"node_mirrors\": $node_mirrors, \"volume_mirrors\": $volume_mirrors}" >"$DIR/fresh.json"
+}
+
+# Fencing while the same api-manager is busy: the trials of the quiet step run again while
+# (a) the pod webhook takes $RPS rps, (b) every volume mirror is deleted over and over, so the
+# mirror rewrites them all (a mirror pass over every volume), and (c) every PVC's labels change
+# over and over, so the PVC label sync writes every volume's labels to StorageOS (a first pass).
+# The busy work runs from the trials' start to their end; its own rounds are counted.
+fence_busy() {
+  local n=$1
+  ((FENCE_BUSY)) || return 0
+  step "n=$n: fencing while busy, $FENCE_TRIALS trials: pod webhook at $RPS rps, mirror passes, label-sync passes"
+  # Straight to the api-manager's webhook: through the apiserver, minutes of dry-run creates at
+  # this rate saturate a 2-core plane, and the trials would measure the apiserver instead.
+  python3 hack/bench_webhook_direct.py "https://$(host_ip):$WEBHOOK_PORT/mutate-pods" "$RPS" bench-0 data-0 \
+    >"$DIR/fence-busy-webhook.json" &
+  BUSY+=($!)
+  (
+    i=0
+    while :; do
+      i=$((i + 1))
+      kc delete volumes.api.storageos.com --all -A --wait=false >/dev/null 2>&1 || true
+      echo "mirror $i $(date -u +%s.%N)"
+      sleep 5
+    done
+  ) >"$DIR/fence-busy-mirror.log" &
+  BUSY+=($!)
+  (
+    i=0
+    while :; do
+      i=$((i + 1))
+      kc label pvc -A -l bench.storageos.com/workload "bench.storageos.com/busy=round-$i" --overwrite >/dev/null 2>&1 || true
+      echo "labels $i $(date -u +%s.%N)"
+    done
+  ) >"$DIR/fence-busy-labels.log" &
+  BUSY+=($!)
+  local load0 f0
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
+  f0=$(date -u +%s.%N)
+  "$TOOL" fence --sim "$SIM" --nodes "$n" --trials "$FENCE_TRIALS" --poll "$POLL" --namespace bench-fence-busy >"$DIR/fence-busy.json"
+  stop_busy
+  echo "{\"from\": $f0, \"to\": $(date -u +%s.%N), \"load_before\": \"$load0\", \"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"mirror_rounds\": $(wc -l <"$DIR/fence-busy-mirror.log"), \"label_rounds\": $(wc -l <"$DIR/fence-busy-labels.log")}" >"$DIR/fence-busy-window.json"
+  # Every mirror back before the next step.
+  sleep $((POLL * 3))
 }
 
 # ---------------------------------------------------------------- one size
@@ -373,6 +431,9 @@ EOF
   local op1 am1 op_rss op_hwm am_rss am_hwm
   read -r op_rss op_hwm op1 <<<"$(proc_stats "$op_pid")"
   read -r am_rss am_hwm am1 <<<"$(proc_stats "$am_pid")"
+  # Where the memory is (anonymous heap, each malloc arena, code), for the report's notes.
+  cp "/proc/$op_pid/smaps" "$DIR/operator.smaps" 2>/dev/null || true
+  cp "/proc/$am_pid/smaps" "$DIR/api-manager.smaps" 2>/dev/null || true
   tail -n +"$((a0 + 1))" "$audit" >"$DIR/idle-audit.jsonl"
   curl -sf "$SIM/_sim/requests" >"$DIR/idle-sim.json"
   cat >"$DIR/idle.json" <<EOF
@@ -389,6 +450,8 @@ EOF
   # online and polled; one more poll of each kind lets its writes land.
   sleep $((POLL * 2))
   echo "{\"from\": $f0, \"to\": $(date -u +%s.%N), \"trials\": $FENCE_TRIALS, \"pods_per_node\": $((pods / n))}" >"$DIR/fence-window.json"
+
+  fence_busy "$n"
 
   step "n=$n: baseline: pods without a PVC (no webhook), $RPS rps for ${WEBHOOK_SECONDS}s (dry-run creates)"
   "$TOOL" webhook --kind pod-baseline --namespace bench-0 --claim data-0 --rps "$RPS" --seconds "$WEBHOOK_SECONDS" >"$DIR/webhook-baseline.json"

@@ -195,6 +195,9 @@ def collect(out):
                     "max_ms": max(apply_ms) if apply_ms else None,
                 },
                 "fencing": load(os.path.join(d, "fence.json"), {}),
+                "fencing_busy": load(os.path.join(d, "fence-busy.json"), {}),
+                "fencing_busy_window": load(os.path.join(d, "fence-busy-window.json"), {}),
+                "fencing_busy_webhook": load(os.path.join(d, "fence-busy-webhook.json"), {}),
                 "webhook_baseline": load(os.path.join(d, "webhook-baseline.json"), {}),
                 "webhook_pod": load(os.path.join(d, "webhook-pod.json"), {}),
                 "webhook_pvc": load(os.path.join(d, "webhook-pvc.json"), {}),
@@ -242,6 +245,14 @@ def table(machine, sizes):
         lambda s: f"{fmt(s['fencing'].get('p50_ms'))} / {fmt(s['fencing'].get('p99_ms'))} / {fmt(s['fencing'].get('max_ms'))}"
         + (f" (n={s['fencing'].get('count')}, missed {s['fencing'].get('missed')})" if s["fencing"] else "")
         + (f" at {s['workload'].get('pods', 0) // max(1, s['nodes'])}/node" if s.get("workload") else ""))
+    row("fencing while busy p50 / p99 / max, ms (pod webhook at 200 rps, mirror and label-sync passes)", "p99 ≤ 5200",
+        lambda s: (f"{fmt(s['fencing_busy'].get('p50_ms'))} / {fmt(s['fencing_busy'].get('p99_ms'))} / {fmt(s['fencing_busy'].get('max_ms'))}"
+                   + f" (n={s['fencing_busy'].get('count')}, missed {s['fencing_busy'].get('missed')};"
+                   + f" {(s.get('fencing_busy_window') or {}).get('mirror_rounds', '–')} mirror and"
+                   + f" {(s.get('fencing_busy_window') or {}).get('label_rounds', '–')} label rounds,"
+                   + f" {(s.get('fencing_busy_webhook') or {}).get('sent', '–')} admissions,"
+                   + f" {(s.get('fencing_busy_webhook') or {}).get('errors', '–')} failed)")
+        if s.get("fencing_busy") else "–")
     row("api-manager apiserver writes per node flap (of them mirror writes)", "a few per changed mirror",
         lambda s: f"{fmt((s.get('flap_writes') or {}).get('per_flap'))} ({fmt((s.get('flap_writes') or {}).get('mirror_per_flap'))})")
     row("fresh api-manager, mirrors deleted: writes in its first 35 s (per mirror)", "≤ 2 per mirror",
@@ -371,6 +382,8 @@ def main():
         f"Linux {m.get('kernel', '?')}, {m.get('rustc', '?')}; Kubernetes {m.get('kubernetes', '?')}, etcd {m.get('etcd', '?')}, "
         f"kwok {m.get('kwok', '?')}. Load average at the start: {m.get('load_at_start', '?')}; during each idle minute: "
         + ", ".join(f"{s['nodes']} nodes {s['idle'].get('load_before', '?')} → {s['idle'].get('load_after', '?')}" for s in sizes)
+        + "".join(f"; fencing while busy at {s['nodes']} nodes {s['fencing_busy_window'].get('load_before', '?')} → {s['fencing_busy_window'].get('load_after', '?')}"
+                  for s in sizes if s.get("fencing_busy_window"))
         + ". Raw figures: [benchmarks/results.json](benchmarks/results.json).",
         "",
         tbl,

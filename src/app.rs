@@ -53,8 +53,16 @@ pub enum Error {
 /// simulator stands in for a whole StorageOS cluster under load tests: it gets every core.
 ///
 /// The api-manager gets two worker threads: parsing admission requests is CPU work, and on one
-/// thread a burst of it would delay its Lease renewals (and so fencing) and the other webhooks.
+/// thread a burst of it would delay its Lease renewals and the other webhooks. The fencer and
+/// its node poll run on a thread of their own besides
+/// ([`crate::apimanager::controllers::fencing::worker`]).
+///
+/// The long-running commands keep every thread in one malloc arena
+/// ([`crate::runtime::process::memory::one_arena`]), set here before any thread starts.
 pub fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
+    if matches!(command, Command::Run(_) | Command::ApiManager(_)) {
+        crate::runtime::process::memory::one_arena();
+    }
     let mut builder = match command {
         #[cfg(feature = "simulator")]
         Command::Simulate(_) => tokio::runtime::Builder::new_multi_thread(),

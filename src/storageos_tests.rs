@@ -85,3 +85,19 @@ async fn an_https_endpoint_is_verified_against_the_configured_ca() {
     let err = trusted.login().await.unwrap_err();
     assert!(!matches!(err, Error::Transport { .. }), "{err:?}");
 }
+
+/// A client with connections of its own (the api-manager's fencer, on a runtime of its own)
+/// shares the token: a login by one is the other's, so it never logs in again by itself.
+#[tokio::test]
+async fn a_client_with_connections_of_its_own_shares_the_token() {
+    let (url, _) = answer_once(
+        "HTTP/1.1 200 OK\r\nauthorization: Bearer t1\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    )
+    .await;
+    let first = Client::new(Config::new(&url, "u", "p")).unwrap();
+    let own = first.with_own_connections().unwrap();
+    assert!(!own.has_token());
+    first.login().await.unwrap();
+    assert!(own.has_token(), "the login of one is the other's");
+    assert_eq!(own.base_url(), first.base_url());
+}

@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 
 use std::sync::Arc;
 
-use super::controllers::{self, Context};
+use super::controllers::{self, Context, fencing};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
 use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
@@ -60,6 +60,13 @@ pub enum Error {
     /// open, so the process exits and is restarted instead of running on without webhooks.
     #[error("the webhook server stopped unexpectedly ({0}); exiting so that the api-manager restarts")]
     WebhookServerStopped(String),
+    /// The fencer's worker could not start.
+    #[error(transparent)]
+    FencerWorker(#[from] fencing::worker::Error),
+    /// The fencer's worker ended while the process ran: the process exits and is restarted
+    /// instead of running on without fencing or node polls.
+    #[error("the fencer's worker stopped unexpectedly ({0}); exiting so that the api-manager restarts")]
+    FencerStopped(String),
 }
 
 /// Why the webhook server task ended, as the error the process exits with. It never ends on its
@@ -97,11 +104,12 @@ pub fn read_credentials(dir: &Path) -> Result<(String, String), String> {
     Ok((read("username")?, read("password")?))
 }
 
-async fn kube_client(args: &ApiManagerArgs) -> Result<kube::Client, Error> {
+/// The client, and the configuration it was made from (the fencer's worker makes its own).
+async fn kube_client(args: &ApiManagerArgs) -> Result<(kube::Client, kube::Config), Error> {
     let c = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), Some(API_MANAGER_COMPONENT)).await?;
     c.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %c.server, from = %c.from, version = %c.version, "connected to Kubernetes");
-    Ok(c.client)
+    Ok((c.client, c.config))
 }
 
 /// The scheduler extender's Deployment, as the operator renders it.
@@ -169,7 +177,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     for warning in args.ignored_flags() {
         tracing::warn!("{warning}");
     }
-    let client = kube_client(&args).await?;
+    let (client, kube_config) = kube_client(&args).await?;
     let namespace = resolve_namespace(&args.namespace, Path::new(SERVICE_ACCOUNT_NAMESPACE));
     let mut registry = Registry::default();
     let Metrics {
@@ -279,7 +287,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         helper_metrics.clone(),
         pvcs,
     ));
-    let controllers = lead(ctx, args.enable_leader_election);
+    let controllers = lead(ctx, kube_config, args.enable_leader_election);
     tokio::pin!(controllers);
     let mut controllers_done = false;
 
@@ -358,18 +366,26 @@ fn webhook_config_changes(client: kube::Client, name: &str) -> impl futures::Str
         })
 }
 
-/// The StorageOS poll and the controllers that subscribe to it, until dropped.
-async fn with_poll(ctx: Arc<Context>) {
-    tokio::join!(ctx.poll_storageos(), controllers::run(ctx.clone()));
+/// The StorageOS poll and the controllers that subscribe to it, until dropped: the node poll
+/// and the fencer on their own worker ([`fencing::worker`]), the rest here. `Err` if the worker
+/// stops by itself.
+async fn with_poll(ctx: Arc<Context>, kube_config: kube::Config) -> Result<(), Error> {
+    let mut worker = fencing::worker::start(&ctx, kube_config, ctx.poll_pvcs())?;
+    tokio::select! {
+        _ = async { tokio::join!(ctx.poll_volumes(), controllers::run(ctx.clone())) } => Ok(()),
+        why = worker.ended() => {
+            tracing::error!(reason = %why, "the fencer's worker stopped; exiting");
+            Err(Error::FencerStopped(why))
+        }
+    }
 }
 
 /// Waits for leadership (when `-enable-leader-election`), then runs the controllers until they
 /// end; `Err` when leadership is lost.
-async fn lead(ctx: Arc<Context>, elect: bool) -> Result<(), Error> {
+async fn lead(ctx: Arc<Context>, kube_config: kube::Config, elect: bool) -> Result<(), Error> {
     if !elect {
         tracing::info!("leader election disabled: running the controllers");
-        with_poll(ctx).await;
-        return Ok(());
+        return with_poll(ctx, kube_config).await;
     }
     let identity = std::env::var("POD_NAME")
         .ok()
@@ -384,7 +400,7 @@ async fn lead(ctx: Arc<Context>, elect: bool) -> Result<(), Error> {
     )
     .await?;
     tokio::select! {
-        () = with_poll(ctx) => Ok(()),
+        done = with_poll(ctx, kube_config) => done,
         e = leadership.lost() => Err(e.into()),
     }
 }

@@ -210,36 +210,49 @@ impl StorageOSPoll {
     }
 
     /// Polls `source` until the future is dropped. Run once per process (per leadership term),
-    /// next to the controllers that subscribe.
+    /// next to the controllers that subscribe. The api-manager runs the two halves apart
+    /// ([`StorageOSPoll::run_nodes`] on the fencer's worker, [`StorageOSPoll::run_volumes`] on
+    /// the main runtime); this runs both here.
     pub async fn run(&self, source: &impl Source, every: PollConfig) {
+        tokio::join!(self.run_nodes(source, every), self.run_volumes(source, every));
+    }
+
+    /// Reads the nodes every `every.nodes` until the future is dropped. Nothing else waits in
+    /// this loop: a volume read of many namespaces never delays a node read (the fencer's input).
+    pub async fn run_nodes(&self, source: &impl Source, every: PollConfig) {
         // Lets consumers started together subscribe before the first tick.
         tokio::task::yield_now().await;
-        tracing::debug!(node_every = ?every.nodes, volume_every = ?every.volumes, "polling StorageOS for every controller");
-        let mut node_tick = tokio::time::interval(every.nodes);
-        node_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut volume_tick = tokio::time::interval(every.volumes.max(MIN_VOLUME_POLL));
-        volume_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tracing::debug!(node_every = ?every.nodes, "polling StorageOS nodes for every controller");
+        let mut tick = tokio::time::interval(every.nodes);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.nodes.receiver_count() > 0 {
+                let taken = Utc::now();
+                let read = source.list_nodes().await;
+                if let Err(e) = &read {
+                    tracing::warn!(error = %e, "cannot list StorageOS nodes; trying again at the next poll");
+                }
+                let read = read.map_err(Arc::new);
+                self.nodes.send_replace(Some(Arc::new(Snapshot { taken, read })));
+            }
+        }
+    }
+
+    /// Reads the volumes every `every.volumes` (at least [`MIN_VOLUME_POLL`]) until the future
+    /// is dropped.
+    pub async fn run_volumes(&self, source: &impl Source, every: PollConfig) {
+        tokio::task::yield_now().await;
+        tracing::debug!(volume_every = ?every.volumes, "polling StorageOS volumes for every controller");
+        let mut tick = tokio::time::interval(every.volumes.max(MIN_VOLUME_POLL));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known = Namespaces::default();
         loop {
-            tokio::select! {
-                _ = node_tick.tick() => {
-                    if self.nodes.receiver_count() > 0 {
-                        let taken = Utc::now();
-                        let read = source.list_nodes().await;
-                        if let Err(e) = &read {
-                            tracing::warn!(error = %e, "cannot list StorageOS nodes; trying again at the next poll");
-                        }
-                        let read = read.map_err(Arc::new);
-                        self.nodes.send_replace(Some(Arc::new(Snapshot { taken, read })));
-                    }
-                }
-                _ = volume_tick.tick() => {
-                    if self.volumes.receiver_count() > 0 {
-                        let taken = Utc::now();
-                        let read = known.read(source, Instant::now()).await;
-                        self.volumes.send_replace(Some(Arc::new(Snapshot { taken, read })));
-                    }
-                }
+            tick.tick().await;
+            if self.volumes.receiver_count() > 0 {
+                let taken = Utc::now();
+                let read = known.read(source, Instant::now()).await;
+                self.volumes.send_replace(Some(Arc::new(Snapshot { taken, read })));
             }
         }
     }

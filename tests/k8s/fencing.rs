@@ -47,9 +47,13 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) async fn new(prefix: &str) -> Self {
+        Self::with_sim(prefix, Simulator::start(sim::Config::default()).await.unwrap()).await
+    }
+
+    /// A world around a simulator started elsewhere.
+    pub(crate) async fn with_sim(prefix: &str, sim: SimHandle) -> Self {
         let ns = TestNamespace::new(prefix).await;
         let client = ns.client.clone();
-        let sim = Simulator::start(sim::Config::default()).await.unwrap();
         let id = suffix();
         let objects = ClusterObjects::default();
         let class = format!("t-fence-{id}");
@@ -573,4 +577,84 @@ async fn disable_fencing_turns_the_fencer_off() {
         .expect("the fencer is off and returns");
     assert!(!w.sim.requests().iter().any(|r| r.path == "/v2/nodes"));
     assert!(w.pod_exists("app").await);
+}
+
+/// A simulator serving from a thread and runtime of its own, until the sender is dropped.
+fn simulator_on_its_own_thread() -> (SimHandle, std::sync::mpsc::Sender<()>) {
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            handle_tx
+                .send(Simulator::start(sim::Config::default()).await.unwrap())
+                .unwrap();
+            // Serves until told to stop (checked without blocking this runtime).
+            while matches!(stop_rx.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    });
+    (handle_rx.recv().unwrap(), stop_tx)
+}
+
+/// The fencer and its node poll run on a worker of their own (`fencing::worker`, as the process
+/// runs them): with the rest of the process blocked outright — its runtime, so no other
+/// controller, cache, volume poll or webhook can run, nor drive the fencer's I/O — a node that
+/// goes offline still has its opted-in pod fenced. On one shared runtime, nothing would be.
+#[tokio::test]
+async fn the_fencer_fences_while_the_rest_of_the_process_is_blocked() {
+    let _lock = support::exclusive().await;
+    // This test blocks its own runtime below: the simulator serves from another.
+    let (sim, stop_sim) = simulator_on_its_own_thread();
+    let w = World::with_sim("fence-busy", sim).await;
+    let lost = w.node("lost", true).await;
+    let healthy = w.node("healthy", true).await;
+    w.claim("data", true, false, &healthy).await;
+    w.pod("app", &lost, Some("true"), &["data"]).await;
+    let config = support::identity::api_manager_config().await;
+    let ctx = support::api_manager_context_as(&w.sim, FLAGS, Client::try_from(config.clone()).unwrap()).await;
+    let mut worker = fencing::worker::start(&ctx, config, ctx.poll_pvcs()).unwrap();
+    // The Node-state cache the fencer waits for is filled by this runtime, before it is blocked.
+    ctx.node_states.ready().await;
+    w.polled().await;
+
+    w.sim.set_health(&lost, Health::Offline).unwrap();
+    // From here this runtime (the process's main runtime, in the process) does nothing: the
+    // thread below watches for the pod's deletion and this one waits for it without yielding.
+    let (namespace, pod) = (w.ns.name.clone(), "app");
+    let watcher = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let pods: Api<Pod> = Api::namespaced(support::client().await, &namespace);
+            // Generous on a loaded machine; the latency itself is measured by hack/bench.sh.
+            let deadline = Instant::now() + POLL * 2 + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if pods.get_opt(pod).await.unwrap().is_none() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            false
+        })
+    });
+    let fenced = watcher.join().unwrap();
+    assert!(
+        fenced,
+        "the pod on the offline node was not fenced while the process's runtime was blocked"
+    );
+    assert_eq!(w.pod_events("app", "Fenced").await.len(), 1);
+    // Dropped, the worker stops; it never ended by itself.
+    assert!(
+        futures::FutureExt::now_or_never(worker.ended()).is_none(),
+        "the worker ended by itself"
+    );
+    drop(worker);
+    drop(stop_sim);
 }

@@ -185,13 +185,19 @@ pub async fn kubeconfig_yaml(admin: &Client, who: Identity) -> String {
 /// A client that acts as `who` (whose RBAC must be installed), once the apiserver's
 /// authorizer has caught up with the RBAC just applied.
 pub async fn client_as(who: Identity) -> Client {
+    Client::try_from(config_as(who).await).expect("client")
+}
+
+/// The configuration of [`client_as`] (once its RBAC works), for a client made elsewhere (on
+/// another runtime).
+pub async fn config_as(who: Identity) -> Config {
     let admin = client().await;
     let yaml = kubeconfig_yaml(&admin, who).await;
     let kubeconfig = Kubeconfig::from_yaml(&yaml).expect("generated kubeconfig parses");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .expect("generated kubeconfig is usable");
-    let c = Client::try_from(config).expect("client");
+    let c = Client::try_from(config.clone()).expect("client");
     let nodes: Api<Node> = Api::all(c.clone());
     wait_for(
         &format!("RBAC of {}/{} to take effect", who.namespace, who.name),
@@ -199,7 +205,7 @@ pub async fn client_as(who: Identity) -> Client {
         || async { nodes.list(&ListParams::default().limit(1)).await.ok().map(|_| ()) },
     )
     .await;
-    c
+    config
 }
 
 /// A client acting as the operator's ServiceAccount with the install RBAC.
@@ -212,6 +218,13 @@ pub async fn operator_client() -> Client {
 pub async fn api_manager_client() -> Client {
     install_api_manager_rbac(&client().await).await;
     client_as(API_MANAGER).await
+}
+
+/// The configuration of [`api_manager_client`].
+#[allow(dead_code)]
+pub async fn api_manager_config() -> Config {
+    install_api_manager_rbac(&client().await).await;
+    config_as(API_MANAGER).await
 }
 
 /// Writes a kubeconfig acting as `who` (whose RBAC must be installed) to

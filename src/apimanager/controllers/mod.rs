@@ -128,15 +128,46 @@ impl Context {
         }
     }
 
-    /// Polls StorageOS for every controller of this context until the future is dropped. The
-    /// process runs it once, next to [`run`].
+    /// Polls StorageOS (nodes and volumes) for every controller of this context until the
+    /// future is dropped. The process runs the node half on the fencer's worker
+    /// ([`fencing::worker`]) and the volume half with [`Context::poll_volumes`].
     pub async fn poll_storageos(&self) {
-        let source = ApiSource {
+        self.storageos.run(&self.poll_source(), self.config.poll).await;
+    }
+
+    /// Polls the StorageOS volumes for every controller until the future is dropped.
+    pub async fn poll_volumes(&self) {
+        self.storageos.run_volumes(&self.poll_source(), self.config.poll).await;
+    }
+
+    fn poll_source(&self) -> ApiSource {
+        ApiSource {
             api: self.api.clone(),
             metrics: self.metrics.clone(),
-            pvcs: self.pvcs.get(&self.kube, "storageos-poll"),
-        };
-        self.storageos.run(&source, self.config.poll).await;
+            pvcs: self.poll_pvcs(),
+        }
+    }
+
+    /// The PVC cache the poll reads (started with this context's client on first use).
+    pub fn poll_pvcs(&self) -> kube::runtime::reflector::Store<PersistentVolumeClaim> {
+        self.pvcs.get(&self.kube, "storageos-poll")
+    }
+
+    /// The same context (configuration, caches, poll, metrics) talking through other clients:
+    /// the fencer's worker uses clients whose connections its own runtime drives.
+    pub fn with_clients(&self, kube: Client, api: storageos::Client) -> Self {
+        Self {
+            kube,
+            api,
+            config: self.config.clone(),
+            namespace: self.namespace.clone(),
+            reconcile_metrics: self.reconcile_metrics.clone(),
+            metrics: self.metrics.clone(),
+            storageos: self.storageos.clone(),
+            pvcs: self.pvcs.clone(),
+            nodes: self.nodes.clone(),
+            node_states: self.node_states.clone(),
+        }
     }
 
     /// Events, backoff and reconcile metrics for the controller called `name`.
@@ -218,12 +249,12 @@ where
     }
 }
 
-/// Runs every enabled controller until the future is dropped (shutdown or lost leadership).
-/// Each subscribes to the StorageOS poll it needs; the process runs the poll next to them
-/// ([`Context::poll_storageos`]).
+/// Runs every enabled controller but the fencer until the future is dropped (shutdown or lost
+/// leadership). Each subscribes to the StorageOS poll it needs; the process runs the volume poll
+/// next to them ([`Context::poll_volumes`]), and the node poll and the fencer on a worker of
+/// their own ([`fencing::worker`]), so that none of this work can delay fencing.
 pub async fn run(ctx: Arc<Context>) {
     tokio::join!(
-        fencing::run(ctx.clone()),
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
         drain::run(ctx.clone()),

@@ -70,6 +70,9 @@ impl Error {
 /// A checked connection.
 pub struct Connection {
     pub client: kube::Client,
+    /// What `client` was made from: another client with connections of its own (a worker on a
+    /// runtime of its own) is made from it.
+    pub config: kube::Config,
     /// The API server's URL.
     pub server: String,
     /// Where the configuration came from, for messages (`kubeconfig PATH, context NAME` or
@@ -114,13 +117,14 @@ pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Resu
     let (config, from) = load(kubeconfig).await?;
     let server = config.cluster_url.to_string();
     let config = crate::runtime::kube::identity::kube_config(config, component);
-    let client = kube::Client::try_from(config).map_err(|e| Error::Config {
+    let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Config {
         from: from.clone(),
         message: chain(&e),
     })?;
     match client.apiserver_version().await {
         Ok(info) => Ok(Connection {
             client,
+            config,
             server,
             from,
             version: info.git_version,
@@ -313,8 +317,10 @@ mod tests {
         ] {
             assert!(!older_than(fine, &min), "{fine}");
         }
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let c = Connection {
-            client: kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap(),
+            client: kube::Client::try_from(config.clone()).unwrap(),
+            config,
             server: "https://k8s:6443/".into(),
             from: "kubeconfig /k, context c".into(),
             version: "v1.30.2".into(),

@@ -3,7 +3,7 @@
 //! glibc keeps the pages of freed memory in its arenas: after a burst (the first list of every
 //! watch, a StorageOS poll of thousands of volumes, a re-list) a process stays resident at the
 //! size of the burst, not of what it holds. `malloc_trim` returns every whole free page of every
-//! arena (what it saves: docs/benchmarks.md).
+//! arena (what it saves: docs/benchmarks.md); [`one_arena`] keeps every thread in one arena.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -30,6 +30,25 @@ async fn trim_every(every: Duration) -> Infallible {
         let released = trim();
         tracing::trace!(released, "allocator trimmed");
     }
+}
+
+/// Makes every thread allocate from glibc's one main arena. By default each thread that
+/// allocates gets an arena of its own (up to 8 per core), each holding its own free pages and
+/// its own fragmentation between live objects, which a trim cannot give back: resident memory
+/// that grows with the threads (the api-manager's two runtime workers and the fencer's thread),
+/// not with what the process holds. These processes allocate in small bursts from a few
+/// threads, so the shared arena's lock is rarely contended. Call it before any thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code, reason = "glibc's mallopt, as malloc_trim below")]
+pub fn one_arena() -> bool {
+    // SAFETY: mallopt takes two integers, has no precondition and is MT-safe (mallopt(3)).
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) == 1 }
+}
+
+/// Other allocators are set up their own way: nothing to do.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn one_arena() -> bool {
+    false
 }
 
 /// Returns the free pages of every malloc arena to the kernel; true when some were.

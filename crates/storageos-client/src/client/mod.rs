@@ -128,6 +128,32 @@ pub fn base_url(endpoint: &str) -> Result<Url, Error> {
     Ok(url)
 }
 
+/// How the HTTP client is built.
+#[derive(Debug, Clone)]
+struct Transport {
+    connect_timeout: Duration,
+    user_agent: String,
+    ca_pem: Option<Vec<u8>>,
+}
+
+impl Transport {
+    fn client(&self) -> Result<reqwest::Client, Error> {
+        // No redirects: a 307/308 would re-send the login body, password included, to wherever
+        // it points. No proxy from *_PROXY: the credentials go to the endpoint and nowhere else.
+        let mut http = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .user_agent(self.user_agent.clone())
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        if let Some(pem) = &self.ca_pem {
+            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(Error::Build)? {
+                http = http.add_root_certificate(cert);
+            }
+        }
+        http.build().map_err(Error::Build)
+    }
+}
+
 /// A response that passed the status check.
 struct Answer {
     status: StatusCode,
@@ -148,11 +174,14 @@ pub struct Client {
 #[derive(Debug)]
 struct Inner {
     http: reqwest::Client,
+    /// What `http` was built from, for [`Client::with_own_connections`].
+    transport: Transport,
     base: Url,
     credentials: Credentials,
-    token: TokenCell,
-    /// Serialises logins so that many concurrent 401s cause one login.
-    login_lock: tokio::sync::Mutex<()>,
+    /// Shared with the clients made by [`Client::with_own_connections`].
+    token: Arc<TokenCell>,
+    /// Serialises logins so that many concurrent 401s cause one login (shared like the token).
+    login_lock: Arc<tokio::sync::Mutex<()>>,
     request_timeout: Duration,
     login_timeout: Duration,
     max_response_bytes: usize,
@@ -179,30 +208,45 @@ impl Client {
 
     fn build(config: Config, metrics: Option<ApiMetrics>) -> Result<Self, Error> {
         let base = base_url(&config.endpoint)?;
-        // No redirects: a 307/308 would re-send the login body, password included, to wherever
-        // it points. No proxy from *_PROXY: the credentials go to the endpoint and nowhere else.
-        let mut http = reqwest::Client::builder()
-            .connect_timeout(config.request_timeout)
-            .user_agent(config.user_agent)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy();
-        if let Some(pem) = &config.ca_pem {
-            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(Error::Build)? {
-                http = http.add_root_certificate(cert);
-            }
-        }
-        let http = http.build().map_err(Error::Build)?;
+        let transport = Transport {
+            connect_timeout: config.request_timeout,
+            user_agent: config.user_agent,
+            ca_pem: config.ca_pem,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                http,
+                http: transport.client()?,
+                transport,
                 base,
                 credentials: config.credentials,
-                token: TokenCell::default(),
-                login_lock: tokio::sync::Mutex::new(()),
+                token: Arc::default(),
+                login_lock: Arc::default(),
                 request_timeout: config.request_timeout,
                 login_timeout: config.login_timeout,
                 max_response_bytes: config.max_response_bytes,
                 metrics,
+            }),
+        })
+    }
+
+    /// A client that shares this one's token, logins and metrics but not its connections: its
+    /// requests are made and driven by the Tokio runtime that awaits them, so a worker on a
+    /// runtime of its own (the api-manager's fencer) never waits on a busy runtime's I/O.
+    /// Make it on the runtime that will use it.
+    pub fn with_own_connections(&self) -> Result<Self, Error> {
+        let inner = &self.inner;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http: inner.transport.client()?,
+                transport: inner.transport.clone(),
+                base: inner.base.clone(),
+                credentials: inner.credentials.clone(),
+                token: inner.token.clone(),
+                login_lock: inner.login_lock.clone(),
+                request_timeout: inner.request_timeout,
+                login_timeout: inner.login_timeout,
+                max_response_bytes: inner.max_response_bytes,
+                metrics: inner.metrics.clone(),
             }),
         })
     }

@@ -30,11 +30,15 @@
 //!   suspension and the fresh reads still do; pods without StorageOS volumes are left to
 //!   Kubernetes. The taints come from the process's watch cache of Node states (no list of
 //!   every Node per poll); a pass reads its Node fresh and does nothing if the taint is gone.
+//! - **Its own worker.** The process runs the node poll and the fencer on a thread with a
+//!   runtime and clients of their own ([`worker`]), so that no other work of the api-manager
+//!   (mirror passes, label syncs, webhook load) can hold a fencing pass past the poll.
 
 pub mod episodes;
 pub mod lookups;
 pub mod pass;
 pub mod select;
+pub mod worker;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
