@@ -106,7 +106,13 @@ pub fn read_credentials(dir: &Path) -> Result<(String, String), String> {
 
 /// The client, and the configuration it was made from (the fencer's worker makes its own).
 async fn kube_client(args: &ApiManagerArgs) -> Result<(kube::Client, kube::Config), Error> {
-    let c = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), Some(API_MANAGER_COMPONENT)).await?;
+    use crate::runtime::kube::connect::{STARTUP_PATIENCE, connect_patiently};
+    let c = connect_patiently(
+        args.kubeconfig.as_deref(),
+        Some(API_MANAGER_COMPONENT),
+        STARTUP_PATIENCE,
+    )
+    .await?;
     c.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %c.server, from = %c.from, version = %c.version, "connected to Kubernetes");
     Ok((c.client, c.config))
