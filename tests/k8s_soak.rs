@@ -199,8 +199,9 @@ struct History {
     requests: Vec<RequestRecord>,
     /// Requests lost between two drains (a gap in the sequence numbers).
     requests_lost: u64,
-    /// Encryption-labelled PVC creates: admitted, denied (and the first denial's reason).
-    encrypted: (u32, u32),
+    /// Encryption-labelled PVC creates: admitted, refused by the apiserver, and sent while no
+    /// apiserver answered (and the first refusal's reason).
+    encrypted: (u32, u32, u32),
     denied_because: Option<String>,
     /// Replicas that exited on their own and were started again.
     exits: Vec<String>,
@@ -480,7 +481,7 @@ impl Injector {
                 format!("{name} SIGKILLed, started again after {:?}", f.lasts)
             }
             Kind::WebhookSecretDeleted => {
-                let secrets = self.world.ns.api::<Secret>();
+                let secrets = self.world.cluster_ns.api::<Secret>();
                 let r = secrets.delete("storageos-webhook", &DeleteParams::default()).await;
                 format!(
                     "webhook certificate Secret deleted ({})",
@@ -818,13 +819,15 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     });
 
     // The processes.
-    let home = ApiManagerHome::new(&world.ns).await;
-    add_encrypted_pvc_hook(&world.ns).await;
+    // The api-manager replicas stand in for the cluster's rendered api-manager: its webhook
+    // configuration (the encrypted-PVC hook fails closed) reaches them, both of them.
+    let port_b = support::apimanager::free_port();
+    let home = ApiManagerHome::for_cluster(&world.cluster_ns, &[port_b]).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = support::operator_kubeconfig(dir.path()).await;
     let mut ports = BTreeMap::new();
     ports.insert("api-manager-a".to_string(), home.webhook_port);
-    ports.insert("api-manager-b".to_string(), support::apimanager::free_port());
+    ports.insert("api-manager-b".to_string(), port_b);
     let replicas = Arc::new(Replicas {
         kubeconfig,
         sim: sim.clone(),
@@ -837,6 +840,16 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     }
     faults::create_cluster(&world.cluster_ns, OLD_IMAGE).await;
     faults::wait_running(&world.cluster_ns, SETTLE).await;
+    // A kwok api-manager pod made before the policy refusing them took effect would get
+    // webhook calls it never answers.
+    let _ = world
+        .cluster_ns
+        .api::<Pod>()
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app.kubernetes.io/component=storageos-api-manager"),
+        )
+        .await;
     // The workload's claims (once the cluster's StorageOS nodes exist): two RWO per node (masters on the cluster's nodes, which stay
     // online, so fencing is safe) and one RWX claim shared by a pod on every node.
     let mut slots = Vec::new();
@@ -938,9 +951,13 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     println!("soak: schedule done after {:?}", wall.elapsed());
 
     // Quiescence: the cluster Ready again within the bound.
+    let last_seen = std::sync::Mutex::new(None);
     let recovered = tokio::time::timeout(RECOVERY_BOUND, async {
         loop {
-            if cluster_ready(&world.cluster_ns).await {
+            let state = faults::cluster_state(&world.cluster_ns).await;
+            let ready = is_ready(state.as_ref());
+            *last_seen.lock().unwrap() = state;
+            if ready {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -949,11 +966,22 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     .await
     .is_ok();
     let final_recovery = (Utc::now() - last_fault).to_std().unwrap_or_default();
+    let last_seen = last_seen.into_inner().unwrap();
+    let stuck = if recovered {
+        String::new()
+    } else {
+        not_ready_report(&world.cluster_ns).await
+    };
     check(
         &h,
         "Ready again within the bound after the last fault",
         recovered,
-        || format!("the cluster was not Ready {RECOVERY_BOUND:?} after the last fault ({last_fault})"),
+        || {
+            format!(
+                "the cluster was not Ready {RECOVERY_BOUND:?} after the last fault ({last_fault}); \
+                 its status then (phase, ready, Ready condition): {last_seen:?}\n{stuck}"
+            )
+        },
     );
     // Every slot's pod back, then the workload stops.
     wait_for("every workload pod back", SETTLE, || async {
@@ -1098,17 +1126,19 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     }
     println!(
         "workload: {} pods made, {fenced} fenced by the api-manager (max lag after a justifying StorageOS answer {max_lag:?}), \
-         {} encryption-labelled PVCs admitted and {} denied, {upgrades_done} upgrade(s)",
+         {} encryption-labelled PVCs admitted, {} refused ({} more sent while the apiserver was down), \
+         {upgrades_done} upgrade(s)",
         g.pods.len(),
         g.encrypted.0,
-        g.encrypted.1
+        g.encrypted.1,
+        g.encrypted.2
     );
     println!(
         "  fenced after the node was online again (within the {DECISION_WINDOW:?} window): {} {late:?}",
         late.len()
     );
     if let Some(why) = &g.denied_because {
-        println!("  the first encryption-labelled PVC denied: {why}");
+        println!("  the first encryption-labelled PVC refused: {why}");
     }
     println!(
         "replicas that exited on their own (by design: leader election ended) and were restarted: {} {:?}",
@@ -1166,24 +1196,6 @@ fn the_same_seed_gives_the_same_schedule() {
     assert_eq!(kinds.len(), Kind::ALL.len());
 }
 
-/// Adds the fail-closed hook for encryption-labelled PVCs to the soak's webhook configuration,
-/// as the api-manager's rendered configuration has it.
-async fn add_encrypted_pvc_hook(ns: &TestNamespace) {
-    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-    let hook = json!({
-        "name": "encrypted-pvc-mutator.storageos.com",
-        "clientConfig": {"service": {"namespace": ns.name, "name": "storageos-webhook", "path": "/mutate-pvcs", "port": 443}},
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["persistentvolumeclaims"]}],
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
-        "objectSelector": {"matchLabels": {"storageos.com/encryption": "true"}},
-        "failurePolicy": "Fail", "sideEffects": "NoneOnDryRun", "admissionReviewVersions": ["v1"], "timeoutSeconds": 5
-    });
-    let mwcs = Api::<MutatingWebhookConfiguration>::all(ns.client.clone());
-    let mut mwc = mwcs.get(&ns.name).await.unwrap();
-    mwc.webhooks.get_or_insert_default().push(from_json(hook));
-    mwcs.replace(&ns.name, &PostParams::default(), &mwc).await.unwrap();
-}
-
 /// A storageos.com Job selecting no node: its DaemonSet is a child the operator keeps.
 async fn create_job(ns: &TestNamespace) {
     let job: storageos_operator::crd::Job = from_json(json!({
@@ -1231,9 +1243,57 @@ async fn upgrade(ns: &TestNamespace, name: &str, image: &str) {
 }
 
 async fn cluster_ready(ns: &TestNamespace) -> bool {
-    faults::cluster_state(ns)
-        .await
-        .is_some_and(|(phase, ready, cond)| phase == "Running" && ready == "3/3" && cond.starts_with("True "))
+    is_ready(faults::cluster_state(ns).await.as_ref())
+}
+
+/// What a cluster that did not come back looks like: its whole status and the readiness of
+/// every workload in its namespace, so a violation can be read without the plane.
+async fn not_ready_report(ns: &TestNamespace) -> String {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use storageos_operator::crd::StorageOSCluster;
+    let mut out = String::new();
+    if let Ok(list) = ns.api::<StorageOSCluster>().list(&ListParams::default()).await {
+        for c in list {
+            let status = serde_json::to_string(&c.status).unwrap_or_default();
+            out.push_str(&format!("  StorageOSCluster {} status: {status}\n", c.name_any()));
+        }
+    }
+    out.push_str(&statuses(ns.api::<DaemonSet>()).await);
+    out.push_str(&statuses(ns.api::<Deployment>()).await);
+    if let Ok(list) = ns.api::<Pod>().list(&ListParams::default()).await {
+        for p in list {
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            out.push_str(&format!("  Pod {} on {node}: {phase}\n", p.name_any()));
+        }
+    }
+    out
+}
+
+/// `Kind name: {status}` for every object `api` lists, a line each.
+async fn statuses<K>(api: Api<K>) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return String::new();
+    };
+    list.items
+        .iter()
+        .map(|o| {
+            let v = serde_json::to_value(o).unwrap_or_default();
+            format!(
+                "  {} {}: {}\n",
+                v["kind"].as_str().unwrap_or("?"),
+                o.name_any(),
+                v["status"]
+            )
+        })
+        .collect()
+}
+
+fn is_ready(state: Option<&(String, String, String)>) -> bool {
+    state.is_some_and(|(phase, ready, cond)| phase == "Running" && ready == "3/3" && cond.starts_with("True "))
 }
 
 /// The workload: every slot's pod made again (next generation) when gone and its node online;
@@ -1281,10 +1341,11 @@ async fn run_workload(world: Arc<World>, h: Shared, slots: Vec<Slot>, stop: Arc<
             let mut g = h.lock().unwrap();
             match created {
                 Ok(_) => g.encrypted.0 += 1,
-                Err(e) => {
+                Err(e @ kube::Error::Api(_)) => {
                     g.encrypted.1 += 1;
                     g.denied_because.get_or_insert(e.to_string());
                 }
+                Err(_) => g.encrypted.2 += 1,
             }
         }
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -275,6 +275,11 @@ pub struct ApiManagerHome {
     pub dir: tempfile::TempDir,
     pub namespace: String,
     pub webhook_port: u16,
+    /// The MutatingWebhookConfiguration whose caBundle the replicas keep.
+    webhook_config: String,
+    /// Whether this home made that configuration (and the policy refusing the rendered
+    /// api-manager's pods, for a home standing in for a cluster's): removed on drop.
+    owns_config: bool,
     client: Client,
     /// Whether a replica listens on `webhook_port` already (the others get ports of their own,
     /// as pods have addresses of their own).
@@ -318,6 +323,66 @@ impl ApiManagerHome {
             dir,
             namespace: ns.name.clone(),
             webhook_port,
+            webhook_config: ns.name.clone(),
+            owns_config: true,
+            client: ns.client.clone(),
+            port_taken: Default::default(),
+        }
+    }
+
+    /// Replicas standing in for the api-manager a StorageOSCluster in `ns` renders, under its
+    /// rendered webhook configuration (which fails closed for encryption-labelled PVCs): the
+    /// rendered Deployment's pods are refused (kwok's would answer nothing), and the rendered
+    /// webhook Service routes to the replicas here: `webhook_port` (the first replica's) and
+    /// each of `other_ports`, as EndpointSlices the slice controller leaves alone.
+    pub async fn for_cluster(ns: &TestNamespace, other_ports: &[u16]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("username"), "storageos\n").unwrap();
+        std::fs::write(dir.path().join("password"), "storageos\n").unwrap();
+        let config = storageos_operator::rbac::components::API_MANAGER_WEBHOOK_CONFIG;
+        super::api_manager_kubeconfig(dir.path(), config).await;
+        let webhook_port = free_ports(1, other_ports);
+        let policy = format!("no-api-manager-pods-{}", ns.name);
+        let refuse = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {"failurePolicy": "Fail",
+                     "matchConstraints": {
+                         "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                         "objectSelector": {"matchLabels": {"app.kubernetes.io/component": "storageos-api-manager"}}},
+                     "validations": [{"expression": "false", "message": "the test runs the api-manager as local processes"}]}
+        });
+        let binding = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"]}
+        });
+        for obj in [refuse, binding] {
+            super::identity::apply_as_admin(&ns.client, &obj).await;
+        }
+        let host = super::host_ip().to_string();
+        let slices = Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(ns.client.clone(), &ns.name);
+        for (i, port) in std::iter::once(webhook_port)
+            .chain(other_ports.iter().copied())
+            .enumerate()
+        {
+            let slice = from_json(json!({
+                "metadata": {"name": format!("storageos-webhook-test-{i}"),
+                             "labels": {"kubernetes.io/service-name": "storageos-webhook",
+                                        "endpointslice.kubernetes.io/managed-by": "tests.storageos.com"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
+                "ports": [{"name": "webhooks", "port": port, "protocol": "TCP"}]
+            }));
+            slices.create(&PostParams::default(), &slice).await.unwrap();
+        }
+        Self {
+            dir,
+            namespace: ns.name.clone(),
+            webhook_port,
+            webhook_config: config.to_string(),
+            owns_config: false,
             client: ns.client.clone(),
             port_taken: Default::default(),
         }
@@ -344,7 +409,7 @@ impl ApiManagerHome {
             .arg(format!("-api-secret-path={}", self.dir.path().display()))
             .arg("-api-retry-interval=500ms")
             .arg(format!("-namespace={ns}"))
-            .arg(format!("-webhook-config-mutating={ns}"))
+            .arg(format!("-webhook-config-mutating={}", self.webhook_config))
             .arg("-metrics-addr=127.0.0.1:0")
             .arg(format!("--webhook-addr={}:{port}", super::host_ip()))
             .args(flags)
@@ -370,7 +435,7 @@ impl ApiManagerHome {
             || async {
                 let secret = secrets.get_opt("storageos-webhook").await.ok()??;
                 let ca = String::from_utf8(secret.data?.get("ca-cert.pem")?.0.clone()).ok()?;
-                let hooks = mwcs.get(&self.namespace).await.ok()?.webhooks?;
+                let hooks = mwcs.get(&self.webhook_config).await.ok()?.webhooks?;
                 let bundle = String::from_utf8(hooks.first()?.client_config.ca_bundle.clone()?.0).ok()?;
                 bundle.contains(ca.trim()).then_some(ca)
             },
@@ -381,15 +446,28 @@ impl ApiManagerHome {
 
 impl Drop for ApiManagerHome {
     fn drop(&mut self) {
-        let (client, name) = (self.client.clone(), self.namespace.clone());
+        let (client, name, owns) = (self.client.clone(), self.namespace.clone(), self.owns_config);
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             rt.block_on(async {
-                let _ = Api::<MutatingWebhookConfiguration>::all(client)
-                    .delete(&name, &DeleteParams::default())
-                    .await;
+                if owns {
+                    let _ = Api::<MutatingWebhookConfiguration>::all(client)
+                        .delete(&name, &DeleteParams::default())
+                        .await;
+                } else {
+                    use k8s_openapi::api::admissionregistration::v1::{
+                        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+                    };
+                    let policy = format!("no-api-manager-pods-{name}");
+                    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+                        .delete(&policy, &DeleteParams::default())
+                        .await;
+                    let _ = Api::<ValidatingAdmissionPolicy>::all(client)
+                        .delete(&policy, &DeleteParams::default())
+                        .await;
+                }
             });
         })
         .join();

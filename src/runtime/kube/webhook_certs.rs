@@ -248,14 +248,19 @@ impl CertManager {
 
     /// Ensures the certificate and the caBundle, retrying every `retry` until both work (the
     /// webhook configuration may not exist yet while the install is under way).
+    ///
+    /// A failure is warned about when it first appears, when it changes and then every
+    /// [`REPEAT_WARNING`]; the retries between are logged at debug, so a configuration that is
+    /// missing for a long time does not bury the rest of the log.
     pub async fn ensure_until_ready(&self, retry: std::time::Duration) -> ServingCert {
+        let mut warned = RepeatedWarning::default();
         loop {
             match self.ensure().await {
                 Ok(cert) => match self.inject_ca(&cert.ca_pem).await {
                     Ok(_) => return cert,
-                    Err(e) => tracing::warn!(error = %e, "cannot inject the webhook CA; retrying"),
+                    Err(e) => warned.log(&e, "cannot inject the webhook CA; retrying"),
                 },
-                Err(e) => tracing::warn!(error = %e, "cannot ensure the webhook certificate; retrying"),
+                Err(e) => warned.log(&e, "cannot ensure the webhook certificate; retrying"),
             }
             tokio::time::sleep(retry).await;
         }
@@ -324,6 +329,36 @@ impl CertManager {
         }
         tracing::info!(not_after = %cert.not_after, "serving the re-issued webhook certificate");
         Ok(Some(cert))
+    }
+}
+
+/// How often a failure that has not changed is warned about again.
+pub const REPEAT_WARNING: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Warns about a retried failure when it is new or changed, and again every [`REPEAT_WARNING`].
+#[derive(Default)]
+struct RepeatedWarning {
+    last: Option<(String, std::time::Instant)>,
+}
+
+impl RepeatedWarning {
+    fn log(&mut self, error: &Error, message: &'static str) {
+        if self.should_warn(&format!("{message}: {error}"), std::time::Instant::now()) {
+            tracing::warn!(%error, "{message}");
+        } else {
+            tracing::debug!(%error, "{message}");
+        }
+    }
+
+    fn should_warn(&mut self, what: &str, now: std::time::Instant) -> bool {
+        let due = match &self.last {
+            Some((last, at)) => last != what || now.duration_since(*at) >= REPEAT_WARNING,
+            None => true,
+        };
+        if due {
+            self.last = Some((what.to_string(), now));
+        }
+        due
     }
 }
 
@@ -416,5 +451,20 @@ mod tests {
             ..good
         };
         assert!(verify(&foreign_ca, name, now).is_err());
+    }
+
+    #[test]
+    fn a_failure_that_does_not_change_is_warned_about_once_per_interval() {
+        let mut w = RepeatedWarning::default();
+        let t0 = std::time::Instant::now();
+        assert!(w.should_warn("config missing", t0));
+        assert!(!w.should_warn("config missing", t0 + std::time::Duration::from_secs(10)));
+        assert!(w.should_warn("forbidden", t0 + std::time::Duration::from_secs(20)));
+        assert!(w.should_warn("config missing", t0 + std::time::Duration::from_secs(30)));
+        assert!(!w.should_warn("config missing", t0 + std::time::Duration::from_secs(200)));
+        assert!(w.should_warn(
+            "config missing",
+            t0 + REPEAT_WARNING + std::time::Duration::from_secs(30)
+        ));
     }
 }
