@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use storageos_operator::crd::{StorageOSUpgrade, UpgradePhase};
-use storageos_operator::sim::{self, Faults, RequestRecord, SimHandle, Simulator};
+use storageos_operator::sim::{self, DropPoint, Faults, RequestRecord, SimHandle, Simulator};
 use storageos_operator::storageos::Health;
 use storageos_operator::upgrade::nodes::NODE_DAEMONSET;
 use support::faults::{self, ApiManagerHome, Process};
@@ -429,20 +429,30 @@ impl Injector {
                 format!("etcd SIGSTOPped for {:?}", f.lasts)
             }
             Kind::StorageOSErrors => {
-                let status = [500, 502, 503][(f.pick % 3) as usize];
                 let n = 5 + (f.pick >> 8) % 40;
-                sim.set_faults(Faults {
+                let mut faults = Faults {
                     fail_next: n as u32,
-                    status,
                     error: Some("injected by the soak".into()),
                     ..Faults::default()
-                });
+                };
+                let how = match f.pick % 5 {
+                    3 => {
+                        faults.drop_connection = Some(DropPoint::BeforeHandling);
+                        "lose their connection before they are handled".to_string()
+                    }
+                    4 => {
+                        faults.drop_connection = Some(DropPoint::AfterHandling);
+                        "lose their connection after they are handled".to_string()
+                    }
+                    i => {
+                        faults.status = [500, 502, 503][i as usize];
+                        format!("fail with {}", faults.status)
+                    }
+                };
+                sim.set_faults(faults);
                 tokio::time::sleep(f.lasts).await;
                 sim.set_faults(Faults::default());
-                format!(
-                    "StorageOS: next {n} requests fail with {status}, for up to {:?}",
-                    f.lasts
-                )
+                format!("StorageOS: next {n} requests {how}, for up to {:?}", f.lasts)
             }
             Kind::StorageOSLatency => {
                 let ms = 300 + (f.pick % 2_700);
@@ -615,10 +625,11 @@ fn check_fencing(h: &Shared, ns: &str, since: DateTime<Utc>) -> (usize, Duration
     };
     let (health, clock, requests, pods) = snapshot;
     let window = chrono::Duration::from_std(DECISION_WINDOW).unwrap();
-    // Every successful node list StorageOS answered: (answered from, answered by).
+    // Every successful node list StorageOS answered (an answer lost with its connection is
+    // no evidence): (answered from, answered by).
     let reads: Vec<(DateTime<Utc>, DateTime<Utc>)> = requests
         .iter()
-        .filter(|r| r.method == "GET" && r.path == "/v2/nodes" && r.status == 200)
+        .filter(|r| r.method == "GET" && r.path == "/v2/nodes" && r.status == 200 && !r.dropped)
         .map(|r| {
             let start = wall_time(r, &clock);
             (start, start + chrono::Duration::milliseconds(r.duration_ms as i64))
@@ -1005,7 +1016,9 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     let polls = sim
         .requests()
         .iter()
-        .filter(|r| r.seq > idle_seq && r.status == 200 && support::evidence::on_route(r, "GET /v2/nodes"))
+        .filter(|r| {
+            r.seq > idle_seq && r.status == 200 && !r.dropped && support::evidence::on_route(r, "GET /v2/nodes")
+        })
         .count();
     check(&h, "the idle window saw the processes poll", polls >= 4, || {
         format!("only {polls} successful node polls in the idle {IDLE:?} from {idle_from}")
@@ -1136,6 +1149,13 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     println!(
         "  fenced after the node was online again (within the {DECISION_WINDOW:?} window): {} {late:?}",
         late.len()
+    );
+    let dropped: Vec<&RequestRecord> = g.requests.iter().filter(|r| r.dropped).collect();
+    println!(
+        "  StorageOS requests whose connection was dropped: {} ({} before they were handled, {} after)",
+        dropped.len(),
+        dropped.iter().filter(|r| r.status == 0).count(),
+        dropped.iter().filter(|r| r.status != 0).count()
     );
     if let Some(why) = &g.denied_because {
         println!("  the first encryption-labelled PVC refused: {why}");

@@ -8,7 +8,7 @@ mod seed;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use storageos_operator::sim::{self, Faults, SimHandle, Simulator, VolumeSeed};
+use storageos_operator::sim::{self, DropPoint, Faults, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::{
     Client, Config, Error, FailureMode, Health, LABEL_COMPUTE_ONLY, LABEL_CSI_PV_NAME, LABEL_CSI_PVC_NAME,
     LABEL_FAILURE_MODE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Labels,
@@ -472,6 +472,48 @@ async fn injected_status_codes_map_to_typed_errors() {
     }
     let injected = sim.requests().iter().filter(|r| r.injected).count();
     assert_eq!(injected, 9);
+}
+
+/// A connection dropped before the answer is a transport error the caller may retry. Dropped
+/// before the request is handled, nothing changed; dropped after, the change was made, and a
+/// retry with the old version is refused as stale rather than made twice.
+#[tokio::test]
+async fn a_dropped_connection_is_a_retryable_transport_error() {
+    let sim = sim().await;
+    sim.add_node("n1", Health::Online).unwrap();
+    let c = client(&sim);
+    c.login().await.unwrap();
+    let n = c.node_by_name("n1").await.unwrap();
+    let drop_next_write = |point| {
+        sim.set_faults(Faults {
+            fail_next: 1,
+            method: Some("PUT".into()),
+            drop_connection: Some(point),
+            ..Faults::default()
+        })
+    };
+
+    drop_next_write(DropPoint::BeforeHandling);
+    let err = c.set_compute_only(&n.id, true, &n.version).await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(c.get_node(&n.id).await.unwrap(), n, "nothing changed");
+
+    drop_next_write(DropPoint::AfterHandling);
+    let err = c.set_compute_only(&n.id, true, &n.version).await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    let changed = c.get_node(&n.id).await.unwrap();
+    assert!(changed.compute_only(), "the change was made");
+    let again = c.set_compute_only(&n.id, true, &n.version).await.unwrap_err();
+    assert!(matches!(again, Error::StaleVersion { .. }), "{again:?}");
+
+    let dropped: Vec<(u16, bool)> = sim
+        .requests()
+        .iter()
+        .filter(|r| r.dropped)
+        .map(|r| (r.status, r.injected))
+        .collect();
+    assert_eq!(dropped, [(0, true), (200, true)]);
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ pub async fn after_polls(sim: &SimHandle, route: &str, n: usize) -> Vec<RequestR
             let seen: Vec<RequestRecord> = sim
                 .requests()
                 .into_iter()
-                .filter(|r| r.seq > since && r.status < 400 && on_route(r, route))
+                .filter(|r| r.seq > since && r.status < 400 && !r.dropped && on_route(r, route))
                 .collect();
             (seen.len() >= n).then_some(seen)
         },

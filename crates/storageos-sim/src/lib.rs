@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use kube_sync::{NODE_POD_SELECTOR, PodView, Seen, SyncAction, plan_sync};
-pub use state::{ApiError, Faults, NodeSeed, RequestRecord, VolumeSeed};
+pub use state::{ApiError, DropPoint, Faults, Injected, NodeSeed, RequestRecord, VolumeSeed};
 
 use http::Shared;
 use state::State;

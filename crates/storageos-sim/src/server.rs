@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 
 use super::http::{Answer, Sh, Shared, json, ok, parse};
-use super::state::{ApiError, DeleteVersion, WriteBody};
+use super::state::{ApiError, DeleteVersion, DropPoint, Injected, RequestRecord, WriteBody};
 use storageos_client::models::{AcceptedMessage, UserSession};
 
 /// Request bodies larger than this are not kept in the request log.
@@ -104,9 +104,10 @@ async fn api_layer(AxState(sh): Sh, req: Request, next: Next) -> Response {
         tokio::time::sleep(latency).await;
     }
     let injected = fault.is_some();
-    let resp = match fault {
-        Some(err) => err.into_response(),
-        None => {
+    let (resp, dropped) = match fault {
+        Some(Injected::Fail(err)) => (err.into_response(), None),
+        Some(Injected::Drop(DropPoint::BeforeHandling)) => (Response::default(), Some(0)),
+        Some(Injected::Drop(DropPoint::AfterHandling)) | None => {
             let needs_auth = path.starts_with("/v2/") && path != "/v2/auth/login";
             let auth = if needs_auth {
                 let token = request_token(&parts.headers);
@@ -114,10 +115,12 @@ async fn api_layer(AxState(sh): Sh, req: Request, next: Next) -> Response {
             } else {
                 Ok(())
             };
-            match auth {
+            let resp = match auth {
                 Err(e) => e.into_response(),
                 Ok(()) => next.run(Request::from_parts(parts, Body::from(bytes.clone()))).await,
-            }
+            };
+            let dropped = injected.then(|| resp.status().as_u16());
+            (resp, dropped)
         }
     };
     // Login and refresh bodies carry credentials: never keep them. Nor large ones: the log
@@ -127,17 +130,34 @@ async fn api_layer(AxState(sh): Sh, req: Request, next: Next) -> Response {
     } else {
         serde_json::from_slice(&bytes).ok()
     };
-    sh.lock().record(
+    sh.lock().record(RequestRecord {
+        seq: 0,
         time,
-        &method,
-        &path,
-        &query,
-        resp.status().as_u16(),
-        started.elapsed(),
+        method,
+        path,
+        query,
+        status: dropped.unwrap_or(resp.status().as_u16()),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         injected,
-        logged_body,
-    );
-    resp
+        dropped: dropped.is_some(),
+        body: logged_body,
+    });
+    match dropped {
+        Some(_) => dropped_connection(),
+        None => resp,
+    }
+}
+
+/// An answer whose body fails at once: hyper aborts the connection, so the client sees it
+/// closed (or the message cut short), as when a connection drops.
+fn dropped_connection() -> Response {
+    let cut = futures::stream::once(async {
+        Err::<Bytes, _>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "connection dropped by the simulator (an injected fault)",
+        ))
+    });
+    Response::new(Body::from_stream(cut))
 }
 
 // ------------------------------------------------------------------ auth

@@ -290,12 +290,16 @@ fn faults_count_down_and_match_by_path_and_method() {
         method: Some("get".into()),
         error: None,
         offline_with_image: None,
+        drop_connection: None,
     });
     assert_eq!(s.take_fault("GET", "/v2/cluster"), (Duration::ZERO, None));
     assert_eq!(s.take_fault("PUT", "/v2/nodes/x").1, None);
     let (lat, err) = s.take_fault("GET", "/v2/nodes");
     assert_eq!(lat, Duration::from_millis(5));
-    assert_eq!(err.unwrap().status, 500);
+    let Some(Injected::Fail(err)) = err else {
+        panic!("an error, not {err:?}")
+    };
+    assert_eq!(err.status, 500);
     assert_eq!(s.take_fault("GET", "/v2/nodes").1, None);
 }
 

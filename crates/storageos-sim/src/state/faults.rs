@@ -11,9 +11,8 @@ impl State {
         self.faults = f;
     }
 
-    /// For a request about to be handled: the latency to add and, if it must fail, the
-    /// status and text to fail with.
-    pub fn take_fault(&mut self, method: &str, path: &str) -> (Duration, Option<ApiError>) {
+    /// For a request about to be handled: the latency to add and, if it must fail, how.
+    pub fn take_fault(&mut self, method: &str, path: &str) -> (Duration, Option<Injected>) {
         let f = &mut self.faults;
         if !f.matches(method, path) {
             return (Duration::ZERO, None);
@@ -23,41 +22,25 @@ impl State {
             return (latency, None);
         }
         f.fail_next -= 1;
+        if let Some(point) = f.drop_connection {
+            return (latency, Some(Injected::Drop(point)));
+        }
         let status = if f.status == 0 { 500 } else { f.status };
         let text = f
             .error
             .clone()
             .unwrap_or_else(|| format!("injected fault (status {status})"));
-        (latency, Some(ApiError::new(status, text)))
+        (latency, Some(Injected::Fail(ApiError::new(status, text))))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn record(
-        &mut self,
-        time: DateTime<Utc>,
-        method: &str,
-        path: &str,
-        query: &str,
-        status: u16,
-        duration: Duration,
-        injected: bool,
-        body: Option<serde_json::Value>,
-    ) {
+    /// Appends `r` to the request log under the next sequence number.
+    pub fn record(&mut self, mut r: RequestRecord) {
         self.seq += 1;
         if self.log.len() >= MAX_LOG {
             self.log.remove(0);
         }
-        self.log.push(RequestRecord {
-            seq: self.seq,
-            time,
-            method: method.to_string(),
-            path: path.to_string(),
-            query: query.to_string(),
-            status,
-            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-            injected,
-            body,
-        });
+        r.seq = self.seq;
+        self.log.push(r);
     }
 
     pub fn requests(&self) -> Vec<RequestRecord> {

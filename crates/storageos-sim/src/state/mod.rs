@@ -74,6 +74,29 @@ pub struct Faults {
     /// `--kubeconfig` sync; not a request fault).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offline_with_image: Option<String>,
+    /// The `fail_next` requests lose their connection instead of getting `status`: before
+    /// they are handled, or after (the change is made, the answer never arrives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_connection: Option<DropPoint>,
+}
+
+/// Where a dropped connection is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DropPoint {
+    /// The request is never handled.
+    BeforeHandling,
+    /// The request is handled; its answer is lost.
+    AfterHandling,
+}
+
+/// What an injected fault does to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Injected {
+    /// It is answered with this error.
+    Fail(ApiError),
+    /// Its connection is dropped.
+    Drop(DropPoint),
 }
 
 impl Faults {
@@ -94,8 +117,12 @@ pub struct RequestRecord {
     pub query: String,
     pub status: u16,
     pub duration_ms: u64,
-    /// Whether the answer was an injected fault.
+    /// Whether the answer was an injected fault (an error, or a dropped connection).
     pub injected: bool,
+    /// The connection was dropped: `status` is 0 if it was dropped before the request was
+    /// handled, else the status of the answer that was lost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropped: bool,
     pub body: Option<serde_json::Value>,
 }
 
