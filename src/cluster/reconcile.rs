@@ -25,14 +25,27 @@ use crate::runtime::kube::status;
 pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let result = reconcile_steps(&cluster, &ctx).await;
     match &result {
-        // The apply step reports its own failures, naming each object; a write that lost a
-        // race (409) or an object that just went away (404) is retried, not reported.
+        // The apply step reports its own failures, naming each object; an object that just
+        // went away (404) is retried, not reported.
         Err(Error::ApplyFailed { .. }) | Ok(_) => {}
-        Err(e @ Error::Kube { .. }) if matches!(e.api_code(), Some(409 | 404)) => {}
+        // A write guarded by the resourceVersion this pass decided on lost to a newer version
+        // (409): usually this operator's own status write of the pass before, whose watch event
+        // had not reached the cache yet. Nothing failed: decide again on the newer object (its
+        // watch event triggers a pass; this requeue is the fallback), without a warning or an
+        // error in the reconcile metrics, which busy clusters would otherwise show all the time.
+        Err(e @ Error::Kube { .. }) if e.api_code() == Some(409) => {
+            tracing::debug!(cluster = %cluster.name_any(), error = %e, "decided on an older version of the cluster; deciding again");
+            return Ok(Action::requeue(STALE_VIEW_RETRY));
+        }
+        Err(e @ Error::Kube { .. }) if e.api_code() == Some(404) => {}
         Err(e) => report(&cluster, &ctx, e).await,
     }
     result
 }
+
+/// When a pass that decided on an older version of the cluster is made again, unless the newer
+/// version's watch event comes first.
+pub const STALE_VIEW_RETRY: Duration = Duration::from_secs(2);
 
 /// The condition reason for a failed reconcile step.
 fn failure_reason(e: &Error) -> Reason {

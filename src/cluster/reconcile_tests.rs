@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use kube::client::Body;
+use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use super::reconcile::reconcile;
@@ -39,9 +40,18 @@ fn not_found() -> (u16, Value) {
     )
 }
 
-/// An apiserver that holds `cluster` and the credentials Secret, refuses to apply a DaemonSet
-/// when `refuse_daemonsets`, and echoes every other write. Returns the client and the requests.
-fn apiserver(cluster: Value, refuse_daemonsets: bool) -> (kube::Client, Arc<Mutex<Vec<Request>>>) {
+/// What the scripted apiserver refuses.
+#[derive(Clone, Copy, Default)]
+struct Refuse {
+    /// Applies of DaemonSets (403).
+    daemonsets: bool,
+    /// Status writes, as written over an older resourceVersion (409).
+    status_as_stale: bool,
+}
+
+/// An apiserver that holds `cluster` and the credentials Secret, refuses what `refuse` says,
+/// and echoes every other write. Returns the client and the requests.
+fn apiserver(cluster: Value, refuse: Refuse) -> (kube::Client, Arc<Mutex<Vec<Request>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let service = tower::service_fn(move |req: hyper::Request<Body>| {
@@ -57,6 +67,11 @@ fn apiserver(cluster: Value, refuse_daemonsets: bool) -> (kube::Client, Arc<Mute
                     json!({"apiVersion": "storageos.com/v1", "kind": "StorageOSClusterList",
                                  "metadata": {"resourceVersion": "7"}, "items": [cluster]}),
                 ),
+                ("PATCH", p) if refuse.status_as_stale && p.ends_with("/storageosclusters/storageos/status") => (
+                    409,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "Conflict",
+                           "message": "Operation cannot be fulfilled on storageosclusters.storageos.com \"storageos\": the object has been modified"}),
+                ),
                 ("PATCH", p) if p.ends_with("/storageosclusters/storageos/status") => {
                     let mut updated = cluster.clone();
                     updated["status"] = body["status"].clone();
@@ -69,7 +84,7 @@ fn apiserver(cluster: Value, refuse_daemonsets: bool) -> (kube::Client, Arc<Mute
                            "data": {"username": "c3RvcmFnZW9z", "password": "c3RvcmFnZW9z"}}),
                 ),
                 ("GET", _) => not_found(),
-                ("PATCH", p) if refuse_daemonsets && p.contains("/daemonsets/") => (
+                ("PATCH", p) if refuse.daemonsets && p.contains("/daemonsets/") => (
                     403,
                     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
                            "reason": "Forbidden", "message": "daemonsets.apps is forbidden: denied by policy"}),
@@ -117,7 +132,7 @@ fn spec(extra: Value) -> Value {
 #[tokio::test]
 async fn a_paused_cluster_writes_only_its_status() {
     let object = cluster(spec(json!({"pause": true})));
-    let (client, seen) = apiserver(object.clone(), false);
+    let (client, seen) = apiserver(object.clone(), Refuse::default());
     let ctx = Arc::new(context(client));
     let cluster: StorageOSCluster = serde_json::from_value(object).unwrap();
     reconcile(Arc::new(cluster), ctx).await.unwrap();
@@ -137,10 +152,36 @@ async fn a_paused_cluster_writes_only_its_status() {
     );
 }
 
+/// A status write that lost to a newer version of the cluster is not a failure: the pass is
+/// made again shortly, nothing is reported on the cluster (no read-back, no second status
+/// write, no event).
+#[tokio::test]
+async fn a_status_write_over_an_older_version_is_decided_again_not_reported() {
+    let object = cluster(spec(json!({"pause": true})));
+    let refuse = Refuse {
+        status_as_stale: true,
+        ..Refuse::default()
+    };
+    let (client, seen) = apiserver(object.clone(), refuse);
+    let ctx = Arc::new(context(client));
+    let cluster: StorageOSCluster = serde_json::from_value(object).unwrap();
+    let action = reconcile(Arc::new(cluster), ctx).await.unwrap();
+    assert_eq!(action, Action::requeue(super::reconcile::STALE_VIEW_RETRY));
+    let writes: Vec<Request> = requests(&seen).into_iter().filter(|r| r.method != "GET").collect();
+    assert_eq!(writes.len(), 1, "one status write, no report, no event: {writes:#?}");
+    assert!(writes[0].is_status_write());
+}
+
 #[tokio::test]
 async fn a_refused_daemonset_makes_the_cluster_not_ready_and_prunes_nothing() {
     let object = cluster(spec(json!({})));
-    let (client, seen) = apiserver(object.clone(), true);
+    let (client, seen) = apiserver(
+        object.clone(),
+        Refuse {
+            daemonsets: true,
+            ..Refuse::default()
+        },
+    );
     let ctx = Arc::new(context(client));
     let cluster: StorageOSCluster = serde_json::from_value(object).unwrap();
     let result = reconcile(Arc::new(cluster), ctx).await;
