@@ -429,8 +429,56 @@ EOF
   kc apply --server-side -f "$KWOK_BIN/log-crds.yaml" >/dev/null || fail_up kube-apiserver
   wait_for kwok-crds 30 kc wait --for condition=Established --timeout 1s \
     crd/logs.kwok.x-k8s.io crd/clusterlogs.kwok.x-k8s.io || fail_up kube-apiserver
+  # kwok's stages make a pod Ready once, while Pending. When its node misses heartbeats (an
+  # apiserver restart, etcd paused), the node lifecycle controller marks a Running pod not Ready,
+  # and a kubelet would mark it Ready again at its next status sync; kwok never would. This
+  # stage does what the kubelet does, a second after.
+  cat "$KWOK_BIN/stages.yaml" - >"$STATE/kwok-stages.yaml" <<'STAGE'
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready-again
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Running'
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values:
+      - 'True'
+  delay:
+    durationMilliseconds: 1000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+      {{ range .spec.readinessGates }}
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: {{ .conditionType | Quote }}
+      {{ end }}
+STAGE
   start kwok "$KWOK_BIN/kwok" \
-    --kubeconfig "$KUBECONFIG_OUT" --config "$KWOK_BIN/stages.yaml" \
+    --kubeconfig "$KUBECONFIG_OUT" --config "$STATE/kwok-stages.yaml" \
     --enable-crds Logs,ClusterLogs \
     --node-lease-duration-seconds 40 \
     --manage-all-nodes=false \

@@ -17,7 +17,7 @@ use crate::crd::{PAUSED_BY_ANNOTATION, StorageOSCluster, active_cluster, same_cl
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
 use crate::runtime::kube::conditions::{self, now};
 use crate::runtime::kube::finalizer;
-use crate::runtime::kube::status;
+use crate::runtime::kube::{controller, status};
 
 /// Reconciles one cluster. A failure is also shown on the cluster (Ready=False with the
 /// apiserver's message, which names the verb and resource of a forbidden request), never only in
@@ -35,17 +35,13 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
         // error in the reconcile metrics, which busy clusters would otherwise show all the time.
         Err(e @ Error::Kube { .. }) if e.api_code() == Some(409) => {
             tracing::debug!(cluster = %cluster.name_any(), error = %e, "decided on an older version of the cluster; deciding again");
-            return Ok(Action::requeue(STALE_VIEW_RETRY));
+            return Ok(Action::requeue(controller::STALE_VIEW_RETRY));
         }
         Err(e @ Error::Kube { .. }) if e.api_code() == Some(404) => {}
         Err(e) => report(&cluster, &ctx, e).await,
     }
     result
 }
-
-/// When a pass that decided on an older version of the cluster is made again, unless the newer
-/// version's watch event comes first.
-pub const STALE_VIEW_RETRY: Duration = Duration::from_secs(2);
 
 /// The condition reason for a failed reconcile step.
 fn failure_reason(e: &Error) -> Reason {

@@ -160,6 +160,10 @@ impl Reconciler for Context {
     type Error = Error;
     const NAME: &'static str = CONTROLLER;
 
+    fn lost_to_a_newer_version(error: &Error) -> bool {
+        matches!(error, Error::Kube(e) if crate::runtime::kube::controller::is_conflict(e))
+    }
+
     fn kit(&self) -> &ControllerKit {
         &self.kit
     }

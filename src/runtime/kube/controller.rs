@@ -223,6 +223,24 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     /// Forgets what the context keeps of objects no longer in `live` (the controller's cache);
     /// [`forget_deleted`] already forgets their backoff.
     fn forget(&self, _live: &[Arc<Self::Object>]) {}
+
+    /// Whether `error` is a write guarded by the version the reconcile decided on that lost to
+    /// a newer version (409): usually the controller's own write of the pass before, whose
+    /// watch event had not reached the cache yet. [`run`] then decides again on the newer
+    /// version (its watch event triggers a pass; a requeue after [`STALE_VIEW_RETRY`] is the
+    /// fallback), without a warning or a reconcile error in the metrics.
+    fn lost_to_a_newer_version(_error: &Self::Error) -> bool {
+        false
+    }
+}
+
+/// When a reconcile that lost to a newer version of its object is made again, unless the
+/// newer version's watch event comes first.
+pub const STALE_VIEW_RETRY: Duration = Duration::from_secs(2);
+
+/// Whether `e` is the apiserver's 409 Conflict.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// A controller of `api` whose watch-triggered reconciles back off (see [`TriggerBackoff`]).
@@ -254,9 +272,17 @@ pub async fn run<R: Reconciler>(
         move |obj: Arc<R::Object>, ctx: Arc<R>| {
             forget_deleted(ctx.as_ref(), &store.state());
             async move {
-                ctx.kit()
-                    .timed(obj.as_ref(), R::reconcile(obj.clone(), ctx.clone()))
-                    .await
+                let reconcile = async {
+                    match R::reconcile(obj.clone(), ctx.clone()).await {
+                        Err(e) if R::lost_to_a_newer_version(&e) => {
+                            tracing::debug!(controller = R::NAME, object = %obj.name_any(), error = %e,
+                                "decided on an older version of the object; deciding again");
+                            Ok(Action::requeue(STALE_VIEW_RETRY))
+                        }
+                        result => result,
+                    }
+                };
+                ctx.kit().timed(obj.as_ref(), reconcile).await
             }
         },
         |obj, error, ctx| ctx.kit().retry_after_error(obj.as_ref(), error),
