@@ -166,7 +166,10 @@ async fn a_status_write_over_an_older_version_is_decided_again_not_reported() {
     let ctx = Arc::new(context(client));
     let cluster: StorageOSCluster = serde_json::from_value(object).unwrap();
     let action = reconcile(Arc::new(cluster), ctx).await.unwrap();
-    assert_eq!(action, Action::requeue(crate::runtime::kube::controller::STALE_VIEW_RETRY));
+    assert_eq!(
+        action,
+        Action::requeue(crate::runtime::kube::controller::STALE_VIEW_RETRY)
+    );
     let writes: Vec<Request> = requests(&seen).into_iter().filter(|r| r.method != "GET").collect();
     assert_eq!(writes.len(), 1, "one status write, no report, no event: {writes:#?}");
     assert!(writes[0].is_status_write());
