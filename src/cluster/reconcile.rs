@@ -34,8 +34,7 @@ pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Res
         // watch event triggers a pass; this requeue is the fallback), without a warning or an
         // error in the reconcile metrics, which busy clusters would otherwise show all the time.
         Err(e @ Error::Kube { .. }) if e.api_code() == Some(409) => {
-            tracing::debug!(cluster = %cluster.name_any(), error = %e, "decided on an older version of the cluster; deciding again");
-            return Ok(Action::requeue(controller::STALE_VIEW_RETRY));
+            return Ok(controller::decide_again(super::CONTROLLER, &cluster.name_any(), e));
         }
         Err(e @ Error::Kube { .. }) if e.api_code() == Some(404) => {}
         Err(e) => report(&cluster, &ctx, e).await,

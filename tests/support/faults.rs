@@ -290,9 +290,7 @@ impl ApiManagerHome {
     /// Creates everything in the test namespace `ns`. The pod hook fails open
     /// (`failurePolicy: Ignore`, as rendered) and sees only pods of `ns`.
     pub async fn new(ns: &TestNamespace) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("username"), "storageos\n").unwrap();
-        std::fs::write(dir.path().join("password"), "storageos\n").unwrap();
+        let dir = credentials_dir();
         super::api_manager_kubeconfig(dir.path(), &ns.name).await;
         let webhook_port = free_ports(1, &[]);
         let host = super::host_ip().to_string();
@@ -336,9 +334,7 @@ impl ApiManagerHome {
     /// webhook Service routes to the replicas here: `webhook_port` (the first replica's) and
     /// each of `other_ports`, as EndpointSlices the slice controller leaves alone.
     pub async fn for_cluster(ns: &TestNamespace, other_ports: &[u16]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("username"), "storageos\n").unwrap();
-        std::fs::write(dir.path().join("password"), "storageos\n").unwrap();
+        let dir = credentials_dir();
         let config = storageos_operator::rbac::components::API_MANAGER_WEBHOOK_CONFIG;
         super::api_manager_kubeconfig(dir.path(), config).await;
         let webhook_port = free_ports(1, other_ports);
@@ -442,6 +438,15 @@ impl ApiManagerHome {
         )
         .await
     }
+}
+
+/// A directory holding the StorageOS credentials as the api-manager reads them
+/// (`-api-secret-path`); its kubeconfig goes there too.
+fn credentials_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("username"), "storageos\n").unwrap();
+    std::fs::write(dir.path().join("password"), "storageos\n").unwrap();
+    dir
 }
 
 impl Drop for ApiManagerHome {

@@ -238,6 +238,13 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
 /// newer version's watch event comes first.
 pub const STALE_VIEW_RETRY: Duration = Duration::from_secs(2);
 
+/// What a reconcile that lost to a newer version of `object` returns instead of its error: a
+/// requeue after [`STALE_VIEW_RETRY`], logged at debug only.
+pub fn decide_again(controller: &str, object: &str, error: &dyn Display) -> Action {
+    tracing::debug!(controller, object, %error, "decided on an older version of the object; deciding again");
+    Action::requeue(STALE_VIEW_RETRY)
+}
+
 /// Whether `e` is the apiserver's 409 Conflict.
 pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
@@ -274,11 +281,7 @@ pub async fn run<R: Reconciler>(
             async move {
                 let reconcile = async {
                     match R::reconcile(obj.clone(), ctx.clone()).await {
-                        Err(e) if R::lost_to_a_newer_version(&e) => {
-                            tracing::debug!(controller = R::NAME, object = %obj.name_any(), error = %e,
-                                "decided on an older version of the object; deciding again");
-                            Ok(Action::requeue(STALE_VIEW_RETRY))
-                        }
+                        Err(e) if R::lost_to_a_newer_version(&e) => Ok(decide_again(R::NAME, &obj.name_any(), &e)),
                         result => result,
                     }
                 };
