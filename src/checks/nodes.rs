@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
+use serde::Deserialize;
 
 use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 
@@ -14,6 +15,25 @@ use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 /// nothing (a node that does not say is not excluded).
 pub fn ineligible(node: &Node) -> Option<String> {
     let info = node.status.as_ref()?.node_info.as_ref()?;
+    ineligible_platform(&Platform {
+        operating_system: info.operating_system.clone(),
+        architecture: info.architecture.clone(),
+        kernel_version: info.kernel_version.clone(),
+    })
+}
+
+/// A node's operating system, architecture and kernel, as its kubelet reports them
+/// (`status.nodeInfo`, whose other fields are skipped when parsing).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Platform {
+    pub operating_system: String,
+    pub architecture: String,
+    pub kernel_version: String,
+}
+
+/// [`ineligible`] from what a node reports of its platform.
+pub fn ineligible_platform(info: &Platform) -> Option<String> {
     if let Some(why) = platform(&info.operating_system, &info.architecture) {
         return Some(why);
     }

@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -72,8 +71,8 @@ pub struct Context {
 /// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
 #[derive(Clone)]
 pub struct NodeCaches {
-    pub nodes: Store<Node>,
-    pub node_pods: Store<Pod>,
+    pub nodes: Store<super::node_cache::CachedNode>,
+    pub node_pods: Store<super::node_cache::NodePod>,
 }
 
 impl Context {

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use futures::TryStreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
@@ -54,6 +54,7 @@ pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
 use crate::runtime::kube::controller::{self, ControllerKit, Reconciler};
+use node_cache::{CachedNode, NodePod};
 
 /// The cluster a child belongs to, from its labels. A long cluster name is hashed in the label
 /// (see [`label_value`]), so the name is looked up among the known clusters.
@@ -76,21 +77,14 @@ fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSClust
 }
 
 /// What about a Node can change cluster membership: labels, taints, readiness and eligibility.
-pub(crate) fn node_membership_hash(node: &Node) -> Option<u64> {
+pub(crate) fn node_membership_hash(node: &CachedNode) -> Option<u64> {
     let mut h = DefaultHasher::new();
     node.labels().hash(&mut h);
-    if let Some(taints) = node.spec.as_ref().and_then(|s| s.taints.as_ref()) {
-        for t in taints {
-            (&t.key, &t.value, &t.effect).hash(&mut h);
-        }
+    for t in &node.taints {
+        (&t.key, &t.value, &t.effect).hash(&mut h);
     }
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone()));
-    ready.hash(&mut h);
-    crate::checks::ineligible(node).hash(&mut h);
+    node.ready.hash(&mut h);
+    node.ineligible().hash(&mut h);
     Some(h.finish())
 }
 
@@ -161,33 +155,34 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     );
     let node_store = store.clone();
     let pod_store = store.clone();
-    // Nodes and node pods are cached for the status step, slimmed to what it reads
+    // Nodes and node pods are cached for the status step as views of what it reads
     // (`node_cache`); a node change that cannot change membership triggers nothing.
-    let (nodes_cache, nodes_writer) = reflector::store::<Node>();
-    let (pods_cache, pods_writer) = reflector::store::<Pod>();
+    let (nodes_cache, nodes_writer) = reflector::store::<CachedNode>();
+    let (pods_cache, pods_writer) = reflector::store::<NodePod>();
     let _ = ctx.caches.set(NodeCaches {
         nodes: nodes_cache,
         node_pods: pods_cache,
     });
-    let nodes = watcher(Api::<Node>::all(client.clone()), crate::runtime::kube::cache::every())
-        .modify(node_cache::slim_node)
-        .default_backoff()
-        .reflect(nodes_writer)
-        .touched_objects()
-        .predicate_filter(node_membership_hash, Default::default());
+    let nodes = watcher(
+        Api::<CachedNode>::all(client.clone()),
+        crate::runtime::kube::cache::every(),
+    )
+    .default_backoff()
+    .reflect(nodes_writer)
+    .touched_objects()
+    .predicate_filter(node_membership_hash, Default::default());
     // Node pods change readiness without touching their labels: every change counts.
     let node_pods = watcher(
-        Api::<Pod>::all(client.clone()),
+        Api::<NodePod>::all(client.clone()),
         crate::runtime::kube::cache::every().labels(NODE_POD_SELECTOR),
     )
-    .modify(node_cache::slim_pod)
     .default_backoff()
     .reflect(pods_writer)
     .touched_objects();
 
     let controller = controller
         .watches_stream(nodes, move |_| all_clusters(&node_store))
-        .watches_stream(node_pods, move |pod: Pod| {
+        .watches_stream(node_pods, move |pod: NodePod| {
             let cr = pod.labels().get("storageos_cr").cloned();
             all_clusters(&pod_store)
                 .into_iter()

@@ -1,95 +1,123 @@
 //! What the cluster controller keeps of Nodes and StorageOS node pods in its watch caches.
 //!
 //! Status, node selection and the membership filter read a Node's name, labels, taints, Ready
-//! status and eligibility (OS, architecture, kernel), and a node pod's labels, node name and Ready status. The rest is dropped as
-//! each object arrives: a node pod's spec (containers, env, volumes) is most of its size, and
-//! the full objects of a large cluster dominated the operator's memory (docs/benchmarks.md).
+//! status and platform (OS, architecture, kernel), and a node pod's labels, node name and Ready
+//! status. The caches hold views of just that ([`CachedNode`], [`NodePod`]), parsed from the
+//! watch's JSON without the rest: a node pod's spec (containers, env, volumes) is most of its
+//! size, and the full objects, then their empty k8s-openapi structs, dominated the operator's
+//! memory at scale (docs/benchmarks.md).
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodSpec, PodStatus,
-};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 
-/// The identity and labels of an object; annotations, managedFields and the rest go.
-fn slim_meta(meta: &mut ObjectMeta) {
-    let old = std::mem::take(meta);
-    *meta = ObjectMeta {
-        name: old.name,
-        namespace: old.namespace,
-        uid: old.uid,
-        resource_version: old.resource_version,
-        labels: old.labels,
-        deletion_timestamp: old.deletion_timestamp,
-        ..ObjectMeta::default()
-    };
+use crate::checks::Platform;
+use crate::runtime::kube::view::{self, Condition, condition_status};
+
+/// A Node as the cluster controller keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "NodeShape")]
+pub struct CachedNode {
+    /// Name, UID, resourceVersion, labels.
+    pub metadata: ObjectMeta,
+    pub taints: Vec<Taint>,
+    /// The status of its Ready condition (`True`, `False`, `Unknown`), if reported.
+    pub ready: Option<String>,
+    /// What its kubelet reports of its platform, if anything.
+    pub platform: Option<Platform>,
+}
+crate::view_of!(CachedNode, Node);
+
+#[derive(Deserialize)]
+struct NodeShape {
+    #[serde(default, deserialize_with = "view::meta")]
+    metadata: ObjectMeta,
+    spec: Option<NodeSpecShape>,
+    status: Option<NodeStatusShape>,
 }
 
-/// Keeps a Node's name, labels, taints, the status of its Ready condition and what its
-/// eligibility is decided from (OS, architecture, kernel).
-pub fn slim_node(node: &mut Node) {
-    slim_meta(&mut node.metadata);
-    let taints = node.spec.take().and_then(|s| s.taints);
-    node.spec = Some(NodeSpec {
-        taints,
-        ..NodeSpec::default()
-    });
-    let status = node.status.take().unwrap_or_default();
-    let ready = status
-        .conditions
-        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
-    let node_info = status.node_info.map(|i| NodeSystemInfo {
-        architecture: i.architecture,
-        operating_system: i.operating_system,
-        kernel_version: i.kernel_version,
-        ..NodeSystemInfo::default()
-    });
-    node.status = Some(NodeStatus {
-        conditions: ready.map(|c| {
-            vec![NodeCondition {
-                type_: c.type_,
-                status: c.status,
-                ..NodeCondition::default()
-            }]
-        }),
-        node_info,
-        ..NodeStatus::default()
-    });
+#[derive(Deserialize)]
+struct NodeSpecShape {
+    taints: Option<Vec<Taint>>,
 }
 
-/// Keeps a pod's name, namespace, labels, deletion mark, node name and the status of its Ready
-/// condition.
-pub fn slim_pod(pod: &mut Pod) {
-    slim_meta(&mut pod.metadata);
-    let node_name = pod.spec.take().and_then(|s| s.node_name);
-    pod.spec = Some(PodSpec {
-        node_name,
-        ..PodSpec::default()
-    });
-    let ready = pod
-        .status
-        .take()
-        .and_then(|s| s.conditions)
-        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
-    pod.status = Some(PodStatus {
-        conditions: ready.map(|c| {
-            vec![PodCondition {
-                type_: c.type_,
-                status: c.status,
-                ..PodCondition::default()
-            }]
-        }),
-        ..PodStatus::default()
-    });
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeStatusShape {
+    conditions: Option<Vec<Condition>>,
+    node_info: Option<Platform>,
+}
+
+impl From<NodeShape> for CachedNode {
+    fn from(n: NodeShape) -> Self {
+        let (conditions, platform) = n.status.map(|s| (s.conditions, s.node_info)).unwrap_or_default();
+        CachedNode {
+            metadata: n.metadata,
+            taints: n.spec.and_then(|s| s.taints).unwrap_or_default(),
+            ready: condition_status(conditions, "Ready"),
+            platform,
+        }
+    }
+}
+
+impl CachedNode {
+    /// Why StorageOS cannot run on this node ([`crate::checks::ineligible_platform`]).
+    pub fn ineligible(&self) -> Option<String> {
+        crate::checks::ineligible_platform(self.platform.as_ref()?)
+    }
+}
+
+/// A StorageOS node pod as the cluster controller keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "PodShape")]
+pub struct NodePod {
+    /// Name, namespace, UID, resourceVersion, labels, deletion mark.
+    pub metadata: ObjectMeta,
+    pub node_name: Option<String>,
+    /// Whether its Ready condition is `True`.
+    pub ready: bool,
+}
+crate::view_of!(NodePod, Pod);
+
+#[derive(Deserialize)]
+struct PodShape {
+    #[serde(default, deserialize_with = "view::meta")]
+    metadata: ObjectMeta,
+    spec: Option<PodSpecShape>,
+    status: Option<PodStatusShape>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSpecShape {
+    node_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PodStatusShape {
+    conditions: Option<Vec<Condition>>,
+}
+
+impl From<PodShape> for NodePod {
+    fn from(p: PodShape) -> Self {
+        NodePod {
+            metadata: p.metadata,
+            node_name: p.spec.and_then(|s| s.node_name),
+            ready: condition_status(p.status.and_then(|s| s.conditions), "Ready").as_deref() == Some("True"),
+        }
+    }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::cluster::{node_membership_hash, select, status};
+    use kube::ResourceExt;
     use serde_json::json;
 
-    fn node() -> Node {
-        serde_json::from_value(json!({
+    fn node_json() -> serde_json::Value {
+        json!({
             "metadata": {"name": "n1", "labels": {"zone": "a", "kubernetes.io/hostname": "n1"},
                          "annotations": {"big": "x".repeat(4096)},
                          "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
@@ -99,56 +127,95 @@ mod tests {
                     {"type": "MemoryPressure", "status": "False"},
                     {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z", "reason": "KubeletReady", "message": "ready"}
                 ],
+                "nodeInfo": {"operatingSystem": "linux", "architecture": "arm64", "kernelVersion": "5.15.0",
+                             "kubeletVersion": "v1.33.0", "machineID": "m", "systemUUID": "s", "bootID": "b",
+                             "containerRuntimeVersion": "containerd://2", "kubeProxyVersion": "", "osImage": "Debian"},
                 "images": [{"names": ["storageos/node:v2.10.0"], "sizeBytes": 1}],
                 "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]
             }
-        }))
-        .unwrap()
+        })
     }
 
-    fn pod() -> Pod {
-        serde_json::from_value(json!({
+    fn pod_json(ready: &str) -> serde_json::Value {
+        json!({
             "metadata": {"name": "storageos-node-x", "namespace": "kube-system",
                          "labels": {"app": "storageos", "kind": "daemonset", "storageos_cr": "storageos"},
                          "annotations": {"a": "b"}},
             "spec": {"nodeName": "n1", "containers": [{"name": "storageos", "image": "storageos/node:v2.10.0",
                      "env": [{"name": "X", "value": "y".repeat(4096)}]}]},
-            "status": {"conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "status": {"conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": ready}],
                        "containerStatuses": [{"name": "storageos", "image": "i", "imageID": "", "ready": true, "restartCount": 0}]}
-        }))
-        .unwrap()
+        })
     }
 
     #[test]
-    fn a_slim_node_is_selected_and_hashed_as_the_full_one() {
-        let full = node();
-        let mut slim = full.clone();
-        slim_node(&mut slim);
+    fn a_cached_node_keeps_what_selection_status_and_eligibility_read() {
+        let node: CachedNode = serde_json::from_value(node_json()).unwrap();
+        assert_eq!(node.name_any(), "n1");
+        assert_eq!(node.labels().get("zone").map(String::as_str), Some("a"));
+        assert_eq!((node.taints.len(), node.taints[0].key.as_str()), (1, "dedicated"));
+        assert_eq!(node.ready.as_deref(), Some("True"));
+        assert_eq!(node.ineligible().as_deref(), Some("architecture arm64"));
+        assert!(node.metadata.annotations.is_none() && node.metadata.managed_fields.is_none());
+        // The same node as the full type says the same about eligibility.
+        let full: Node = serde_json::from_value(node_json()).unwrap();
+        assert_eq!(crate::checks::ineligible(&full), node.ineligible());
+
         let terms =
             serde_json::from_value(json!([{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]))
                 .unwrap();
         let tolerate: Vec<_> = serde_json::from_value(json!([{"key": "dedicated", "operator": "Exists"}])).unwrap();
-        for (terms, tolerations) in [(None, &[][..]), (Some(&terms), &tolerate[..])] {
-            let terms: Option<&Vec<_>> = terms;
-            assert_eq!(
-                select::selected_nodes(std::slice::from_ref(&slim), terms.map(Vec::as_slice), tolerations),
-                select::selected_nodes(std::slice::from_ref(&full), terms.map(Vec::as_slice), tolerations)
-            );
-        }
-        assert_eq!(node_membership_hash(&slim), node_membership_hash(&full));
-        assert!(serde_json::to_vec(&slim).unwrap().len() * 10 < serde_json::to_vec(&full).unwrap().len());
+        let selected = |terms: Option<&Vec<_>>, tolerations| {
+            select::selected_nodes(std::slice::from_ref(&node), terms.map(Vec::as_slice), tolerations)
+        };
+        assert!(
+            selected(None, &[]).is_empty(),
+            "an untolerated NoSchedule taint keeps the node out"
+        );
+        assert_eq!(selected(Some(&terms), &tolerate), ["n1"]);
+
+        // Membership changes with readiness, and not with what the view does not keep.
+        let mut not_ready = node_json();
+        not_ready["status"]["conditions"][1]["status"] = json!("False");
+        not_ready["metadata"]["annotations"] = json!({"other": "y"});
+        let not_ready: CachedNode = serde_json::from_value(not_ready).unwrap();
+        assert_ne!(node_membership_hash(&node), node_membership_hash(&not_ready));
+        let mut heartbeat = node_json();
+        heartbeat["status"]["conditions"][1]["lastHeartbeatTime"] = json!("2026-01-01T00:01:00Z");
+        let heartbeat: CachedNode = serde_json::from_value(heartbeat).unwrap();
+        assert_eq!(node_membership_hash(&node), node_membership_hash(&heartbeat));
     }
 
     #[test]
-    fn a_slim_pod_counts_as_ready_on_its_node_as_the_full_one() {
-        let full = pod();
-        let mut slim = full.clone();
-        slim_pod(&mut slim);
-        assert_eq!(status::pod_ready_nodes([&slim]), status::pod_ready_nodes([&full]));
-        assert_eq!(status::pod_ready_nodes([&slim]).into_iter().collect::<Vec<_>>(), ["n1"]);
-        assert_eq!(slim.labels().get("storageos_cr").map(String::as_str), Some("storageos"));
-        assert!(serde_json::to_vec(&slim).unwrap().len() * 10 < serde_json::to_vec(&full).unwrap().len());
+    fn a_node_reporting_nothing_is_not_ready_and_not_excluded() {
+        let node: CachedNode = serde_json::from_value(json!({"metadata": {"name": "bare"}})).unwrap();
+        assert_eq!((node.ready.as_deref(), node.ineligible()), (None, None));
+        assert!(node.taints.is_empty());
     }
 
-    use kube::ResourceExt;
+    #[test]
+    fn a_node_pod_keeps_its_labels_node_and_readiness() {
+        let ready: NodePod = serde_json::from_value(pod_json("True")).unwrap();
+        let not_ready: NodePod = serde_json::from_value(pod_json("False")).unwrap();
+        assert_eq!(
+            status::pod_ready_nodes([&ready, &not_ready])
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["n1"]
+        );
+        assert!(status::pod_ready_nodes([&not_ready]).is_empty());
+        assert_eq!(
+            ready.labels().get("storageos_cr").map(String::as_str),
+            Some("storageos")
+        );
+        assert_eq!(ready.namespace().as_deref(), Some("kube-system"));
+        assert!(ready.metadata.annotations.is_none());
+    }
+
+    #[test]
+    fn the_views_are_a_fraction_of_the_full_types() {
+        // The point of the views (docs/benchmarks.md): each cached object costs its struct.
+        assert!(std::mem::size_of::<CachedNode>() * 3 < std::mem::size_of::<Node>());
+        assert!(std::mem::size_of::<NodePod>() * 4 < std::mem::size_of::<Pod>());
+    }
 }

@@ -7,7 +7,9 @@
 
 use std::borrow::Borrow;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+
+use super::node_cache::CachedNode;
 
 /// Tolerations the DaemonSet controller adds to every daemon pod, so these taints never keep
 /// a StorageOS pod off a node.
@@ -23,7 +25,7 @@ const DAEMONSET_AUTO_TOLERATED: [&str; 7] = [
 
 /// The names of `nodes` selected by `terms` (none means every node) whose taints `tolerations`
 /// tolerate, sorted.
-pub fn selected_nodes<N: Borrow<Node>>(
+pub fn selected_nodes<N: Borrow<CachedNode>>(
     nodes: &[N],
     terms: Option<&[NodeSelectorTerm]>,
     tolerations: &[Toleration],
@@ -40,27 +42,27 @@ pub fn selected_nodes<N: Borrow<Node>>(
 }
 
 /// Whether `node` matches any of `terms`; no terms (or an empty list) matches every node.
-pub fn matches_terms(node: &Node, terms: Option<&[NodeSelectorTerm]>) -> bool {
+pub fn matches_terms(node: &CachedNode, terms: Option<&[NodeSelectorTerm]>) -> bool {
     match terms {
         None | Some([]) => true,
         Some(terms) => terms.iter().any(|t| matches_term(node, t)),
     }
 }
 
-fn matches_term(node: &Node, term: &NodeSelectorTerm) -> bool {
+fn matches_term(node: &CachedNode, term: &NodeSelectorTerm) -> bool {
     let exprs = term.match_expressions.as_deref().unwrap_or_default();
     let fields = term.match_fields.as_deref().unwrap_or_default();
     // A term with no requirements matches no node (Kubernetes semantics).
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.as_ref();
+    let name = node.metadata.name.as_deref().unwrap_or_default();
     exprs
         .iter()
-        .all(|r| matches_requirement(labels.get(&r.key).map(String::as_str), r))
+        .all(|r| matches_requirement(labels.and_then(|l| l.get(&r.key)).map(String::as_str), r))
         && fields.iter().all(|r| {
-            let value = (r.key == "metadata.name").then_some(name.as_str());
+            let value = (r.key == "metadata.name").then_some(name);
             // Only metadata.name is a supported node field; anything else cannot match.
             r.key == "metadata.name" && matches_requirement(value, r)
         })
@@ -91,9 +93,8 @@ fn matches_requirement(value: Option<&str>, r: &NodeSelectorRequirement) -> bool
     }
 }
 
-fn tolerates_taints(node: &Node, tolerations: &[Toleration]) -> bool {
-    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
-    taints
+fn tolerates_taints(node: &CachedNode, tolerations: &[Toleration]) -> bool {
+    node.taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
         .filter(|t| !DAEMONSET_AUTO_TOLERATED.contains(&t.key.as_str()))
@@ -126,7 +127,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn node(name: &str, labels: serde_json::Value, taints: serde_json::Value) -> Node {
+    fn node(name: &str, labels: serde_json::Value, taints: serde_json::Value) -> CachedNode {
         serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints}}))
             .unwrap()
     }
@@ -135,7 +136,7 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn nodes() -> Vec<Node> {
+    fn nodes() -> Vec<CachedNode> {
         vec![
             node("a", json!({"role": "storage", "zone": "1", "cores": "8"}), json!([])),
             node("b", json!({"role": "storage", "zone": "2", "cores": "4"}), json!([])),

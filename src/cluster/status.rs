@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
+use super::node_cache::NodePod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::settings_push::ClientError;
@@ -52,16 +52,10 @@ pub struct ClusterObservation<'a> {
 }
 
 /// The nodes of the Ready, not deleted, pods among `pods`.
-pub fn pod_ready_nodes<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeSet<String> {
+pub fn pod_ready_nodes<'a>(pods: impl IntoIterator<Item = &'a NodePod>) -> BTreeSet<String> {
     pods.into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.ready)
+        .filter_map(|p| p.node_name.clone())
         .collect()
 }
 
@@ -182,7 +176,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(node: &str, ready: bool) -> Pod {
+    fn pod(node: &str, ready: bool) -> NodePod {
         serde_json::from_value(json!({
             "metadata": {"name": format!("p-{node}")},
             "spec": {"nodeName": node, "containers": []},
@@ -201,7 +195,7 @@ mod tests {
 
     fn run(
         selected: &[&str],
-        pods: &[Pod],
+        pods: &[NodePod],
         api_nodes: Result<&[ApiNode], &ClientError>,
         prev: Option<&StorageOSClusterStatus>,
     ) -> StorageOSClusterStatus {

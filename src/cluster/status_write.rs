@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use super::node_cache::{CachedNode, NodePod};
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -103,10 +103,10 @@ pub async fn update_status(
 ) -> Result<StorageOSClusterStatus, Error> {
     let target_ns = plan.resolved.namespace.clone();
     let caches = ready_caches(ctx).await;
-    // From the caches, shared (their objects are slimmed: `node_cache`); else listed.
-    let nodes: Vec<Arc<Node>> = match &caches {
+    // From the caches, shared (views of what status reads: `node_cache`); else listed as such.
+    let nodes: Vec<Arc<CachedNode>> = match &caches {
         Some(c) => c.nodes.state(),
-        None => Api::<Node>::all(ctx.client.clone())
+        None => Api::<CachedNode>::all(ctx.client.clone())
             .list(&ListParams::default())
             .await
             .step("list the Nodes")?
@@ -119,7 +119,7 @@ pub async fn update_status(
     // A node StorageOS cannot run on is named and left out of the count, never waited for.
     let ineligible: BTreeMap<&str, String> = nodes
         .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, crate::checks::ineligible(n)?)))
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.ineligible()?)))
         .filter(|(name, _)| chosen.iter().any(|c| c == name))
         .collect();
     let selected: Vec<String> = chosen
@@ -133,7 +133,7 @@ pub async fn update_status(
                 && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
         })),
         None => cluster_status::pod_ready_nodes(
-            &Api::<Pod>::namespaced(ctx.client.clone(), &target_ns)
+            &Api::<NodePod>::namespaced(ctx.client.clone(), &target_ns)
                 .list(&ListParams::default().labels(&selector(pod_labels)))
                 .await
                 .step("list the StorageOS node pods")?

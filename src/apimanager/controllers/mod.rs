@@ -13,6 +13,7 @@ pub mod mirror;
 pub mod namespace_delete;
 pub mod node_delete;
 pub mod node_label;
+pub mod node_state;
 pub mod out_of_service;
 pub mod pvc_label;
 pub mod shared_volume;
@@ -65,41 +66,7 @@ pub struct Context {
     pub nodes: Shared<PartialObjectMeta<Node>>,
     /// Every Node's taints, cordon, Ready condition and out-of-service mark, and nothing else
     /// (fencer, out-of-service): read each poll without listing every Node.
-    pub node_states: Shared<Node>,
-}
-
-/// What [`Context::node_states`] keeps of a Node: its name and version, the out-of-service mark,
-/// its taints and cordon, and its Ready condition. A real Node's status (images, addresses,
-/// capacity) is most of its size.
-fn node_state(node: &mut Node) {
-    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
-    let meta = std::mem::take(&mut node.metadata);
-    let mark = meta
-        .annotations
-        .and_then(|mut a| a.remove_entry(out_of_service::MARK))
-        .map(|entry| std::collections::BTreeMap::from([entry]));
-    node.metadata = kube::api::ObjectMeta {
-        name: meta.name,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        annotations: mark,
-        ..Default::default()
-    };
-    let spec = node.spec.take().unwrap_or_default();
-    node.spec = Some(NodeSpec {
-        taints: spec.taints,
-        unschedulable: spec.unschedulable,
-        ..NodeSpec::default()
-    });
-    let ready = node
-        .status
-        .take()
-        .and_then(|s| s.conditions)
-        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
-    node.status = Some(NodeStatus {
-        conditions: ready.map(|c| vec![c]),
-        ..NodeStatus::default()
-    });
+    pub node_states: Shared<node_state::NodeState>,
 }
 
 impl Context {
@@ -124,7 +91,7 @@ impl Context {
             storageos: StorageOSPoll::default(),
             pvcs,
             nodes: Shared::default(),
-            node_states: Shared::trimmed(node_state),
+            node_states: Shared::default(),
         }
     }
 
@@ -270,29 +237,6 @@ pub async fn run(ctx: Arc<Context>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_node_state_keeps_taints_cordon_ready_and_the_mark_only() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n", "resourceVersion": "7", "labels": {"a": "b"},
-                "annotations": {out_of_service::MARK: "2026-01-01T00:00:00Z", "other": "x"}},
-            "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24",
-                "taints": [{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}]},
-            "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "False"}],
-                "images": [{"names": ["big"], "sizeBytes": 1}]}
-        }))
-        .unwrap();
-        node_state(&mut node);
-        assert_eq!(node.metadata.resource_version.as_deref(), Some("7"));
-        assert!(node.metadata.labels.is_none());
-        assert_eq!(node.metadata.annotations.clone().unwrap().len(), 1, "only the mark");
-        let spec = node.spec.clone().unwrap();
-        assert_eq!((spec.unschedulable, spec.pod_cidr), (Some(true), None));
-        assert!(fencing::select::out_of_service(&node));
-        let status = node.status.unwrap();
-        assert!(status.images.is_none());
-        assert_eq!(status.conditions.unwrap()[0].type_, "Ready");
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_periodic_loop_runs_after_its_delay_then_every_interval_and_not_at_all_when_off() {

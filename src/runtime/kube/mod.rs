@@ -16,4 +16,5 @@ pub mod metrics;
 pub mod object;
 pub mod status;
 pub mod trusted;
+pub mod view;
 pub mod webhook_certs;

@@ -9,7 +9,9 @@
 //! missed. A pass reads each StorageOS list at most once (the caller memoises), so it acts on one
 //! consistent view; the next pass reads again.
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+
+use super::super::node_state::NodeState as Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};

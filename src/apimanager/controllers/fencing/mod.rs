@@ -43,7 +43,7 @@ pub mod worker;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use super::node_state::NodeState;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
@@ -103,7 +103,7 @@ pub async fn run(ctx: Arc<Context>) {
 struct Fencer {
     ctx: Arc<Context>,
     /// Every Node's taints ([`Context::node_states`]).
-    node_states: kube::runtime::reflector::Store<Node>,
+    node_states: kube::runtime::reflector::Store<NodeState>,
     kit: Arc<ControllerKit>,
     config: FencerConfig,
     workers: Arc<Semaphore>,
@@ -235,7 +235,7 @@ async fn attempt(
     trigger: Trigger,
     memory: &mut pass::Memory,
 ) -> Result<bool, Error> {
-    let Some(k8s_node) = Api::<Node>::all(ctx.kube.clone()).get_opt(node).await? else {
+    let Some(k8s_node) = Api::<NodeState>::all(ctx.kube.clone()).get_opt(node).await? else {
         tracing::info!(
             controller = CONTROLLER,
             node,

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::super::node_state::NodeState as Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 

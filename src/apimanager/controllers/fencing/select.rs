@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+
+use super::super::node_state::NodeState as Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Node as KubeNode;
+use super::super::node_state::NodeState as KubeNode;
 use kube::ResourceExt;
 use tokio::time::Instant;
 

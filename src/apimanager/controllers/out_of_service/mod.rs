@@ -25,7 +25,7 @@ pub mod decide;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use super::node_state::NodeState as Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
