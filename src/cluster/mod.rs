@@ -112,7 +112,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let client = ctx.client.clone();
     let controller = controller::controller(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default());
     let store = controller.store();
-    let managed = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let managed = crate::runtime::kube::cache::every().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     // The children watches also tell the apply step and pruning what exists, so an idle pass
     // reads no child from the apiserver (it still lists the clusters, reads the Secrets it
     // copies and asks StorageOS for its nodes and settings).

@@ -217,7 +217,7 @@ fn job_of_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<Job>> {
 /// `job::run(Arc::new(job::Context::new(client, metrics)), shutdown)`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let controller = controller::controller(ctx.api::<Job>(), watcher::Config::default());
-    let labelled = watcher::Config::default().labels(JOB_LABEL);
+    let labelled = crate::runtime::kube::cache::every().labels(JOB_LABEL);
     let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())
         .default_backoff()
         .touched_objects();

@@ -181,7 +181,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let controller = kit::controller(Api::<StorageOSUpgrade>::all(client.clone()), watcher::Config::default())
         .with_config(controller::Config::default().concurrency(1));
     let store = controller.store();
-    let labelled = watcher::Config::default().labels(pull::UPGRADE_LABEL);
+    let labelled = crate::runtime::kube::cache::every().labels(pull::UPGRADE_LABEL);
     let pullers = watcher(
         Api::<PartialObjectMeta<DaemonSet>>::all(client.clone()),
         labelled.clone(),
@@ -191,16 +191,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let puller_pods = watcher(Api::<PartialObjectMeta<Pod>>::all(client.clone()), labelled)
         .default_backoff()
         .touched_objects();
+    // A node pod's metadata carries its managedFields, parsed as nested maps: kube's default
+    // page of 500 was a 30 MB peak of the operator's heap at 5,000 nodes (docs/benchmarks.md).
     let node_pods = watcher(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
-        watcher::Config::default().labels(NODE_POD_LABELS),
+        crate::runtime::kube::cache::every().labels(NODE_POD_LABELS),
     )
     .default_backoff()
     .touched_objects();
     // Any change of an upgrade (completed, deleted) may give a waiting one its turn.
     let upgrades = watcher(
         Api::<PartialObjectMeta<StorageOSUpgrade>>::all(client.clone()),
-        watcher::Config::default(),
+        crate::runtime::kube::cache::every(),
     )
     .default_backoff()
     .touched_objects();
