@@ -90,7 +90,7 @@ impl Context {
             metrics,
             storageos: StorageOSPoll::default(),
             pvcs,
-            nodes: Shared::default(),
+            nodes: Shared::trimmed(node_meta),
             node_states: Shared::default(),
         }
     }
@@ -166,6 +166,19 @@ pub async fn cluster_event(ctx: &Context, kit: &ControllerKit, kind: EventType, 
     }
 }
 
+/// The node label sync, the mirror and the drain guard read a cached Node's name, UID, labels
+/// and the CSI driver annotation (`storageos::kube::runs_storageos`) only: the other
+/// annotations go (a map of its own on every Node, ~0.7 KB each).
+fn node_meta(node: &mut PartialObjectMeta<Node>) {
+    use crate::storageos::kube::CSI_NODE_ANNOTATION;
+    node.metadata.annotations = node
+        .metadata
+        .annotations
+        .take()
+        .and_then(|mut a| a.remove_entry(CSI_NODE_ANNOTATION))
+        .map(|entry| std::collections::BTreeMap::from([entry]));
+}
+
 /// The process's PVC cache (objects go through [`trim_pvc`]).
 pub fn pvc_cache() -> Shared<PersistentVolumeClaim> {
     Shared::trimmed(trim_pvc)
@@ -237,6 +250,29 @@ pub async fn run(ctx: Arc<Context>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_the_csi_annotation_and_no_other() {
+        use crate::storageos::kube::{CSI_NODE_ANNOTATION, runs_storageos};
+        let mut node: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "n", "labels": {"a": "b"},
+                "annotations": {CSI_NODE_ANNOTATION: r#"{"csi.storageos.com":"n"}"#, "node.alpha.kubernetes.io/ttl": "0"}}
+        }))
+        .unwrap();
+        node_meta(&mut node);
+        let annotations = node.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), [CSI_NODE_ANNOTATION]);
+        assert!(runs_storageos(&annotations));
+        assert_eq!(node.metadata.labels.unwrap()["a"], "b");
+        let mut other: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "m", "annotations": {"kwok.x-k8s.io/node": "fake"}}
+        }))
+        .unwrap();
+        node_meta(&mut other);
+        assert!(other.metadata.annotations.is_none());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_periodic_loop_runs_after_its_delay_then_every_interval_and_not_at_all_when_off() {
