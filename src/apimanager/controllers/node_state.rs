@@ -13,8 +13,11 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 
-use super::out_of_service::MARK;
 use crate::runtime::kube::view::{Condition, condition_status};
+
+/// The annotation marking the out-of-service taint as the out-of-service controller's (value:
+/// when it was applied, RFC 3339); the one annotation a [`NodeState`] keeps.
+pub const MARK: &str = "storageos.com/out-of-service-tainted";
 
 /// A Node as the fencer and the out-of-service controller read it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -126,7 +129,6 @@ fn ready_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NodeStateStatus>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::apimanager::controllers::{fencing, out_of_service};
     use serde_json::json;
 
     #[test]
@@ -155,12 +157,21 @@ mod tests {
             BTreeMap::from([(MARK.to_string(), "2026-01-01T00:00:00Z".to_string())]),
             "only the mark"
         );
-        assert_eq!(node.spec.as_ref().unwrap().unschedulable, Some(true));
-        assert!(fencing::select::out_of_service(&node));
-        assert!(out_of_service::decide::marked(&node));
-        assert_eq!(out_of_service::decide::ready(&node), Some(false));
+        let spec = node.spec.as_ref().unwrap();
+        assert_eq!(spec.unschedulable, Some(true));
+        assert_eq!(
+            spec.taints.as_ref().unwrap()[0].key,
+            "node.kubernetes.io/out-of-service"
+        );
         let conditions = node.status.unwrap().conditions.unwrap();
-        assert_eq!((conditions.len(), conditions[0].type_.as_str()), (1, "Ready"));
+        assert_eq!(
+            (
+                conditions.len(),
+                conditions[0].type_.as_str(),
+                conditions[0].status.as_str()
+            ),
+            (1, "Ready", "False")
+        );
     }
 
     #[test]
@@ -171,8 +182,7 @@ mod tests {
         }))
         .unwrap();
         assert!(node.metadata.annotations.is_none());
-        assert!(!out_of_service::decide::marked(&node));
-        assert_eq!(out_of_service::decide::ready(&node), None);
+        assert_eq!(node.status.unwrap().conditions, Some(vec![]));
         let bare: NodeState = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
         assert_eq!((bare.spec, bare.status), (None, None));
     }

@@ -43,9 +43,8 @@ use decide::{Action, Decision, Hold, Memory, Rules, Seen};
 /// The controller name (metrics, logs).
 pub const CONTROLLER: &str = "out-of-service";
 
-/// The annotation marking the out-of-service taint as this controller's (value: when it was
-/// applied, RFC 3339).
-pub const MARK: &str = "storageos.com/out-of-service-tainted";
+/// The annotation marking the out-of-service taint as this controller's (kept by the Node cache).
+pub use super::node_state::MARK;
 
 /// The taint's value, as the Kubernetes documentation of non-graceful node shutdown shows it.
 pub const TAINT_VALUE: &str = "nodeshutdown";
