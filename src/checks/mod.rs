@@ -11,9 +11,9 @@ use serde::Serialize;
 
 pub use cluster::{host_ports, leftovers, pod_security, storage_conflicts};
 pub use kubernetes::kubernetes_version;
-pub use nodes::{
-    Platform, cpu_millis, ineligible, ineligible_by_labels, ineligible_platform, memory_bytes, node_checks,
-};
+#[cfg(test)]
+pub use nodes::ineligible;
+pub use nodes::{Platform, cpu_millis, ineligible_by_labels, ineligible_platform, memory_bytes, node_checks};
 
 /// The newest Kubernetes minor the project is tested on (hack/versions.env).
 pub const TESTED_KUBERNETES: (u64, u64) = (1, 36);

@@ -9,19 +9,6 @@ use serde::Deserialize;
 
 use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 
-/// Why StorageOS cannot run on `node` at all, from what its kubelet reports (`nodeInfo`): an
-/// operating system other than Linux, an architecture other than amd64 (StorageOS ships amd64
-/// images only), or a kernel older than 3.x. None when it can, and when the node reports
-/// nothing (a node that does not say is not excluded).
-pub fn ineligible(node: &Node) -> Option<String> {
-    let info = node.status.as_ref()?.node_info.as_ref()?;
-    ineligible_platform(&Platform {
-        operating_system: info.operating_system.clone(),
-        architecture: info.architecture.clone(),
-        kernel_version: info.kernel_version.clone(),
-    })
-}
-
 /// A node's operating system, architecture and kernel, as its kubelet reports them
 /// (`status.nodeInfo`, whose other fields are skipped when parsing).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
@@ -32,7 +19,11 @@ pub struct Platform {
     pub kernel_version: String,
 }
 
-/// [`ineligible`] from what a node reports of its platform.
+/// Why StorageOS cannot run on a node at all, from what its kubelet reports (`nodeInfo`): an
+/// operating system other than Linux, an architecture other than amd64 (StorageOS ships amd64
+/// images only), or a kernel older than 3.x. None when it can (an empty value is unknown, not
+/// excluded). The cluster controller reads it from its Node cache
+/// (`cluster::node_cache::CachedNode::ineligible`; a node that reports nothing is not excluded).
 pub fn ineligible_platform(info: &Platform) -> Option<String> {
     if let Some(why) = platform(&info.operating_system, &info.architecture) {
         return Some(why);
@@ -48,7 +39,18 @@ pub fn ineligible_platform(info: &Platform) -> Option<String> {
     }
 }
 
-/// The OS and architecture rule of [`ineligible`]; an empty value is unknown, not excluded.
+/// [`ineligible_platform`] of a full `Node` (tests compare the cache's view with it).
+#[cfg(test)]
+pub fn ineligible(node: &Node) -> Option<String> {
+    let info = node.status.as_ref()?.node_info.as_ref()?;
+    ineligible_platform(&Platform {
+        operating_system: info.operating_system.clone(),
+        architecture: info.architecture.clone(),
+        kernel_version: info.kernel_version.clone(),
+    })
+}
+
+/// The OS and architecture rule of [`ineligible_platform`]; an empty value is unknown, not excluded.
 fn platform(os: &str, arch: &str) -> Option<String> {
     if !os.is_empty() && os != "linux" {
         return Some(format!("operating system {os}"));
@@ -59,7 +61,7 @@ fn platform(os: &str, arch: &str) -> Option<String> {
     None
 }
 
-/// [`ineligible`] from a Node's well-known labels `kubernetes.io/os` and `kubernetes.io/arch`
+/// [`ineligible_platform`] from a Node's well-known labels `kubernetes.io/os` and `kubernetes.io/arch`
 /// (which a metadata-only watch carries; the kernel is not among them).
 pub fn ineligible_by_labels(labels: &BTreeMap<String, String>) -> Option<String> {
     let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
