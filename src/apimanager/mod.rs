@@ -1,6 +1,7 @@
 //! The api-manager runtime (`storageos-operator api-manager`): webhooks and certificates on every
 //! replica, controllers on the leader.
 
+pub mod cached_pvc;
 pub mod controllers;
 pub mod flags;
 pub mod maintenance;

@@ -7,6 +7,9 @@ use kube::ResourceExt;
 
 /// PVC annotation that takes precedence over `spec.storageClassName`, as in Kubernetes.
 pub const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+/// PVC annotation in which the PVC webhook records the UID of the StorageClass the volume was
+/// made from (the PVC label sync checks it).
+pub const STORAGECLASS_ANNOTATION: &str = "storageos.com/storageclass";
 /// StorageClass annotation marking the default class.
 pub const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
 /// The beta annotation marking the default class, still honoured by Kubernetes.
@@ -23,13 +26,28 @@ pub enum ClassRef<'a> {
     Default,
 }
 
+/// What [`class_ref`] reads of a PVC, as admitted (a whole `PersistentVolumeClaim`) or as cached
+/// (`super::cached_pvc::CachedPvc`).
+pub trait PvcFields: ResourceExt {
+    /// `spec.storageClassName`.
+    fn storage_class_name(&self) -> Option<&String>;
+    /// The legacy class annotation ([`LEGACY_CLASS_ANNOTATION`]).
+    fn legacy_class(&self) -> Option<&String>;
+}
+
+impl PvcFields for PersistentVolumeClaim {
+    fn storage_class_name(&self) -> Option<&String> {
+        self.spec.as_ref()?.storage_class_name.as_ref()
+    }
+    fn legacy_class(&self) -> Option<&String> {
+        self.annotations().get(LEGACY_CLASS_ANNOTATION)
+    }
+}
+
 /// The class `pvc` names: the legacy annotation if present, else `spec.storageClassName`; an
 /// empty name means "no class", none means the default class.
-pub fn class_ref(pvc: &PersistentVolumeClaim) -> ClassRef<'_> {
-    let named = pvc
-        .annotations()
-        .get(LEGACY_CLASS_ANNOTATION)
-        .or_else(|| pvc.spec.as_ref()?.storage_class_name.as_ref());
+pub fn class_ref(pvc: &impl PvcFields) -> ClassRef<'_> {
+    let named = pvc.legacy_class().or_else(|| pvc.storage_class_name());
     match named.map(String::as_str) {
         Some("") => ClassRef::NoClass,
         Some(name) => ClassRef::Named(name),

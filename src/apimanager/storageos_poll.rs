@@ -24,15 +24,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::metrics::ApiManagerMetrics;
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::storageos;
-use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS};
 use crate::storageos::models::{Namespace, Node, Volume};
 
 /// How often the namespace list is read again when no PVC lies outside it.
@@ -121,14 +120,14 @@ pub trait Source: Send + Sync {
     /// `GET /namespaces/{id}/volumes`.
     fn list_volumes(&self, namespace_id: &str) -> impl Future<Output = Result<Vec<Volume>, storageos::Error>> + Send;
     /// The process's PVC cache.
-    fn pvcs(&self) -> &Store<PersistentVolumeClaim>;
+    fn pvcs(&self) -> &Store<CachedPvc>;
 }
 
 /// The StorageOS API, each call timed in the api-manager's helper metrics.
 pub struct ApiSource {
     pub api: storageos::Client,
     pub metrics: ApiManagerMetrics,
-    pub pvcs: Store<PersistentVolumeClaim>,
+    pub pvcs: Store<CachedPvc>,
 }
 
 impl Source for ApiSource {
@@ -146,7 +145,7 @@ impl Source for ApiSource {
             .await
     }
 
-    fn pvcs(&self) -> &Store<PersistentVolumeClaim> {
+    fn pvcs(&self) -> &Store<CachedPvc> {
         &self.pvcs
     }
 }
@@ -272,16 +271,13 @@ struct Namespaces {
 /// Whether `pvc` lies in a namespace missing from `known` (the names the last list had): its
 /// volume may be in a namespace StorageOS created since. A claim another provisioner makes (the
 /// annotation names it) is not StorageOS's and asks for nothing.
-fn unlisted_claim(pvc: &PersistentVolumeClaim, known: &HashSet<&str>) -> bool {
-    let ours = PROVISIONER_ANNOTATIONS
-        .iter()
-        .all(|a| pvc.annotations().get(*a).is_none_or(|p| p == CSI_DRIVER));
-    ours && pvc.namespace().is_some_and(|ns| !known.contains(ns.as_str()))
+fn unlisted_claim(pvc: &CachedPvc, known: &HashSet<&str>) -> bool {
+    !pvc.annotated.by_another && pvc.namespace().is_some_and(|ns| !known.contains(ns.as_str()))
 }
 
 /// Whether the last namespace list still stands: younger than [`NAMESPACE_RELIST`], and no
 /// claim in `pvcs` lies outside it.
-fn list_stands(listed_at: Instant, list: &[Namespace], now: Instant, pvcs: &Store<PersistentVolumeClaim>) -> bool {
+fn list_stands(listed_at: Instant, list: &[Namespace], now: Instant, pvcs: &Store<CachedPvc>) -> bool {
     if now.duration_since(listed_at) >= NAMESPACE_RELIST {
         return false;
     }
@@ -355,6 +351,7 @@ impl Namespaces {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS};
 
     #[test]
     fn an_empty_namespace_is_read_again_only_after_the_recheck_interval() {
@@ -374,7 +371,7 @@ mod tests {
         .unwrap()
     }
 
-    fn claim(namespace: &str, volume: Option<&str>, provisioner: Option<&str>) -> PersistentVolumeClaim {
+    fn claim(namespace: &str, volume: Option<&str>, provisioner: Option<&str>) -> CachedPvc {
         let annotations: serde_json::Value = provisioner
             .map(|p| serde_json::json!({PROVISIONER_ANNOTATIONS[0]: p}))
             .unwrap_or_default();
@@ -405,7 +402,7 @@ mod tests {
     #[test]
     fn the_last_list_stands_for_a_minute_unless_a_claim_lies_outside_it() {
         let listed = [namespace("app")];
-        let (store, mut writer) = kube::runtime::reflector::store::<PersistentVolumeClaim>();
+        let (store, mut writer) = kube::runtime::reflector::store::<CachedPvc>();
         let t0 = Instant::now();
         assert!(list_stands(t0, &listed, t0, &store), "no claims");
         assert!(!list_stands(t0, &listed, t0 + NAMESPACE_RELIST, &store), "a minute old");
@@ -465,7 +462,7 @@ mod tests {
         calls: std::sync::Mutex<HashMap<&'static str, usize>>,
         nodes_fail: std::sync::atomic::AtomicBool,
         namespaces: Vec<Namespace>,
-        pvcs: Store<PersistentVolumeClaim>,
+        pvcs: Store<CachedPvc>,
     }
 
     impl Fake {
@@ -512,7 +509,7 @@ mod tests {
             }])
         }
 
-        fn pvcs(&self) -> &Store<PersistentVolumeClaim> {
+        fn pvcs(&self) -> &Store<CachedPvc> {
             &self.pvcs
         }
     }

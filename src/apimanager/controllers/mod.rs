@@ -22,12 +22,13 @@ pub mod snapshot;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::EventType;
 
+use super::cached_pvc::CachedPvc;
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
 use super::storageos_poll::{ApiSource, StorageOSPoll};
@@ -61,7 +62,7 @@ pub struct Context {
     /// [`Context::poll_storageos`] runs it.
     pub storageos: StorageOSPoll,
     /// Every PVC, cached once for the process (the webhooks' cache in `run`).
-    pub pvcs: Shared<PersistentVolumeClaim>,
+    pub pvcs: Shared<CachedPvc>,
     /// Every Node's metadata, cached once for the process (node label sync, mirror).
     pub nodes: Shared<PartialObjectMeta<Node>>,
     /// Every Node's taints, cordon, Ready condition and out-of-service mark, and nothing else
@@ -79,7 +80,7 @@ impl Context {
         namespace: String,
         reconcile_metrics: ReconcileMetrics,
         metrics: ApiManagerMetrics,
-        pvcs: Shared<PersistentVolumeClaim>,
+        pvcs: Shared<CachedPvc>,
     ) -> Self {
         Self {
             kube,
@@ -116,7 +117,7 @@ impl Context {
     }
 
     /// The PVC cache the poll reads (started with this context's client on first use).
-    pub fn poll_pvcs(&self) -> kube::runtime::reflector::Store<PersistentVolumeClaim> {
+    pub fn poll_pvcs(&self) -> kube::runtime::reflector::Store<CachedPvc> {
         self.pvcs.get(&self.kube, "storageos-poll")
     }
 
@@ -179,31 +180,9 @@ fn node_meta(node: &mut PartialObjectMeta<Node>) {
         .map(|entry| std::collections::BTreeMap::from([entry]));
 }
 
-/// The process's PVC cache (objects go through [`trim_pvc`]).
-pub fn pvc_cache() -> Shared<PersistentVolumeClaim> {
-    Shared::trimmed(trim_pvc)
-}
-
-/// The webhooks, the PVC label sync, the shared-volume controller, the mirror and the StorageOS
-/// poll read a cached PVC's metadata, StorageClass and volume name only; the rest of the spec
-/// and the status go (a fifth of a PVC in memory: 2,449 bytes parsed instead of 3,129).
-pub fn trim_pvc(pvc: &mut PersistentVolumeClaim) {
-    pvc.status = None;
-    if let Some(spec) = pvc.spec.take() {
-        pvc.spec = Some(PersistentVolumeClaimSpec {
-            storage_class_name: spec.storage_class_name,
-            volume_name: spec.volume_name,
-            ..PersistentVolumeClaimSpec::default()
-        });
-    }
-}
-
-/// The PV a PVC is bound to (`spec.volumeName`), if any.
-pub fn bound_pv(pvc: &PersistentVolumeClaim) -> Option<&str> {
-    pvc.spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .filter(|n| !n.is_empty())
+/// The process's PVC cache: every PVC, as a [`CachedPvc`] view.
+pub fn pvc_cache() -> Shared<CachedPvc> {
+    Shared::default()
 }
 
 /// Keeps a reflector of `events` going forever (without managedFields), logging and backing
@@ -308,27 +287,5 @@ mod tests {
             Duration::from_secs(10),
             "0s delay means 10s"
         );
-    }
-
-    #[test]
-    fn a_cached_pvc_keeps_its_metadata_class_and_volume_name() {
-        let mut pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "data", "namespace": "app", "uid": "u1", "labels": {"a": "1"},
-                         "annotations": {"volume.kubernetes.io/storage-provisioner": "csi.storageos.com"},
-                         "deletionTimestamp": "2026-11-24T00:00:00Z"},
-            "spec": {"storageClassName": "fast", "volumeName": "pv1", "accessModes": ["ReadWriteMany"],
-                     "resources": {"requests": {"storage": "1Gi"}}},
-            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}
-        }))
-        .unwrap();
-        let metadata = pvc.metadata.clone();
-        trim_pvc(&mut pvc);
-        assert_eq!(pvc.metadata, metadata);
-        let spec = pvc.spec.unwrap();
-        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
-        assert_eq!(spec.volume_name.as_deref(), Some("pv1"));
-        assert_eq!(spec.access_modes, None);
-        assert_eq!(spec.resources, None);
-        assert_eq!(pvc.status, None);
     }
 }

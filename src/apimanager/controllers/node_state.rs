@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 
-use crate::runtime::kube::view::{Condition, condition_status};
+use crate::runtime::kube::view::{self, Condition, condition_status};
 
 /// The annotation marking the out-of-service taint as the out-of-service controller's (value:
 /// when it was applied, RFC 3339); the one annotation a [`NodeState`] keeps.
@@ -52,56 +52,31 @@ pub struct ReadyCondition {
 }
 
 fn meta_with_mark<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    // Of the annotations only the mark's value is kept; the others are skipped.
+    // Not `view::meta`: a Node's labels are not read here, and are a map of their own.
     #[derive(Deserialize, Default)]
     #[serde(rename_all = "camelCase", default)]
     struct WithMark {
         name: Option<String>,
         uid: Option<String>,
         resource_version: Option<String>,
-        annotations: Option<Annotations>,
+        #[serde(deserialize_with = "view::annotations::<Mark, _>")]
+        annotations: Option<BTreeMap<String, String>>,
     }
     let m = WithMark::deserialize(d)?;
     Ok(ObjectMeta {
         name: m.name,
         uid: m.uid,
         resource_version: m.resource_version,
-        annotations: m
-            .annotations
-            .and_then(|a| a.mark)
-            .map(|v| BTreeMap::from([(MARK.to_string(), v)])),
+        annotations: m.annotations,
         ..ObjectMeta::default()
     })
 }
 
-/// A Node's annotations, of which only [`MARK`] is kept (the others are skipped unparsed).
-#[derive(Default)]
-struct Annotations {
-    mark: Option<String>,
-}
+/// Of a Node's annotations, only [`MARK`] is kept.
+struct Mark;
 
-impl<'de> Deserialize<'de> for Annotations {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Annotations;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a map of annotations")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Annotations, A::Error> {
-                let mut out = Annotations::default();
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == MARK {
-                        out.mark = Some(map.next_value()?);
-                    } else {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(Visit)
-    }
+impl view::Annotations for Mark {
+    const KEEP: &'static [&'static str] = &[MARK];
 }
 
 fn ready_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NodeStateStatus>, D::Error> {

@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -31,13 +30,13 @@ use kube::runtime::reflector::ObjectRef;
 use super::Context;
 use super::config::LabelSyncConfig;
 use super::labels::{self, Failures, LabelSync, Syncing, VolumePlan, plan_volume};
+use crate::apimanager::cached_pvc::CachedPvc;
+use crate::apimanager::storageclass::STORAGECLASS_ANNOTATION;
 use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
 use crate::apimanager::storageos_poll;
-use crate::apimanager::webhook::mutate::STORAGECLASS_ANNOTATION;
 use crate::reasons::{self, Reason};
 use crate::runtime::kube::cache::Shared;
 use crate::storageos;
-use crate::storageos::kube::provisioned_by_storageos;
 use crate::storageos::models::{Labels, Volume};
 use std::future::Future;
 
@@ -113,7 +112,7 @@ impl Skip {
 /// Resolves the PVC's StorageClass among `classes` as Kubernetes (and the PVC webhook) does, and
 /// checks it is the volume's: the legacy annotation, else `spec.storageClassName`; an empty name
 /// means "no class" (no defaults); none means the default class (the newest if several).
-pub fn check_class(pvc: &PersistentVolumeClaim, classes: &[StorageClass]) -> ClassCheck {
+pub fn check_class(pvc: &CachedPvc, classes: &[StorageClass]) -> ClassCheck {
     let class = match class_ref(pvc) {
         ClassRef::NoClass => {
             return ClassCheck::Use {
@@ -132,7 +131,7 @@ pub fn check_class(pvc: &PersistentVolumeClaim, classes: &[StorageClass]) -> Cla
     };
     let uid = class.uid().unwrap_or_default();
     let parameters: Labels = class.parameters.clone().unwrap_or_default();
-    match pvc.annotations().get(STORAGECLASS_ANNOTATION) {
+    match &pvc.annotated.class_uid {
         Some(annotated) if *annotated != uid => ClassCheck::Skip(Skip::Mismatch {
             class: class.name_any(),
             uid,
@@ -154,18 +153,15 @@ pub fn check_class(pvc: &PersistentVolumeClaim, classes: &[StorageClass]) -> Cla
 }
 
 /// The PV a PVC is bound to, if any.
-use super::bound_pv as pv_name;
+fn pv_name(pvc: &CachedPvc) -> Option<&str> {
+    pvc.bound_pv()
+}
 
 /// What the watch reacts to on StorageOS PVCs: labels, binding and the class annotation (whose
 /// removal re-enables sync after a mismatch).
-fn fingerprint(pvc: &PersistentVolumeClaim) -> Option<u64> {
-    provisioned_by_storageos(pvc.annotations()).then(|| {
-        labels::fingerprint((
-            pvc.labels(),
-            pv_name(pvc),
-            pvc.annotations().get(STORAGECLASS_ANNOTATION),
-        ))
-    })
+fn fingerprint(pvc: &CachedPvc) -> Option<u64> {
+    pvc.provisioned_by_storageos()
+        .then(|| labels::fingerprint((pvc.labels(), pv_name(pvc), pvc.annotated.class_uid.as_ref())))
 }
 
 /// Runs the controller until the future is dropped (at once, when it is turned off).
@@ -177,7 +173,7 @@ pub async fn run(ctx: Arc<Context>) {
 pub struct PvcLabelSync;
 
 impl LabelSync for PvcLabelSync {
-    type Object = PersistentVolumeClaim;
+    type Object = CachedPvc;
     type Error = Error;
     const NAME: &'static str = NAME;
 
@@ -185,31 +181,28 @@ impl LabelSync for PvcLabelSync {
         ctx.config.pvc_label
     }
 
-    fn source(ctx: &Context) -> Shared<PersistentVolumeClaim> {
+    fn source(ctx: &Context) -> Shared<CachedPvc> {
         ctx.pvcs.clone()
     }
 
-    fn fingerprint(obj: &PersistentVolumeClaim) -> Option<u64> {
+    fn fingerprint(obj: &CachedPvc) -> Option<u64> {
         fingerprint(obj)
     }
 
-    fn sync(obj: Arc<PersistentVolumeClaim>, st: Arc<Syncing>) -> impl Future<Output = Result<Action, Error>> + Send {
+    fn sync(obj: Arc<CachedPvc>, st: Arc<Syncing>) -> impl Future<Output = Result<Action, Error>> + Send {
         sync(obj, st)
     }
 
-    fn resync(
-        st: Arc<Syncing>,
-        cached: Vec<Arc<PersistentVolumeClaim>>,
-    ) -> impl Future<Output = Vec<ObjectRef<PersistentVolumeClaim>>> {
+    fn resync(st: Arc<Syncing>, cached: Vec<Arc<CachedPvc>>) -> impl Future<Output = Vec<ObjectRef<CachedPvc>>> {
         resync(st, cached)
     }
 }
 
-fn pvc_key(pvc: &PersistentVolumeClaim) -> String {
+fn pvc_key(pvc: &CachedPvc) -> String {
     format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any())
 }
 
-fn api_error(pvc: &PersistentVolumeClaim, failures: Failures) -> Error {
+fn api_error(pvc: &CachedPvc, failures: Failures) -> Error {
     Error::Api {
         pvc: pvc_key(pvc),
         failures,
@@ -236,8 +229,8 @@ async fn find_volume(ctx: &Context, namespace: &str, pv: &str) -> Result<Option<
     }
 }
 
-async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<Syncing>) -> Result<Action, Error> {
-    if !provisioned_by_storageos(pvc.annotations()) {
+async fn sync(pvc: Arc<CachedPvc>, st: Arc<Syncing>) -> Result<Action, Error> {
+    if !pvc.provisioned_by_storageos() {
         return Ok(Action::await_change());
     }
     let ctx = &st.ctx;
@@ -274,7 +267,7 @@ async fn sync(pvc: Arc<PersistentVolumeClaim>, st: Arc<Syncing>) -> Result<Actio
     if let Some(uid) = annotate {
         // Migrates PVCs made before the admission webhook recorded the class.
         let patch = serde_json::json!({"metadata": {"annotations": {STORAGECLASS_ANNOTATION: uid}}});
-        Api::<PersistentVolumeClaim>::namespaced(ctx.kube.clone(), &namespace)
+        Api::<CachedPvc>::namespaced(ctx.kube.clone(), &namespace)
             .patch(&pvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| kube_error("record the StorageClass UID", e))?;
@@ -294,12 +287,7 @@ enum Step {
 
 /// Writes what `plan` says, each step even if another failed, re-reading the volume after a
 /// replicas change (its answer carries no new version).
-async fn apply(
-    pvc: &PersistentVolumeClaim,
-    st: &Syncing,
-    plan: VolumePlan,
-    mut current: Volume,
-) -> Result<Action, Error> {
+async fn apply(pvc: &CachedPvc, st: &Syncing, plan: VolumePlan, mut current: Volume) -> Result<Action, Error> {
     let ctx = &st.ctx;
     let mut failures = Failures::default();
     let mut applied = Vec::new();
@@ -346,10 +334,10 @@ async fn apply(
 
 /// The StorageClasses once and the next volume snapshot of the shared poll, then the bound PVCs
 /// whose volume differs.
-async fn resync(st: Arc<Syncing>, cached: Vec<Arc<PersistentVolumeClaim>>) -> Vec<ObjectRef<PersistentVolumeClaim>> {
-    let mut by_namespace: HashMap<String, Vec<Arc<PersistentVolumeClaim>>> = HashMap::new();
+async fn resync(st: Arc<Syncing>, cached: Vec<Arc<CachedPvc>>) -> Vec<ObjectRef<CachedPvc>> {
+    let mut by_namespace: HashMap<String, Vec<Arc<CachedPvc>>> = HashMap::new();
     for pvc in cached {
-        if provisioned_by_storageos(pvc.annotations()) && pv_name(&pvc).is_some() {
+        if pvc.provisioned_by_storageos() && pv_name(&pvc).is_some() {
             by_namespace
                 .entry(pvc.namespace().unwrap_or_default())
                 .or_default()
@@ -413,7 +401,7 @@ async fn resync(st: Arc<Syncing>, cached: Vec<Arc<PersistentVolumeClaim>>) -> Ve
 mod tests {
     use super::*;
 
-    fn pvc(yaml: &str) -> PersistentVolumeClaim {
+    fn pvc(yaml: &str) -> CachedPvc {
         serde_yaml::from_str(yaml).unwrap()
     }
 

@@ -3,8 +3,10 @@
 
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::apimanager::cached_pvc::CachedPvc;
 
 /// A failed lookup (the apiserver could not answer).
 #[derive(Debug, thiserror::Error)]
@@ -13,12 +15,9 @@ pub struct LookupError(pub String);
 
 /// What the mutators read from the cluster.
 pub trait Lookups: Sync {
-    /// The PVC `namespace/name`, or None when it does not exist.
-    fn pvc(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<PersistentVolumeClaim>, LookupError>> + Send;
+    /// The PVC `namespace/name` (as the cache keeps it, whether read from there or directly),
+    /// or None when it does not exist.
+    fn pvc(&self, namespace: &str, name: &str) -> impl Future<Output = Result<Option<CachedPvc>, LookupError>> + Send;
     /// The StorageClass `name`, or None when it does not exist.
     fn storage_class(&self, name: &str) -> impl Future<Output = Result<Option<StorageClass>, LookupError>> + Send;
     /// Every StorageClass (to find the default).

@@ -35,6 +35,7 @@ use prometheus_client::registry::Registry;
 use rand::rngs::OsRng;
 use tracing::Instrument;
 
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::runtime::kube::cache::{self, Shared};
 use crate::telemetry::spans;
 
@@ -49,8 +50,8 @@ fn lookup_err(e: kube::Error) -> LookupError {
 }
 
 impl Lookups for KubeLookups {
-    async fn pvc(&self, namespace: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
-        Api::<PersistentVolumeClaim>::namespaced(self.0.clone(), namespace)
+    async fn pvc(&self, namespace: &str, name: &str) -> Result<Option<CachedPvc>, LookupError> {
+        Api::<CachedPvc>::namespaced(self.0.clone(), namespace)
             .get_opt(name)
             .await
             .map_err(lookup_err)
@@ -92,7 +93,7 @@ impl Lookups for KubeLookups {
 /// directly.
 #[derive(Clone)]
 pub struct CachedLookups {
-    pub pvcs: Store<PersistentVolumeClaim>,
+    pub pvcs: Store<CachedPvc>,
     pub storage_classes: Store<StorageClass>,
     pub direct: KubeLookups,
     /// The scheduler extender's Deployment, watched by name (None: not watched).
@@ -115,7 +116,7 @@ impl CachedLookups {
     /// too, so that pods are not sent to a scheduler with no available replica.
     pub fn start(
         client: kube::Client,
-        pvcs: &Shared<PersistentVolumeClaim>,
+        pvcs: &Shared<CachedPvc>,
         scheduler: Option<(&str, &str)>,
     ) -> (Self, impl Future<Output = ()> + use<>) {
         let (storage_classes, classes) =
@@ -153,7 +154,7 @@ impl CachedLookups {
 }
 
 impl Lookups for CachedLookups {
-    async fn pvc(&self, namespace: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
+    async fn pvc(&self, namespace: &str, name: &str) -> Result<Option<CachedPvc>, LookupError> {
         match self.pvcs.get(&ObjectRef::new(name).within(namespace)) {
             Some(pvc) => Ok(Some(pvc.as_ref().clone())),
             None => self.direct.pvc(namespace, name).await,

@@ -16,20 +16,18 @@ use serde_json::{Value, json};
 
 use super::encryption;
 use super::lookups::{LookupError, Lookups};
-use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
+use crate::apimanager::storageclass::{ClassRef, PvcFields, STORAGECLASS_ANNOTATION, class_ref, pick_default};
 use crate::go::parse_bool;
 use crate::storageos::CSI_DRIVER;
 
 /// Pod annotation that opts a pod out of the scheduler-name mutation when it is `false`.
 pub const SCHEDULER_ANNOTATION: &str = "storageos.com/scheduler";
-/// PVC annotation naming the UID of the StorageClass the volume was made from.
-pub const STORAGECLASS_ANNOTATION: &str = "storageos.com/storageclass";
 
 /// The StorageClass of `pvc`, resolved as Kubernetes does: the legacy annotation if present,
 /// else `spec.storageClassName`; an empty name means "no class". Only an unset class falls back
 /// to the default class (the newest, if several are marked default).
 pub async fn storage_class_of(
-    pvc: &PersistentVolumeClaim,
+    pvc: &impl PvcFields,
     lookups: &impl Lookups,
 ) -> Result<Option<StorageClass>, LookupError> {
     class_of(pvc, lookups, false).await
@@ -38,14 +36,14 @@ pub async fn storage_class_of(
 /// [`storage_class_of`] read from the apiserver, not from the webhook's cache: whether a PVC gets
 /// encryption keys is decided on it.
 pub async fn fresh_storage_class_of(
-    pvc: &PersistentVolumeClaim,
+    pvc: &impl PvcFields,
     lookups: &impl Lookups,
 ) -> Result<Option<StorageClass>, LookupError> {
     class_of(pvc, lookups, true).await
 }
 
 async fn class_of(
-    pvc: &PersistentVolumeClaim,
+    pvc: &impl PvcFields,
     lookups: &impl Lookups,
     fresh: bool,
 ) -> Result<Option<StorageClass>, LookupError> {
@@ -191,6 +189,7 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+    use crate::apimanager::cached_pvc::CachedPvc;
     use crate::apimanager::storageclass::{
         BETA_DEFAULT_CLASS_ANNOTATION, DEFAULT_CLASS_ANNOTATION, LEGACY_CLASS_ANNOTATION,
     };
@@ -438,7 +437,7 @@ mod tests {
     struct StaleClassCache(Fake);
 
     impl Lookups for StaleClassCache {
-        async fn pvc(&self, ns: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
+        async fn pvc(&self, ns: &str, name: &str) -> Result<Option<CachedPvc>, LookupError> {
             self.0.pvc(ns, name).await
         }
         async fn storage_class(&self, name: &str) -> Result<Option<StorageClass>, LookupError> {

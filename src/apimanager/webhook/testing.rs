@@ -9,13 +9,14 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::lookups::{LookupError, Lookups};
+use crate::apimanager::cached_pvc::CachedPvc;
 
 type Key = (String, String);
 
 /// Lookups answered from maps; `broken` fails every read, `fail_create` every Secret create.
 #[derive(Default)]
 pub struct Fake {
-    pub pvcs: Mutex<BTreeMap<Key, PersistentVolumeClaim>>,
+    pub pvcs: Mutex<BTreeMap<Key, CachedPvc>>,
     pub classes: Vec<StorageClass>,
     pub secrets: Mutex<BTreeMap<Key, Secret>>,
     pub broken: bool,
@@ -32,7 +33,9 @@ pub struct Fake {
 impl Fake {
     pub fn add_pvc(&self, ns: &str, pvc: PersistentVolumeClaim) {
         let name = pvc.metadata.name.clone().unwrap();
-        self.pvcs.lock().unwrap().insert((ns.into(), name), pvc);
+        // As the cache (or a direct read) would give it.
+        let cached = serde_json::from_value(serde_json::to_value(&pvc).unwrap()).unwrap();
+        self.pvcs.lock().unwrap().insert((ns.into(), name), cached);
     }
     pub fn put(&self, ns: &str, secret: Secret) {
         let name = secret.metadata.name.clone().unwrap();
@@ -61,7 +64,7 @@ impl Fake {
 }
 
 impl Lookups for Fake {
-    async fn pvc(&self, ns: &str, name: &str) -> Result<Option<PersistentVolumeClaim>, LookupError> {
+    async fn pvc(&self, ns: &str, name: &str) -> Result<Option<CachedPvc>, LookupError> {
         self.check().await?;
         Ok(self.pvcs.lock().unwrap().get(&(ns.into(), name.into())).cloned())
     }

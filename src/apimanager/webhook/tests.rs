@@ -163,7 +163,10 @@ async fn encrypted_pvcs_get_keys_and_one_patch() {
     let (r, failed, created) = admit(with_class(), json!({encryption::ENCRYPTION: "true"}), false).await;
     assert_eq!((r["allowed"].as_bool(), failed, created), (Some(true), 0, 2));
     let p = patch(&r);
-    assert_eq!(p[0]["value"][mutate::STORAGECLASS_ANNOTATION], "u1");
+    assert_eq!(
+        p[0]["value"][crate::apimanager::storageclass::STORAGECLASS_ANNOTATION],
+        "u1"
+    );
     assert_eq!(p[0]["value"][encryption::SECRET_NAMESPACE_ANNOTATION], "app");
 }
 

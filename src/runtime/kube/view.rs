@@ -10,32 +10,70 @@
 //! `watcher` and reflector stores take it as they take the full type.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-/// The metadata a view keeps: identity, labels, owners and the deletion mark. Annotations and
-/// `managedFields` (most of a small object's metadata) are skipped while parsing.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Meta {
+/// The annotations a view keeps, by key; every other annotation is skipped unparsed.
+pub trait Annotations {
+    const KEEP: &'static [&'static str];
+}
+
+/// No annotation at all.
+pub struct NoAnnotations;
+
+impl Annotations for NoAnnotations {
+    const KEEP: &'static [&'static str] = &[];
+}
+
+/// The metadata a view keeps: identity, creation and deletion times, labels, owners, and the
+/// annotations `A` names. `managedFields` and the other annotations (most of a small object's
+/// metadata) are skipped while parsing.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default, bound = "")]
+pub struct Meta<A: Annotations = NoAnnotations> {
     name: Option<String>,
     namespace: Option<String>,
     uid: Option<String>,
     resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
     labels: Option<BTreeMap<String, String>>,
+    #[serde(deserialize_with = "annotations::<A, _>")]
+    annotations: Option<BTreeMap<String, String>>,
     owner_references: Option<Vec<OwnerReference>>,
     deletion_timestamp: Option<Time>,
+    #[serde(skip)]
+    keep: PhantomData<A>,
 }
 
-impl From<Meta> for ObjectMeta {
-    fn from(m: Meta) -> Self {
+impl<A: Annotations> Default for Meta<A> {
+    fn default() -> Self {
+        Self {
+            name: None,
+            namespace: None,
+            uid: None,
+            resource_version: None,
+            creation_timestamp: None,
+            labels: None,
+            annotations: None,
+            owner_references: None,
+            deletion_timestamp: None,
+            keep: PhantomData,
+        }
+    }
+}
+
+impl<A: Annotations> From<Meta<A>> for ObjectMeta {
+    fn from(m: Meta<A>) -> Self {
         ObjectMeta {
             name: m.name,
             namespace: m.namespace,
             uid: m.uid,
             resource_version: m.resource_version,
+            creation_timestamp: m.creation_timestamp,
             labels: m.labels,
+            annotations: m.annotations,
             owner_references: m.owner_references,
             deletion_timestamp: m.deletion_timestamp,
             ..ObjectMeta::default()
@@ -44,8 +82,50 @@ impl From<Meta> for ObjectMeta {
 }
 
 /// `#[serde(deserialize_with = "view::meta")]` for a view's `metadata`: [`Meta`] as `ObjectMeta`.
-pub fn meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    Meta::deserialize(d).map(ObjectMeta::from)
+pub fn meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    Meta::<NoAnnotations>::deserialize(d).map(ObjectMeta::from)
+}
+
+/// `#[serde(deserialize_with = "view::meta_keeping::<A, _>")]`: [`meta`], keeping the
+/// annotations `A` names too.
+pub fn meta_keeping<'de, A: Annotations, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    Meta::<A>::deserialize(d).map(ObjectMeta::from)
+}
+
+/// `#[serde(deserialize_with = "view::annotations::<A, _>")]`: an annotations map holding only
+/// the keys `A` names (`None` when it has none of them; an empty map is not kept either, as
+/// each map costs a B-tree node of ~0.5 KB); the other values are skipped unparsed.
+pub fn annotations<'de, A: Annotations, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Visit<A>(PhantomData<A>);
+    impl<'de, A: Annotations> serde::de::Visitor<'de> for Visit<A> {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of annotations, or null")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if A::KEEP.contains(&key.as_str()) {
+                    kept.insert(key, map.next_value()?);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok((!kept.is_empty()).then_some(kept))
+        }
+    }
+    d.deserialize_option(Visit::<A>(PhantomData))
 }
 
 /// A condition's type and status (the rest of it is skipped).
@@ -132,6 +212,40 @@ mod tests {
         assert_eq!(m.labels.as_ref().unwrap()["a"], "b");
         assert_eq!(m.owner_references.as_ref().unwrap()[0].uid, "nu");
         assert!(m.annotations.is_none() && m.managed_fields.is_none());
+    }
+
+    struct Owner;
+    impl Annotations for Owner {
+        const KEEP: &'static [&'static str] = &["owner", "absent"];
+    }
+
+    #[derive(Deserialize, Clone, Debug)]
+    struct PodOwner {
+        #[serde(deserialize_with = "meta_keeping::<Owner, _>")]
+        metadata: ObjectMeta,
+    }
+
+    #[test]
+    fn a_view_keeps_the_annotations_it_names_only_and_no_empty_map() {
+        let parse = |annotations: serde_json::Value| -> ObjectMeta {
+            let v: PodOwner = serde_json::from_value(json!({
+                "metadata": {"name": "p", "creationTimestamp": "2026-01-01T00:00:00Z", "annotations": annotations}
+            }))
+            .unwrap();
+            v.metadata
+        };
+        let m = parse(json!({"owner": "me", "big": "x".repeat(4096), "nested": "{\"a\": 1}"}));
+        assert_eq!(
+            m.annotations,
+            Some(BTreeMap::from([("owner".to_string(), "me".to_string())]))
+        );
+        assert_eq!(m.creation_timestamp.unwrap().0.to_string(), "2026-01-01T00:00:00Z");
+        assert_eq!(parse(json!({"other": "x"})).annotations, None);
+        assert_eq!(parse(json!(null)).annotations, None);
+        assert_eq!(parse(json!({})).annotations, None);
+        // A malformed value of a kept key is an error, not a silent drop.
+        let bad: Result<PodOwner, _> = serde_json::from_value(json!({"metadata": {"annotations": {"owner": 1}}}));
+        assert!(bad.is_err());
     }
 
     #[test]

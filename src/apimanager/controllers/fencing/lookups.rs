@@ -9,7 +9,7 @@
 //! missed. A pass reads each StorageOS list at most once (the caller memoises), so it acts on one
 //! consistent view; the next pass reads again.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 
 use super::super::node_state::NodeState as Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::runtime::events::EventType;
 
 use super::select::{self, Claim};
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::controllers::Context;
 use crate::apimanager::maintenance::Maintenance;
 use crate::apimanager::metrics::FencerOutcome;
@@ -95,7 +96,8 @@ impl FenceLookups for Live<'_> {
 
     async fn storageos_claims(&self, pod: &Pod) -> Result<Vec<StorageOSClaim>, kube::Error> {
         let namespace = pod.namespace().unwrap_or_default();
-        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.ctx.kube.clone(), &namespace);
+        // Read as the cache's view: the same fields `classify` reads, without the rest.
+        let pvcs: Api<CachedPvc> = Api::namespaced(self.ctx.kube.clone(), &namespace);
         let pvs: Api<PersistentVolume> = Api::all(self.ctx.kube.clone());
         let mut claims = Vec::new();
         for claim in select::claim_names(pod) {

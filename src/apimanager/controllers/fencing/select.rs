@@ -3,15 +3,16 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 
 use super::super::node_state::NodeState as Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
 
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::go::parse_bool;
 use crate::storageos::CSI_DRIVER as DRIVER;
-use crate::storageos::kube::{is_storageos_volume, provisioned_by_storageos};
+use crate::storageos::kube::is_storageos_volume;
 use crate::storageos::models::{Health, Volume};
 
 /// The pod label that opts a pod into fencing.
@@ -63,7 +64,7 @@ pub enum Claim {
 }
 
 /// Classifies a PVC by its binding and provisioner annotations.
-pub fn classify(pvc: &PersistentVolumeClaim) -> Claim {
+pub fn classify(pvc: &CachedPvc) -> Claim {
     let Some(pv) = pvc
         .spec
         .as_ref()
@@ -72,7 +73,7 @@ pub fn classify(pvc: &PersistentVolumeClaim) -> Claim {
     else {
         return Claim::Unbound;
     };
-    if provisioned_by_storageos(pvc.annotations()) {
+    if pvc.provisioned_by_storageos() {
         Claim::StorageOS { pv }
     } else {
         Claim::AskPv { pv }
@@ -177,7 +178,7 @@ mod tests {
 
     #[test]
     fn claims_are_storageos_by_annotation_else_by_their_pv() {
-        let pvc = |ann: serde_json::Value, volume: Option<&str>| -> PersistentVolumeClaim {
+        let pvc = |ann: serde_json::Value, volume: Option<&str>| -> CachedPvc {
             from(json!({"metadata": {"name": "c", "annotations": ann}, "spec": {"volumeName": volume}}))
         };
         assert_eq!(classify(&pvc(json!({}), None)), Claim::Unbound);

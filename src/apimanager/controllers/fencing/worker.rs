@@ -17,10 +17,10 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::runtime::reflector::Store;
 use tokio::sync::oneshot;
 
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::controllers::Context;
 use crate::apimanager::storageos_poll::ApiSource;
 
@@ -71,7 +71,7 @@ impl Drop for Report {
 /// process's PVC cache, already started on the main runtime (the poll reads it).
 /// Call it on the main runtime: the fencer's Node-state cache is started there, with the other
 /// caches.
-pub fn start(ctx: &Arc<Context>, kube: kube::Config, pvcs: Store<PersistentVolumeClaim>) -> Result<Worker, Error> {
+pub fn start(ctx: &Arc<Context>, kube: kube::Config, pvcs: Store<CachedPvc>) -> Result<Worker, Error> {
     if ctx.config.fencer.is_some() {
         ctx.node_states.get(&ctx.kube, super::CONTROLLER);
     }
@@ -89,7 +89,7 @@ pub fn start(ctx: &Arc<Context>, kube: kube::Config, pvcs: Store<PersistentVolum
 }
 
 /// The thread's body: until told to stop, or until something fails; returns why it ended.
-fn run(ctx: &Context, kube: kube::Config, pvcs: Store<PersistentVolumeClaim>, stop: oneshot::Receiver<()>) -> String {
+fn run(ctx: &Context, kube: kube::Config, pvcs: Store<CachedPvc>, stop: oneshot::Receiver<()>) -> String {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return format!("cannot start its runtime: {e}"),

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::PartialObjectMeta;
@@ -38,6 +38,7 @@ use serde_json::json;
 use super::drain::rule as drain;
 use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
 use crate::crd::{NodeMirrorStatus, StorageOSNode, StorageOSVolume, VolumeMirrorStatus};
@@ -94,7 +95,7 @@ struct Caches {
     volumes: Store<StorageOSVolume>,
     k8s_nodes: Store<PartialObjectMeta<Node>>,
     /// The process's PVC cache (`Context::pvcs`).
-    pvcs: Store<PersistentVolumeClaim>,
+    pvcs: Store<CachedPvc>,
 }
 
 impl Caches {
@@ -318,7 +319,7 @@ impl Mirror<'_> {
                 .caches
                 .pvcs
                 .get(&ObjectRef::new(&pvc).within(&namespace))
-                .filter(|p| super::bound_pv(p) == Some(v.name.as_str()))
+                .filter(|p| p.bound_pv() == Some(v.name.as_str()))
                 .and_then(|p| owner_of(p.as_ref()))
             else {
                 continue;

@@ -30,6 +30,7 @@ use serde::de::DeserializeOwned;
 
 use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
 use crate::runtime::kube::controller::ControllerKit;
@@ -122,7 +123,7 @@ impl OnSnapshot for SharedVolumes<'_> {
 
 /// Caches of the Kubernetes objects a pass looks at.
 struct Caches {
-    pvcs: Store<PersistentVolumeClaim>,
+    pvcs: Store<CachedPvc>,
     services: Store<Service>,
     endpoints: Store<Endpoints>,
 }

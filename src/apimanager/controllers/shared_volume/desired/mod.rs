@@ -5,12 +5,13 @@
 use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, PersistentVolumeClaim, Service, ServicePort, ServiceSpec,
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
+use crate::apimanager::cached_pvc::CachedPvc;
 use crate::storageos::models::{
     LABEL_CSI_PV_NAME, LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, LABEL_NFS_MOUNT_ENDPOINT, Volume,
 };
@@ -171,13 +172,13 @@ pub fn mount_endpoint(service: &Service) -> Option<String> {
 }
 
 /// Why a PVC cannot own the objects of a shared volume; `Ok` with the owner reference if it can.
-pub fn owner(pvc: &PersistentVolumeClaim, sv: &SharedVolume) -> Result<OwnerReference, String> {
+pub fn owner(pvc: &CachedPvc, sv: &SharedVolume) -> Result<OwnerReference, String> {
     if pvc.metadata.deletion_timestamp.is_some() {
         return Err("the PVC is being deleted".into());
     }
     // Only the PVC bound to the volume's PV: the PVC labels on a StorageOS volume are writable
     // through the StorageOS API, and an unbound PVC of the named name may be anyone's.
-    match super::super::bound_pv(pvc) {
+    match pvc.bound_pv() {
         None => return Err(format!("the PVC is not bound (to PV {:?})", sv.service_name)),
         Some(bound) if bound != sv.service_name => {
             return Err(format!("the PVC is bound to PV {bound:?}, not {:?}", sv.service_name));

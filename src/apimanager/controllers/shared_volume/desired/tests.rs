@@ -35,7 +35,7 @@ fn shared() -> SharedVolume {
     }
 }
 
-fn pvc(v: serde_json::Value) -> PersistentVolumeClaim {
+fn pvc(v: serde_json::Value) -> CachedPvc {
     serde_json::from_value(v).unwrap()
 }
 
