@@ -120,7 +120,7 @@ pub struct NodeCapacity {
 pub struct VolumeMirrorSpec {}
 
 /// What StorageOS reports about a volume.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeMirrorStatus {
     /// The StorageOS volume ID.
@@ -153,7 +153,7 @@ pub struct VolumeMirrorStatus {
 }
 
 /// Where the master is.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeMaster {
     /// Node name (its ID when the node is not known).
@@ -163,7 +163,7 @@ pub struct VolumeMaster {
 }
 
 /// One replica.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeReplica {
     /// Node name (its ID when the node is not known).
@@ -178,7 +178,7 @@ pub struct VolumeReplica {
 }
 
 /// A replica's sync progress.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncProgress {
     /// Bytes still to copy.
@@ -190,7 +190,7 @@ pub struct SyncProgress {
 }
 
 /// How a volume is attached.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeAttachment {
     /// `host`, `nfs` or `detached`.
@@ -202,7 +202,7 @@ pub struct VolumeAttachment {
 }
 
 /// NFS endpoints of a shared volume.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeNfs {
     /// Where the NFS server listens (`ip:port`).

@@ -18,6 +18,7 @@
 //! - Volumes without a PVC (not made by CSI, or whose PVC is not there) are not mirrored.
 
 pub mod build;
+pub mod cached;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -41,9 +42,10 @@ use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
-use crate::crd::{NodeMirrorStatus, StorageOSNode, StorageOSVolume, VolumeMirrorStatus};
+use crate::crd::{NodeMirrorStatus, StorageOSNode};
 use crate::storageos::models::Health;
 use build::{Drain, MirrorPlace, Writes, Written};
+use cached::{CachedVolume, StatusDigest};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "storageos-mirror";
@@ -92,7 +94,8 @@ pub async fn run(ctx: Arc<Context>) {
 /// What the mirror reads from Kubernetes: its own objects, and the owners' UIDs.
 struct Caches {
     nodes: Store<StorageOSNode>,
-    volumes: Store<StorageOSVolume>,
+    /// The volume mirrors, each with a digest of its status ([`cached`]).
+    volumes: Store<CachedVolume>,
     k8s_nodes: Store<PartialObjectMeta<Node>>,
     /// The process's PVC cache (`Context::pvcs`).
     pvcs: Store<CachedPvc>,
@@ -145,13 +148,15 @@ pub fn owner_of<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReferen
 }
 
 /// A mirror to write: where, its name (and key in the written map), its owner and status, what
-/// of it to write, and its `resourceVersion` in the cache.
-struct Stale<K, S, Key> {
+/// of it to write, its `resourceVersion` in the cache, and what to remember of the status once
+/// written (what the cache's view of it is compared with: the status, or its digest).
+struct Stale<K, S, W, Key> {
     api: Api<K>,
     key: Key,
     name: String,
     owner: Option<OwnerReference>,
     status: S,
+    remember: W,
     writes: Writes,
     cached_version: Option<String>,
 }
@@ -185,8 +190,8 @@ struct Mirror<'a> {
     waiting_nodes: Option<Arc<NodeSnapshot>>,
     /// What was written to each node mirror (by name) and the cache may not show yet.
     written_nodes: HashMap<String, Written<NodeMirrorStatus>>,
-    /// The same for the volume mirrors.
-    written_volumes: HashMap<MirrorPlace, Written<VolumeMirrorStatus>>,
+    /// The same for the volume mirrors (their status's digest).
+    written_volumes: HashMap<MirrorPlace, Written<StatusDigest>>,
 }
 
 impl OnSnapshot for Mirror<'_> {
@@ -265,6 +270,7 @@ impl Mirror<'_> {
                     key: n.name.clone(),
                     name: n.name.clone(),
                     owner,
+                    remember: want.clone(),
                     status: want,
                     writes,
                     cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
@@ -329,6 +335,7 @@ impl Mirror<'_> {
                 name: v.name.clone(),
             };
             let want = build::volume_status(v, &pvc, node_names);
+            let digest = StatusDigest::of(&want);
             healths.push(want.health.clone());
             let cached = self
                 .caches
@@ -336,18 +343,19 @@ impl Mirror<'_> {
                 .get(&ObjectRef::new(&key.name).within(&key.namespace));
             let writes = plan(
                 cached.as_deref(),
-                |c: &StorageOSVolume| c.status.as_ref(),
+                |c: &CachedVolume| c.status.as_ref(),
                 self.written_volumes.get(&key),
                 Some(&owner),
-                &want,
+                &digest,
             );
             if writes.any() {
                 stale.push(Stale {
-                    api: Api::<StorageOSVolume>::namespaced(self.ctx.kube.clone(), &key.namespace),
+                    api: Api::<CachedVolume>::namespaced(self.ctx.kube.clone(), &key.namespace),
                     key: key.clone(),
                     name: key.name.clone(),
                     owner: Some(owner),
                     status: want,
+                    remember: digest,
                     writes,
                     cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
                 });
@@ -374,7 +382,7 @@ impl Mirror<'_> {
                     name: orphan.name_any(),
                 };
                 if !wanted.contains(&key) {
-                    let api: Api<StorageOSVolume> = Api::namespaced(self.ctx.kube.clone(), &key.namespace);
+                    let api: Api<CachedVolume> = Api::namespaced(self.ctx.kube.clone(), &key.namespace);
                     let deleted = Instant::now();
                     remove(&api, orphan.as_ref()).await;
                     self.observe(MirrorStep::DeleteVolume, deleted);
@@ -386,12 +394,12 @@ impl Mirror<'_> {
 
     /// Writes the `stale` mirrors of `kind`, [`WRITES_IN_FLIGHT`] at once; a failure is logged
     /// and retried at the next snapshot. Returns what was written, by key.
-    async fn save_all<K, S, Key>(
+    async fn save_all<K, S, W, Key>(
         &self,
-        stale: Vec<Stale<K, S, Key>>,
+        stale: Vec<Stale<K, S, W, Key>>,
         kind: &str,
         step: MirrorStep,
-    ) -> Vec<(Key, Written<S>)>
+    ) -> Vec<(Key, Written<W>)>
     where
         K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         S: Serialize,
@@ -411,7 +419,7 @@ impl Mirror<'_> {
                             Written {
                                 older_versions,
                                 owner: m.owner,
-                                status: m.status,
+                                status: m.remember,
                                 at: saved,
                             },
                         ))

@@ -1,0 +1,104 @@
+//! The volume mirrors as the mirror's watch cache keeps them: identity, owners and a digest of
+//! the status.
+//!
+//! The mirror reads a cached volume mirror for two things only: whether its owner and status
+//! are what it would write. A digest answers the second as well as the status does, and a
+//! status is ten strings and a replica list: at 10,000 volumes the whole cached mirrors were
+//! most of the mirror's ~20 MB (docs/benchmarks.md). The node mirrors keep their whole status:
+//! a node's next status is made from its previous one (when it was last online, since when it
+//! has had its health).
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Deserializer};
+
+use crate::crd::{StorageOSVolume, VolumeMirrorStatus};
+use crate::runtime::kube::view;
+
+/// A volume mirror as cached: name, namespace, UID, version, owners, and its status's digest.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CachedVolume {
+    #[serde(default, deserialize_with = "view::meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "digest_of_status")]
+    pub status: Option<StatusDigest>,
+}
+crate::view_of!(CachedVolume, StorageOSVolume);
+
+/// A digest of a [`VolumeMirrorStatus`]: equal digests are equal statuses (a collision, 1 in
+/// 2^64, would leave one mirror unwritten until its status changes again).
+///
+/// Made by this process for the statuses it compares, never stored: `DefaultHasher::new()`
+/// is fixed within one build, which is all a digest is compared across.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusDigest(u64);
+
+impl StatusDigest {
+    pub fn of(status: &VolumeMirrorStatus) -> Self {
+        let mut h = DefaultHasher::new();
+        status.hash(&mut h);
+        StatusDigest(h.finish())
+    }
+}
+
+/// The status parsed as the mirror's own type (so that the digest is of what the mirror would
+/// write), then dropped for its digest. A status the type cannot read has no digest, like no
+/// status: the mirror writes it again.
+fn digest_of_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StatusDigest>, D::Error> {
+    let status = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(status
+        .and_then(|s| serde_json::from_value::<VolumeMirrorStatus>(s).ok())
+        .map(|s| StatusDigest::of(&s)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+    use serde_json::json;
+
+    fn status() -> serde_json::Value {
+        json!({"id": "v1", "pvc": "data", "health": "healthy", "size": "1Gi", "sizeBytes": 1073741824,
+            "master": {"node": "n1", "health": "online"}, "replicasWanted": 1, "replicasReady": "1/1",
+            "replicas": [{"node": "n2", "health": "ready", "promotable": true}],
+            "attachment": {"type": "host", "node": "n1"}})
+    }
+
+    fn cached(status: serde_json::Value) -> CachedVolume {
+        serde_json::from_value(json!({
+            "apiVersion": "api.storageos.com/v1", "kind": "Volume",
+            "metadata": {"name": "pvc-1", "namespace": "app", "uid": "u", "resourceVersion": "5",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": "data", "uid": "pu"}],
+                "managedFields": [{"manager": "storageos-api-manager"}]},
+            "spec": {}, "status": status
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cached_mirror_keeps_its_owner_and_the_digest_of_what_it_shows() {
+        let c = cached(status());
+        assert_eq!(
+            (c.name_any(), c.namespace(), c.resource_version()),
+            ("pvc-1".into(), Some("app".into()), Some("5".into()))
+        );
+        assert_eq!(c.owner_references()[0].uid, "pu");
+        let want: VolumeMirrorStatus = serde_json::from_value(status()).unwrap();
+        assert_eq!(c.status, Some(StatusDigest::of(&want)));
+        // Any change shows: a replica's health, a field the mirror adds.
+        let mut other = want.clone();
+        other.replicas[0].health = "syncing".into();
+        assert_ne!(c.status, Some(StatusDigest::of(&other)));
+        let mut nfs = want;
+        nfs.nfs = Some(Default::default());
+        assert_ne!(c.status, Some(StatusDigest::of(&nfs)));
+    }
+
+    #[test]
+    fn no_status_or_one_the_mirror_cannot_read_has_no_digest() {
+        assert_eq!(cached(json!(null)).status, None);
+        assert_eq!(cached(json!({"health": 7})).status, None);
+    }
+}
