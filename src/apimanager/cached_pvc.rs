@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::storageclass::{LEGACY_CLASS_ANNOTATION, PvcFields, STORAGECLASS_ANNOTATION};
 use crate::runtime::kube::view;
-use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS};
+use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS, provisioned_by_storageos};
 
 /// A PVC as its cache keeps it: name, namespace, UID, version, creation and deletion times,
 /// labels (the label sync copies them to the volume), its class and bound PV, and what its
@@ -76,16 +76,16 @@ struct Parsed {
 impl From<Parsed> for CachedPvc {
     fn from(mut p: Parsed) -> Self {
         let mut annotations = p.metadata.annotations.take().unwrap_or_default();
-        let provisioners: Vec<String> = PROVISIONER_ANNOTATIONS
+        let by_storageos = provisioned_by_storageos(&annotations);
+        let by_another = PROVISIONER_ANNOTATIONS
             .iter()
-            .filter_map(|a| annotations.remove(*a))
-            .collect();
+            .any(|a| annotations.get(*a).is_some_and(|p| p != CSI_DRIVER));
         CachedPvc {
             metadata: p.metadata,
             spec: p.spec,
             annotated: Annotated {
-                by_storageos: provisioners.iter().any(|p| p == CSI_DRIVER),
-                by_another: provisioners.iter().any(|p| p != CSI_DRIVER),
+                by_storageos,
+                by_another,
                 legacy_class: annotations.remove(LEGACY_CLASS_ANNOTATION),
                 class_uid: annotations.remove(STORAGECLASS_ANNOTATION),
             },

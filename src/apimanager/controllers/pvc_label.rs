@@ -31,8 +31,7 @@ use super::Context;
 use super::config::LabelSyncConfig;
 use super::labels::{self, Failures, LabelSync, Syncing, VolumePlan, plan_volume};
 use crate::apimanager::cached_pvc::CachedPvc;
-use crate::apimanager::storageclass::STORAGECLASS_ANNOTATION;
-use crate::apimanager::storageclass::{ClassRef, class_ref, pick_default};
+use crate::apimanager::storageclass::{ClassRef, STORAGECLASS_ANNOTATION, class_ref, pick_default};
 use crate::apimanager::storageos_poll;
 use crate::reasons::{self, Reason};
 use crate::runtime::kube::cache::Shared;
@@ -152,16 +151,11 @@ pub fn check_class(pvc: &CachedPvc, classes: &[StorageClass]) -> ClassCheck {
     }
 }
 
-/// The PV a PVC is bound to, if any.
-fn pv_name(pvc: &CachedPvc) -> Option<&str> {
-    pvc.bound_pv()
-}
-
 /// What the watch reacts to on StorageOS PVCs: labels, binding and the class annotation (whose
 /// removal re-enables sync after a mismatch).
 fn fingerprint(pvc: &CachedPvc) -> Option<u64> {
     pvc.provisioned_by_storageos()
-        .then(|| labels::fingerprint((pvc.labels(), pv_name(pvc), pvc.annotated.class_uid.as_ref())))
+        .then(|| labels::fingerprint((pvc.labels(), pvc.bound_pv(), pvc.annotated.class_uid.as_ref())))
 }
 
 /// Runs the controller until the future is dropped (at once, when it is turned off).
@@ -234,7 +228,7 @@ async fn sync(pvc: Arc<CachedPvc>, st: Arc<Syncing>) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let ctx = &st.ctx;
-    let Some(pv) = pv_name(&pvc) else {
+    let Some(pv) = pvc.bound_pv() else {
         tracing::debug!(pvc = %pvc_key(&pvc), "not bound yet; syncing once it is");
         return Ok(Action::requeue(UNBOUND_RECHECK));
     };
@@ -337,7 +331,7 @@ async fn apply(pvc: &CachedPvc, st: &Syncing, plan: VolumePlan, mut current: Vol
 async fn resync(st: Arc<Syncing>, cached: Vec<Arc<CachedPvc>>) -> Vec<ObjectRef<CachedPvc>> {
     let mut by_namespace: HashMap<String, Vec<Arc<CachedPvc>>> = HashMap::new();
     for pvc in cached {
-        if pvc.provisioned_by_storageos() && pv_name(&pvc).is_some() {
+        if pvc.provisioned_by_storageos() && pvc.bound_pv().is_some() {
             by_namespace
                 .entry(pvc.namespace().unwrap_or_default())
                 .or_default()
@@ -383,7 +377,7 @@ async fn resync(st: Arc<Syncing>, cached: Vec<Arc<CachedPvc>>) -> Vec<ObjectRef<
         .collect();
     for (namespace, pvcs) in &by_namespace {
         for pvc in pvcs {
-            let Some(volume) = pv_name(pvc).and_then(|pv| by_key.get(&(namespace.as_str(), pv))) else {
+            let Some(volume) = pvc.bound_pv().and_then(|pv| by_key.get(&(namespace.as_str(), pv))) else {
                 continue;
             };
             if let ClassCheck::Use { parameters, .. } = check_class(pvc, &classes)
@@ -502,8 +496,8 @@ mod tests {
         ));
         let foreign =
             pvc("metadata: {name: p, namespace: ns, annotations: {volume.kubernetes.io/storage-provisioner: other}}\n");
-        assert_eq!(pv_name(&unbound), None);
-        assert_eq!(pv_name(&bound), Some("pv1"));
+        assert_eq!(unbound.bound_pv(), None);
+        assert_eq!(bound.bound_pv(), Some("pv1"));
         let fps: Vec<_> = [&unbound, &bound, &annotated].iter().map(|p| fingerprint(p)).collect();
         assert!(fps.iter().all(Option::is_some));
         assert_ne!(fps[0], fps[1]);
