@@ -37,13 +37,26 @@ async fn versions(client: &kube::Client, ns: &str) -> BTreeMap<String, String> {
     let out = std::process::Command::new(support::kubectl())
         .env("KUBECONFIG", support::kubeconfig_path())
         .args(["get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,csidrivers,storageclasses,mutatingwebhookconfigurations",
-               "-A", "-l", &selector, "-o", "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{\"\\n\"}{end}"])
+               "-A", "-l", &selector, "-o", "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}={.metadata.generation}{\"\\n\"}{end}"])
         .output()
         .unwrap();
     let _ = client;
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|l| {
+            let (object, rest) = l.split_once('=')?;
+            let (version, generation) = rest.split_once('=')?;
+            // A workload's status moves with the plane's controllers and kwok after the operator
+            // stopped (a Deployment's ready replicas, on a loaded machine seconds later): its
+            // generation is what a write of its spec changes. Every other object: its version.
+            let what = match object.split('/').next() {
+                Some("Deployment" | "DaemonSet" | "ReplicaSet") if !generation.is_empty() => {
+                    format!("generation {generation}")
+                }
+                _ => version.to_string(),
+            };
+            Some((object.to_string(), what))
+        })
         .collect()
 }
 
