@@ -227,7 +227,10 @@ async fn set_health(http: &reqwest::Client, sim: &str, node: &str, health: &str)
     assert!(r.status().is_success(), "set {node} {health}: {}", r.status());
 }
 
-async fn wait_running(client: &Client) {
+/// Waits for every workload pod to be Running. The bound only ends a hung run: kwok starts a
+/// few pods a second on a loaded plane (5,000 took 18 minutes at 5,000 nodes), so it allows
+/// half a second a pod, and never less than 15 minutes.
+async fn wait_running(client: &Client, pods_made: usize) {
     let pods: Api<Pod> = Api::all(client.clone());
     let lp = ListParams::default()
         .labels(WORKLOAD_LABEL)
@@ -240,8 +243,9 @@ async fn wait_running(client: &Client) {
             Ok(_) => {}
             Err(e) => eprintln!("  listing pods: {e}"),
         }
-        if start.elapsed() > Duration::from_secs(900) {
-            panic!("pods are not all Running after 15 minutes");
+        let bound = Duration::from_secs(900.max(pods_made as u64 / 2));
+        if start.elapsed() > bound {
+            panic!("pods are not all Running after {} s", bound.as_secs());
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
@@ -312,7 +316,7 @@ async fn workload(
         })
         .await;
     let created = t0.elapsed();
-    wait_running(&client).await;
+    wait_running(&client, pods).await;
     json!({"namespaces": namespaces, "namespaces_with_volumes": with_volumes, "volumes": volumes, "pods": pods,
            "pods_with_claims": with_claims, "create_s": created.as_secs_f64(), "running_s": t0.elapsed().as_secs_f64()})
 }

@@ -19,7 +19,7 @@
 # and writes OUT/results.json, OUT/table.md, PNG plots (gnuplot) and, unless --no-doc, the
 # generated part of docs/benchmarks.md (between its bench markers) and docs/benchmarks/*.png.
 #
-#   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--force-density]
+#   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--volumes N] [--force-density]
 #                 [--out DIR] [--no-doc] [--fence-trials 20] [--no-fence-busy] [--cluster-trials 10]
 #                 [--shared 1000] [--rps 200] [--webhook-seconds 30] [--report-only] [--no-build]
 #
@@ -27,11 +27,12 @@
 # kubelet's default maximum of 110 pods a node) at every size; --pods N instead sets the count at
 # the largest size (smaller sizes get as many per node). More than 110 pods a node is refused
 # unless --force-density (a density no kubelet runs by default makes fencing and memory figures
-# that mean nothing). Each size gets 2 StorageOS volumes per 10 pods, and one namespace per 100
-# pods (half of them hold the StorageOS volumes and the pods using them). Loopback only, except
-# the webhook listener: the apiserver reaches webhooks through a Service, and Endpoints may not
-# point at loopback, so it listens on this machine's own address. Everything it starts is
-# stopped on exit.
+# that mean nothing). Each size gets 2 StorageOS volumes per 10 pods (--volumes N instead sets the
+# count at the largest size, smaller sizes in proportion: 5,000 volumes for 50,000 pods is one in
+# ten pods on a volume), and one namespace per 100 pods (half of them hold the StorageOS volumes
+# and the pods using them). Loopback only, except the webhook listener: the apiserver reaches
+# webhooks through a Service, and Endpoints may not point at loopback, so it listens on this
+# machine's own address. Everything it starts is stopped on exit.
 #
 # Its plane is its own (K8S_STATE, K8S_PORT, ETCD_PORT default to bench values, apart from
 # hack/test.sh's); ports K8S_PORT+10..+13 serve the simulator, metrics and the webhook.
@@ -51,6 +52,8 @@ SIZES=3,100,1000
 # Pods per node at every size (--pods-per-node), unless --pods sets the count at the largest.
 PODS_PER_NODE=10
 PODS=
+# StorageOS volumes at the largest size (--volumes); empty: 2 per 10 pods at every size.
+VOLUMES=
 # The kubelet's default --max-pods.
 KUBELET_MAX_PODS=110
 FORCE_DENSITY=0
@@ -76,6 +79,7 @@ while (($#)); do
     --nodes) SIZES=$2; shift 2 ;;
     --pods) PODS=$2; shift 2 ;;
     --pods-per-node) PODS_PER_NODE=$2; shift 2 ;;
+    --volumes) VOLUMES=$2; shift 2 ;;
     --force-density) FORCE_DENSITY=1; shift ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --no-doc) DOC=0; shift ;;
@@ -87,7 +91,7 @@ while (($#)); do
     --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -99,6 +103,13 @@ pods_at() {
   if [[ -n $PODS ]]; then p=$((PODS * n / MAX_NODES)); else p=$((PODS_PER_NODE * n)); fi
   ((p >= 10)) || p=10
   echo "$p"
+}
+# StorageOS volumes at size $1 with $2 pods (see --volumes).
+volumes_at() {
+  local n=$1 pods=$2 v
+  if [[ -n $VOLUMES ]]; then v=$((VOLUMES * n / MAX_NODES)); else v=$((pods / 5)); fi
+  ((v >= 1)) || v=1
+  echo "$v"
 }
 for n in "${NODE_SIZES[@]}"; do
   p=$(pods_at "$n")
@@ -166,6 +177,8 @@ stop_all() {
 BUSY=()
 stop_busy() {
   local p
+  # `wait` with no operand would wait for every child (the simulator, the processes under test).
+  ((${#BUSY[@]})) || return 0
   for p in "${BUSY[@]}"; do
     pkill -P "$p" 2>/dev/null || true
     kill "$p" 2>/dev/null || true
@@ -201,7 +214,7 @@ fi
   echo "  \"operator\": \"$("$BIN" --version 2>/dev/null || echo unknown)\","
   echo "  \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo -dirty)\","
   echo "  \"kubernetes\": \"$K8S_VERSION\", \"etcd\": \"$ETCD_VERSION\", \"kwok\": \"$KWOK_VERSION\","
-  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $(pods_at "$MAX_NODES"), \"pods_flag\": \"$PODS\", \"pods_per_node\": $PODS_PER_NODE,"
+  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $(pods_at "$MAX_NODES"), \"pods_flag\": \"$PODS\", \"volumes_flag\": \"$VOLUMES\", \"pods_per_node\": $PODS_PER_NODE,"
   echo "  \"load_at_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\""
   echo "}"
 } >"$OUT/machine.json"
@@ -331,7 +344,8 @@ run_size() {
   mkdir -p "$DIR"
   local pods
   pods=$(pods_at "$n")
-  local volumes=$((pods / 5)) namespaces=$(((pods + 99) / 100))
+  local volumes namespaces=$(((pods + 99) / 100))
+  volumes=$(volumes_at "$n" "$pods")
 
   step "n=$n: control plane with $n kwok nodes"
   hack/k8s.sh down >/dev/null 2>&1 || true

@@ -377,7 +377,8 @@ def main():
         BEGIN,
         "",
         f"Run of {m.get('date', '?')} (`hack/bench.sh --nodes {m.get('sizes', '?')} "
-        + (f"--pods {m['pods_flag']}" if m.get("pods_flag") else f"--pods-per-node {m.get('pods_per_node', m.get('pods_at_largest', '?'))}") + "`), "
+        + (f"--pods {m['pods_flag']}" if m.get("pods_flag") else f"--pods-per-node {m.get('pods_per_node', m.get('pods_at_largest', '?'))}")
+        + (f" --volumes {m['volumes_flag']}" if m.get("volumes_flag") else "") + "`), "
         f"commit `{m.get('commit', '?')}`: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB, "
         f"Linux {m.get('kernel', '?')}, {m.get('rustc', '?')}; Kubernetes {m.get('kubernetes', '?')}, etcd {m.get('etcd', '?')}, "
         f"kwok {m.get('kwok', '?')}. Load average at the start: {m.get('load_at_start', '?')}; during each idle minute: "
