@@ -236,6 +236,7 @@ async fn wait_running(client: &Client, pods_made: usize) {
         .labels(WORKLOAD_LABEL)
         .fields("status.phase!=Running")
         .limit(1);
+    let bound = Duration::from_secs(900.max(pods_made as u64 / 2));
     let start = Instant::now();
     loop {
         match pods.list(&lp).await {
@@ -243,7 +244,6 @@ async fn wait_running(client: &Client, pods_made: usize) {
             Ok(_) => {}
             Err(e) => eprintln!("  listing pods: {e}"),
         }
-        let bound = Duration::from_secs(900.max(pods_made as u64 / 2));
         if start.elapsed() > bound {
             panic!("pods are not all Running after {} s", bound.as_secs());
         }
