@@ -16,8 +16,20 @@ if ! hack/k8s.sh status >/dev/null 2>&1; then
 fi
 # (An `if`, not `[[ ]] && ...`: a false test as the trap's last command would make the whole run
 # exit 1 when the plane was already up.)
-cleanup() { if [[ $started_plane == 1 ]]; then hack/k8s.sh down; fi; }
+# Each step's wall time, printed at the end (pass or fail): where a slow run spent its minutes.
+timings=()
+step_start=$SECONDS
+timed() { timings+=("$(printf '%5d s  %s' $((SECONDS - step_start)) "$1")"); step_start=$SECONDS; }
+print_timings() {
+  echo "---- wall time by step (total ${SECONDS} s) ----"
+  printf '%s\n' "${timings[@]}"
+}
+cleanup() {
+  print_timings
+  if [[ $started_plane == 1 ]]; then hack/k8s.sh down; fi
+}
 trap cleanup EXIT
+timed "control plane up"
 eval "$(hack/k8s.sh env)"
 export KUBECONFIG
 # Integration tests never skip: the test support uses this plane (and refuses any cluster that
@@ -26,10 +38,12 @@ export KUBECONFIG
 # The OLM bundle against OLM's own validators (built once by hack/olm.sh): any error or warning
 # fails the run, with the validator's messages.
 hack/olm.sh validate olm
+timed "OLM bundle validation"
 
 # The distribution tools (chart and image tests): helm and crane built from Go modules,
 # cargo-cyclonedx, the aarch64 cross linker and qemu-aarch64; once, cached like the plane.
 hack/tools.sh all
+timed "distribution tools"
 
 # The dependency tree against deny.toml: licences, banned crates and sources need no network and
 # always run (cargo-deny is installed below when missing). Advisories need the
@@ -48,12 +62,14 @@ if cargo deny fetch db >/dev/null 2>&1; then
 else
   echo "cargo deny check advisories: skipped (the RustSec database cannot be fetched from here)" >&2
 fi
+timed "cargo deny"
 
 cargo build --bins
 cargo test --all-targets --no-run
 # The release configuration (hack/image.sh builds it without the simulator) compiles and lints
 # clean too; the default build above has the feature on.
 cargo clippy --no-default-features --lib --bins -- -D warnings
+timed "builds and the release configuration's lints"
 
 # The fault matrix (tests/k8s_faults.rs) restarts its kube-apiserver, so it runs on a control
 # plane of its own; it also spends most of its time waiting (a 60 s outage, lease take-overs),
@@ -64,9 +80,13 @@ cargo clippy --no-default-features --lib --bins -- -D warnings
 faults_log=$(mktemp)
 (
   rc=0
+  lane_start=$SECONDS
   cargo test --test k8s_faults --no-fail-fast || rc=1
+  echo "(the fault matrix took $((SECONDS - lane_start)) s)"
   echo "---- the seeded chaos soak (tests/k8s_soak.rs) ----"
+  lane_start=$SECONDS
   SOAK_MINUTES=${SOAK_CI_MINUTES:-2} SOAK_SEED=1 cargo test --test k8s_soak -- --nocapture || rc=$((rc + 2))
+  echo "(the soak took $((SECONDS - lane_start)) s)"
   exit "$rc"
 ) >"$faults_log" 2>&1 &
 faults_pid=$!
@@ -78,6 +98,7 @@ for f in tests/*.rs; do
 done
 rest=0
 cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
+timed "unit, API and single-file test targets"
 # The integration binary (tests/k8s/main.rs, one module per scenario) runs one scenario at a
 # time, as when each was a binary of its own: scenarios share the plane's cluster-scoped objects,
 # its audit log and its webhook configurations, and the idle checks count every write of an
@@ -86,9 +107,11 @@ for f in tests/k8s/*.rs; do
   module=$(basename "$f" .rs)
   [[ $module == main ]] && continue
   cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" "$module::" --skip "_$module::" || rest=$?
+  timed "k8s $module::"
 done
 faults=0
 wait "$faults_pid" || faults=$?
+timed "waiting for the fault lane (fault matrix, then soak; started with the unit tests)"
 echo "---- the fault matrix (tests/k8s_faults.rs) ----"
 cat "$faults_log"
 rm -f "$faults_log"
