@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::core::PartialObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use storageos_operator::apimanager::cached_pvc::CachedPvc;
@@ -187,13 +188,23 @@ fn each_cache_view_keeps_under_two_thirds_of_what_the_whole_object_costs() {
     let node_whole = per_object::<Node>(node, |n| n.metadata.managed_fields = None);
     let node_state = per_object::<NodeState>(node, |_| {});
     let cached_node = per_object::<CachedNode>(node, |_| {});
+    // The api-manager's second Node cache until both became one `NodeState`: metadata only,
+    // every annotation but the CSI driver's dropped.
+    let node_meta = per_object::<PartialObjectMeta<Node>>(node, |n| {
+        n.metadata.managed_fields = None;
+        if let Some(a) = n.metadata.annotations.as_mut() {
+            a.retain(|k, _| k == "csi.volume.kubernetes.io/nodeid");
+        }
+    });
     let pod_whole = per_object::<Pod>(node_pod, |p| p.metadata.managed_fields = None);
     let pod_view = per_object::<NodePod>(node_pod, |_| {});
     let mirror_whole = per_object::<StorageOSVolume>(volume_mirror, |v| v.metadata.managed_fields = None);
     let mirror_view = per_object::<CachedVolume>(volume_mirror, |_| {});
     println!("heap bytes per cached object (whole struct without managedFields -> view):");
     println!("  PVC: {pvc_whole} -> CachedPvc {pvc_view}");
-    println!("  Node: {node_whole} -> NodeState {node_state}, CachedNode {cached_node}");
+    println!(
+        "  Node: {node_whole} -> NodeState {node_state}, CachedNode {cached_node} (metadata only, one annotation: {node_meta})"
+    );
     println!("  StorageOS node pod: {pod_whole} -> NodePod {pod_view}");
     println!("  volume mirror: {mirror_whole} -> CachedVolume {mirror_view}");
     for (what, whole, view) in [

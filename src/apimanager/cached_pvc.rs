@@ -13,21 +13,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
 use super::storageclass::{LEGACY_CLASS_ANNOTATION, PvcFields, STORAGECLASS_ANNOTATION};
-use crate::runtime::kube::view;
+use crate::runtime::kube::view::{self, Labels};
 use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS, provisioned_by_storageos};
 
 /// A PVC as its cache keeps it: name, namespace, UID, version, creation and deletion times,
 /// labels (the label sync copies them to the volume), its class and bound PV, and what its
 /// annotations say about who provisions it and which class it was made from.
 ///
-/// The annotations themselves are not kept (`metadata.annotations` is always `None`): a map is
-/// a B-tree node of ~0.5 KB however few entries it holds, so what they say is kept as fields
-/// ([`Annotated`]).
+/// Neither map is kept in `metadata` (`labels` and `annotations` are always `None` there): a
+/// map is a B-tree node of ~0.5 KB however few entries it holds, so the labels are kept compact
+/// ([`CachedPvc::labels`]) and what the annotations say as fields ([`Annotated`]).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(from = "Parsed")]
 pub struct CachedPvc {
     pub metadata: ObjectMeta,
     pub spec: Option<CachedPvcSpec>,
+    /// The PVC's labels (`ResourceExt::labels()` is empty on a `CachedPvc`).
+    pub labels: Labels,
     pub annotated: Annotated,
 }
 crate::view_of!(CachedPvc, PersistentVolumeClaim);
@@ -81,6 +83,7 @@ impl From<Parsed> for CachedPvc {
             .iter()
             .any(|a| annotations.get(*a).is_some_and(|p| p != CSI_DRIVER));
         CachedPvc {
+            labels: p.metadata.labels.take().into(),
             metadata: p.metadata,
             spec: p.spec,
             annotated: Annotated {
@@ -154,7 +157,8 @@ mod tests {
             ("data".into(), Some("app".into()), Some("u1".into()), Some("9".into()))
         );
         assert!(pvc.creation_timestamp().is_some() && pvc.metadata.deletion_timestamp.is_some());
-        assert_eq!(pvc.labels()["tier"], "gold");
+        assert_eq!(pvc.labels.get("tier"), Some("gold"));
+        assert!(pvc.metadata.labels.is_none(), "kept compact, beside the metadata");
         assert!(pvc.metadata.annotations.is_none(), "what they say is kept, not the map");
         assert_eq!(
             pvc.annotated,

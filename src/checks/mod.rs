@@ -13,7 +13,7 @@ pub use cluster::{host_ports, leftovers, pod_security, storage_conflicts};
 pub use kubernetes::kubernetes_version;
 #[cfg(test)]
 pub use nodes::ineligible;
-pub use nodes::{Platform, cpu_millis, ineligible_by_labels, ineligible_platform, memory_bytes, node_checks};
+pub use nodes::{Platform, cpu_millis, ineligible_os_arch, ineligible_platform, memory_bytes, node_checks};
 
 /// The newest Kubernetes minor the project is tested on (hack/versions.env).
 pub const TESTED_KUBERNETES: (u64, u64) = (1, 36);

@@ -61,11 +61,10 @@ fn platform(os: &str, arch: &str) -> Option<String> {
     None
 }
 
-/// [`ineligible_platform`] from a Node's well-known labels `kubernetes.io/os` and `kubernetes.io/arch`
-/// (which a metadata-only watch carries; the kernel is not among them).
-pub fn ineligible_by_labels(labels: &BTreeMap<String, String>) -> Option<String> {
-    let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
-    platform(label("kubernetes.io/os"), label("kubernetes.io/arch"))
+/// [`ineligible_platform`] from a Node's well-known labels `kubernetes.io/os` and
+/// `kubernetes.io/arch` (empty when missing; the kernel is not among them).
+pub fn ineligible_os_arch(os: &str, arch: &str) -> Option<String> {
+    platform(os, arch)
 }
 
 /// OS, architecture, kernel, runtime and allocatable resources of one node.

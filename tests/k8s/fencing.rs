@@ -619,7 +619,7 @@ async fn the_fencer_fences_while_the_rest_of_the_process_is_blocked() {
     let ctx = support::api_manager_context_as(&w.sim, FLAGS, Client::try_from(config.clone()).unwrap()).await;
     let mut worker = fencing::worker::start(&ctx, config, ctx.poll_pvcs()).unwrap();
     // The Node-state cache the fencer waits for is filled by this runtime, before it is blocked.
-    ctx.node_states.ready().await;
+    ctx.nodes.ready().await;
     w.polled().await;
 
     w.sim.set_health(&lost, Health::Offline).unwrap();
@@ -649,6 +649,12 @@ async fn the_fencer_fences_while_the_rest_of_the_process_is_blocked() {
         fenced,
         "the pod on the offline node was not fenced while the process's runtime was blocked"
     );
+    // The event follows the delete (and the attachment cleanup), published from the worker:
+    // wait for it, then count it (read at once, it was missing in one CI run).
+    wait_for("the Fenced event", POLL * 2, || async {
+        (!w.pod_events("app", "Fenced").await.is_empty()).then_some(())
+    })
+    .await;
     assert_eq!(w.pod_events("app", "Fenced").await.len(), 1);
     // Dropped, the worker stops; it never ended by itself.
     assert!(

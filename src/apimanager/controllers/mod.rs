@@ -22,10 +22,8 @@ pub mod snapshot;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, ListParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::events::EventType;
 
 use super::cached_pvc::CachedPvc;
@@ -63,11 +61,10 @@ pub struct Context {
     pub storageos: StorageOSPoll,
     /// Every PVC, cached once for the process (the webhooks' cache in `run`).
     pub pvcs: Shared<CachedPvc>,
-    /// Every Node's metadata, cached once for the process (node label sync, mirror).
-    pub nodes: Shared<PartialObjectMeta<Node>>,
-    /// Every Node's taints, cordon, Ready condition and out-of-service mark, and nothing else
-    /// (fencer, out-of-service): read each poll without listing every Node.
-    pub node_states: Shared<node_state::NodeState>,
+    /// Every Node, cached once for the process as what its readers read of it
+    /// ([`node_state::NodeState`]: the fencer, out-of-service, the node label sync, the mirror
+    /// and the drain guard): read each poll without listing every Node.
+    pub nodes: Shared<node_state::NodeState>,
 }
 
 impl Context {
@@ -91,8 +88,7 @@ impl Context {
             metrics,
             storageos: StorageOSPoll::default(),
             pvcs,
-            nodes: Shared::trimmed(node_meta),
-            node_states: Shared::default(),
+            nodes: Shared::default(),
         }
     }
 
@@ -134,7 +130,6 @@ impl Context {
             storageos: self.storageos.clone(),
             pvcs: self.pvcs.clone(),
             nodes: self.nodes.clone(),
-            node_states: self.node_states.clone(),
         }
     }
 
@@ -165,19 +160,6 @@ pub async fn cluster_event(ctx: &Context, kit: &ControllerKit, kind: EventType, 
         }
         Err(e) => tracing::warn!(reason = %reason, error = %e, "cannot list StorageOSClusters to publish an event"),
     }
-}
-
-/// The node label sync, the mirror and the drain guard read a cached Node's name, UID, labels
-/// and the CSI driver annotation (`storageos::kube::runs_storageos`) only: the other
-/// annotations go (a map of its own on every Node, ~0.7 KB each).
-fn node_meta(node: &mut PartialObjectMeta<Node>) {
-    use crate::storageos::kube::CSI_NODE_ANNOTATION;
-    node.metadata.annotations = node
-        .metadata
-        .annotations
-        .take()
-        .and_then(|mut a| a.remove_entry(CSI_NODE_ANNOTATION))
-        .map(|entry| std::collections::BTreeMap::from([entry]));
 }
 
 /// The process's PVC cache: every PVC, as a [`CachedPvc`] view.
@@ -229,29 +211,6 @@ pub async fn run(ctx: Arc<Context>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cached_node_keeps_the_csi_annotation_and_no_other() {
-        use crate::storageos::kube::{CSI_NODE_ANNOTATION, runs_storageos};
-        let mut node: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "n", "labels": {"a": "b"},
-                "annotations": {CSI_NODE_ANNOTATION: r#"{"csi.storageos.com":"n"}"#, "node.alpha.kubernetes.io/ttl": "0"}}
-        }))
-        .unwrap();
-        node_meta(&mut node);
-        let annotations = node.metadata.annotations.clone().unwrap();
-        assert_eq!(annotations.keys().collect::<Vec<_>>(), [CSI_NODE_ANNOTATION]);
-        assert!(runs_storageos(&annotations));
-        assert_eq!(node.metadata.labels.unwrap()["a"], "b");
-        let mut other: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "m", "annotations": {"kwok.x-k8s.io/node": "fake"}}
-        }))
-        .unwrap();
-        node_meta(&mut other);
-        assert!(other.metadata.annotations.is_none());
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_periodic_loop_runs_after_its_delay_then_every_interval_and_not_at_all_when_off() {

@@ -16,26 +16,24 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 use super::config::LabelSyncConfig;
 use super::labels::{self, Failures, LabelSync, NodePlan, Syncing, plan_node};
+use super::node_state::NodeState;
 use crate::apimanager::storageos_poll;
 use crate::runtime::kube::cache::Shared;
 use crate::storageos;
-use crate::storageos::kube::runs_storageos;
 use std::future::Future;
 
 /// The controller's name in metrics, logs and events.
 pub const NAME: &str = "node-label";
 
-/// Only metadata is watched: labels and annotations are all this needs.
-type NodeMeta = PartialObjectMeta<Node>;
+/// The process's Node cache: labels and whether StorageOS runs there are all this reads.
+type NodeMeta = NodeState;
 
 /// Why a node's labels could not be synced (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +52,7 @@ fn api_error(node: &NodeMeta, failures: Failures) -> Error {
 
 /// What the watch reacts to: the labels of nodes that run StorageOS.
 fn fingerprint(node: &NodeMeta) -> Option<u64> {
-    runs_storageos(node.annotations()).then(|| labels::fingerprint(node.labels()))
+    node.runs_storageos().then(|| labels::fingerprint(&node.labels))
 }
 
 /// Runs the controller until the future is dropped (at once, when it is turned off).
@@ -92,7 +90,7 @@ impl LabelSync for NodeLabelSync {
 }
 
 async fn sync(node: Arc<NodeMeta>, st: Arc<Syncing>) -> Result<Action, Error> {
-    if !runs_storageos(node.annotations()) {
+    if !node.runs_storageos() {
         return Ok(Action::await_change());
     }
     let ctx = &st.ctx;
@@ -106,7 +104,7 @@ async fn sync(node: Arc<NodeMeta>, st: Arc<Syncing>) -> Result<Action, Error> {
         tracing::debug!(node = %name, "StorageOS does not know this node; nothing to sync");
         return Ok(Action::await_change());
     };
-    let plan = plan_node(node.labels(), &current);
+    let plan = plan_node(&node.labels.to_map(), &current);
     st.report_not_applied(node.as_ref(), &plan.not_applied).await;
     apply(&node, &st, plan, current).await
 }
@@ -158,11 +156,11 @@ async fn resync(st: Arc<Syncing>, cached: Vec<Arc<NodeMeta>>) -> Vec<ObjectRef<N
     let by_name: HashMap<&str, &storageos::models::Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     cached
         .iter()
-        .filter(|node| runs_storageos(node.annotations()))
+        .filter(|node| node.runs_storageos())
         .filter(|node| {
             by_name
                 .get(node.name_any().as_str())
-                .is_some_and(|current| plan_node(node.labels(), current).has_writes())
+                .is_some_and(|current| plan_node(&node.labels.to_map(), current).has_writes())
         })
         .map(|node| ObjectRef::from_obj(node.as_ref()))
         .collect()

@@ -155,7 +155,7 @@ pub fn check_class(pvc: &CachedPvc, classes: &[StorageClass]) -> ClassCheck {
 /// removal re-enables sync after a mismatch).
 fn fingerprint(pvc: &CachedPvc) -> Option<u64> {
     pvc.provisioned_by_storageos()
-        .then(|| labels::fingerprint((pvc.labels(), pvc.bound_pv(), pvc.annotated.class_uid.as_ref())))
+        .then(|| labels::fingerprint((&pvc.labels, pvc.bound_pv(), pvc.annotated.class_uid.as_ref())))
 }
 
 /// Runs the controller until the future is dropped (at once, when it is turned off).
@@ -266,7 +266,7 @@ async fn sync(pvc: Arc<CachedPvc>, st: Arc<Syncing>) -> Result<Action, Error> {
             .await
             .map_err(|e| kube_error("record the StorageClass UID", e))?;
     }
-    let plan = plan_volume(&parameters, pvc.labels(), &volume);
+    let plan = plan_volume(&parameters, &pvc.labels.to_map(), &volume);
     st.report_not_applied(pvc.as_ref(), &plan.not_applied).await;
     apply(&pvc, &st, plan, volume).await
 }
@@ -381,7 +381,7 @@ async fn resync(st: Arc<Syncing>, cached: Vec<Arc<CachedPvc>>) -> Vec<ObjectRef<
                 continue;
             };
             if let ClassCheck::Use { parameters, .. } = check_class(pvc, &classes)
-                && plan_volume(&parameters, pvc.labels(), volume).has_writes()
+                && plan_volume(&parameters, &pvc.labels.to_map(), volume).has_writes()
             {
                 due.push(ObjectRef::from_obj(pvc.as_ref()));
             }

@@ -109,12 +109,10 @@ where
     reflect_into(owner, events, None)
 }
 
-/// Where a [`Shared`] cache tells its readers what it took in, and what it drops beyond
-/// [`slim`].
+/// Where a [`Shared`] cache tells its readers what it took in.
 struct Feed<K> {
     changes: broadcast::Sender<watcher::Event<Arc<K>>>,
     filled: watch::Sender<bool>,
-    trim: fn(&mut K),
 }
 
 /// [`reflect_events`], passing each event the cache has taken in on to `feed` (when anyone
@@ -129,11 +127,7 @@ where
 {
     let (store, writer) = reflector::store::<K>();
     let kind = K::kind(&()).to_string();
-    let trim: fn(&mut K) = feed.as_ref().map_or(|_| {}, |f| f.trim);
-    let events = events.modify(move |obj| {
-        slim(obj);
-        trim(obj);
-    });
+    let events = events.modify(slim);
     let drive = reflector::reflector(writer, events)
         .default_backoff()
         .for_each(move |event| {
@@ -185,30 +179,20 @@ struct Cache<K: Resource<DynamicType = ()> + 'static> {
 /// them from the cache ([`Shared::changes`]) instead of watching and caching the kind again.
 pub struct Shared<K: Resource<DynamicType = ()> + 'static> {
     cache: Arc<OnceLock<Cache<K>>>,
-    trim: fn(&mut K),
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for Shared<K> {
     fn clone(&self) -> Self {
         Self {
             cache: self.cache.clone(),
-            trim: self.trim,
         }
     }
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Default for Shared<K> {
     fn default() -> Self {
-        Self::trimmed(|_| {})
-    }
-}
-
-impl<K: Resource<DynamicType = ()> + 'static> Shared<K> {
-    /// A cache whose objects also go through `trim`, which drops what none of its readers read.
-    pub fn trimmed(trim: fn(&mut K)) -> Self {
         Self {
             cache: Arc::new(OnceLock::new()),
-            trim,
         }
     }
 }
@@ -224,7 +208,6 @@ where
             let feed = Feed {
                 changes: changes.clone(),
                 filled: filled_tx,
-                trim: self.trim,
             };
             let events = watcher(Api::<K>::all(client.clone()), every());
             let (store, drive) = reflect_into(owner, events, Some(feed));

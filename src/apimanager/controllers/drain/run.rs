@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -23,6 +22,7 @@ use kube::{Resource, ResourceExt};
 use super::guard::{self, BLOCKED_BY_ANNOTATION, NODE_ANNOTATION};
 use super::plan::{self, Inputs, Upgrade};
 use crate::apimanager::controllers::mirror::owner_of;
+use crate::apimanager::controllers::node_state::NodeState;
 use crate::apimanager::controllers::snapshot::{OnSnapshot, Subscription};
 use crate::apimanager::controllers::{Context, reflect};
 use crate::apimanager::maintenance::Maintenance;
@@ -94,7 +94,7 @@ struct Guards<'a> {
     image: String,
     pods: &'a Store<Pod>,
     budgets: &'a Store<PodDisruptionBudget>,
-    k8s_nodes: &'a Store<PartialObjectMeta<Node>>,
+    k8s_nodes: &'a Store<NodeState>,
     kit: ControllerKit,
     /// StorageOS node ID → name, from the last node list read.
     node_names: Option<HashMap<String, String>>,

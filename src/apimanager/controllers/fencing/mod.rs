@@ -84,8 +84,8 @@ pub async fn run(ctx: Arc<Context>) {
     // Which Nodes carry the out-of-service taint is read from the process's Node-state cache.
     // The kit (its metrics series) exists from the start, not once the cache is filled.
     let kit = Arc::new(ctx.kit(CONTROLLER));
-    let node_states = ctx.node_states.get(&ctx.kube, CONTROLLER);
-    ctx.node_states.ready().await;
+    let node_states = ctx.nodes.get(&ctx.kube, CONTROLLER);
+    ctx.nodes.ready().await;
     let mut fencer = Fencer {
         node_states,
         kit,
@@ -102,7 +102,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// The fencer between node snapshots: its episodes, each a task it owns.
 struct Fencer {
     ctx: Arc<Context>,
-    /// Every Node's taints ([`Context::node_states`]).
+    /// Every Node's taints ([`Context::nodes`]).
     node_states: kube::runtime::reflector::Store<NodeState>,
     kit: Arc<ControllerKit>,
     config: FencerConfig,

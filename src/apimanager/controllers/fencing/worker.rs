@@ -73,7 +73,7 @@ impl Drop for Report {
 /// caches.
 pub fn start(ctx: &Arc<Context>, kube: kube::Config, pvcs: Store<CachedPvc>) -> Result<Worker, Error> {
     if ctx.config.fencer.is_some() {
-        ctx.node_states.get(&ctx.kube, super::CONTROLLER);
+        ctx.nodes.get(&ctx.kube, super::CONTROLLER);
     }
     let (stop_tx, stop) = oneshot::channel::<()>();
     let (ended_tx, ended) = oneshot::channel();

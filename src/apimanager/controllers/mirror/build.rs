@@ -1,7 +1,7 @@
 //! The build step of the mirror (pure): the status of each `api.storageos.com` object from a
 //! StorageOS node or volume, and which objects to write or delete.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -12,6 +12,7 @@ use crate::crd::{
     NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
     VolumeReplica,
 };
+use crate::runtime::kube::view::Labels;
 use crate::storageos::models::{
     Health, LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Node, Volume,
 };
@@ -35,8 +36,13 @@ pub fn quantity(bytes: u64) -> String {
 
 /// `status` with the eligibility of its Kubernetes Node, from that Node's `labels` (None while
 /// the Node is not known: then nothing is said).
-pub fn with_eligibility(mut status: NodeMirrorStatus, labels: Option<&BTreeMap<String, String>>) -> NodeMirrorStatus {
-    let why = labels.and_then(crate::checks::ineligible_by_labels);
+pub fn with_eligibility(mut status: NodeMirrorStatus, labels: Option<&Labels>) -> NodeMirrorStatus {
+    let why = labels.and_then(|l| {
+        crate::checks::ineligible_os_arch(
+            l.get("kubernetes.io/os").unwrap_or_default(),
+            l.get("kubernetes.io/arch").unwrap_or_default(),
+        )
+    });
     status.eligible = labels.map(|_| why.is_none());
     status.ineligible_because = why;
     status
@@ -286,6 +292,7 @@ pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>
 mod tests {
     use super::*;
     use crate::storageos::models::{Master, Replica};
+    use std::collections::BTreeMap;
 
     fn node(health: Health) -> Node {
         serde_json::from_value(serde_json::json!({
@@ -337,10 +344,10 @@ mod tests {
         let t = at("2026-01-01T00:00:00Z");
         let status = node_status(&node(Health::Online), None, t, Some(t), Drain::Unknown);
         let labels = |arch: &str| {
-            BTreeMap::from([
+            Labels::from(BTreeMap::from([
                 ("kubernetes.io/os".to_string(), "linux".to_string()),
                 ("kubernetes.io/arch".to_string(), arch.to_string()),
-            ])
+            ]))
         };
         let amd = with_eligibility(status.clone(), Some(&labels("amd64")));
         assert_eq!((amd.eligible, amd.ineligible_because), (Some(true), None));

@@ -26,10 +26,8 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -37,6 +35,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::drain::rule as drain;
+use super::node_state::NodeState;
 use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
@@ -96,7 +95,8 @@ struct Caches {
     nodes: Store<StorageOSNode>,
     /// The volume mirrors, each with a digest of its status ([`cached`]).
     volumes: Store<CachedVolume>,
-    k8s_nodes: Store<PartialObjectMeta<Node>>,
+    /// The process's Node cache (`Context::nodes`): the node mirrors' owners.
+    k8s_nodes: Store<NodeState>,
     /// The process's PVC cache (`Context::pvcs`).
     pvcs: Store<CachedPvc>,
 }
@@ -254,7 +254,7 @@ impl Mirror<'_> {
                     self.last_online.get(&n.name).copied(),
                     drain,
                 ),
-                k8s_node.as_ref().map(|k| k.labels()),
+                k8s_node.as_ref().map(|k| &k.labels),
             );
             let owner = k8s_node.and_then(|k| owner_of(k.as_ref()));
             let writes = plan(

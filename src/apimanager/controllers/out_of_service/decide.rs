@@ -3,12 +3,12 @@
 //! that failed is no evidence, so it never leads to a taint (and starts every count again).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::super::node_state::NodeState as KubeNode;
 use kube::ResourceExt;
 use tokio::time::Instant;
 
-use super::MARK;
 use crate::apimanager::controllers::fencing::episodes::too_many_offline;
 use crate::apimanager::controllers::fencing::select::out_of_service;
 use crate::apimanager::maintenance::Maintenance;
@@ -21,7 +21,8 @@ pub use crate::apimanager::controllers::config::OutOfServiceConfig as Rules;
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
     pub storageos: Option<&'a [StorageOSNode]>,
-    pub kube: Option<&'a [KubeNode]>,
+    /// The Node cache's own copies (shared, not cloned each poll).
+    pub kube: Option<&'a [Arc<KubeNode>]>,
     /// Whether an upgrade holds maintenance; `None`: cannot tell.
     pub maintenance: Option<&'a Maintenance>,
 }
@@ -104,7 +105,7 @@ pub fn ready(node: &KubeNode) -> Option<bool> {
 
 /// Whether this controller put the Node's taint there (its mark is on the Node).
 pub fn marked(node: &KubeNode) -> bool {
-    node.annotations().contains_key(MARK)
+    node.annotated.marked
 }
 
 fn cordoned(node: &KubeNode) -> bool {
@@ -130,13 +131,14 @@ impl Memory {
         }
         let mut decision = Decision::default();
         let mut candidates = Vec::new();
+        let by_name: HashMap<&str, &StorageOSNode> = storageos.iter().map(|n| (n.name.as_str(), n)).collect();
         for node in kube {
             let name = node.name_any();
             let ready = ready(node);
             if marked(node) && out_of_service(node) {
                 decision.marked += 1;
             }
-            let Some(sos) = storageos.iter().find(|n| n.name == name) else {
+            let Some(sos) = by_name.get(name.as_str()).copied() else {
                 if marked(node) && !out_of_service(node) {
                     decision.actions.push(Action::Unmark { node: name });
                 }
@@ -204,6 +206,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::apimanager::controllers::node_state::MARK;
 
     const RULES: Rules = Rules {
         offline_polls: 3,
@@ -222,7 +225,7 @@ mod tests {
     }
 
     /// A Kubernetes Node; `ready` None: no Ready condition.
-    fn kube(name: &str, ready: Option<bool>, tainted: bool, ours: bool) -> KubeNode {
+    fn kube(name: &str, ready: Option<bool>, tainted: bool, ours: bool) -> Arc<KubeNode> {
         let taints = if tainted {
             json!([{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}])
         } else {
@@ -237,12 +240,14 @@ mod tests {
             Some(r) => json!([{"type": "Ready", "status": if r { "True" } else { "Unknown" }}]),
             None => json!([]),
         };
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": {"taints": taints},
-            "status": {"conditions": conditions}
-        }))
-        .unwrap()
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "annotations": annotations},
+                "spec": {"taints": taints},
+                "status": {"conditions": conditions}
+            }))
+            .unwrap(),
+        )
     }
 
     /// Runs `polls` identical polls; the last decision.
@@ -293,9 +298,11 @@ mod tests {
         for node in [
             kube("a", Some(true), false, false),
             kube("a", None, false, false),
-            serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"unschedulable": true},
-                "status": {"conditions": [{"type": "Ready", "status": "False"}]}}))
-            .unwrap(),
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"unschedulable": true},
+                    "status": {"conditions": [{"type": "Ready", "status": "False"}]}}))
+                .unwrap(),
+            ),
         ] {
             let k = [node];
             let mut m = Memory::default();

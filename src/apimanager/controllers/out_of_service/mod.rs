@@ -57,8 +57,8 @@ pub async fn run(ctx: Arc<Context>) {
     tracing::info!(controller = CONTROLLER, offline_polls = config.offline_polls, cool_down = ?config.cool_down, "tainting lost nodes out of service");
     let subscription = Subscription::to::<OutOfService>(&ctx);
     let kit = ctx.kit(CONTROLLER);
-    let node_states = ctx.node_states.get(&ctx.kube, CONTROLLER);
-    ctx.node_states.ready().await;
+    let node_states = ctx.nodes.get(&ctx.kube, CONTROLLER);
+    ctx.nodes.ready().await;
     let mut controller = OutOfService {
         node_states,
         kit,
@@ -73,7 +73,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// The controller between node snapshots.
 struct OutOfService {
     ctx: Arc<Context>,
-    /// Every Node's taints, cordon, Ready condition and mark ([`Context::node_states`]).
+    /// Every Node's taints, cordon, Ready condition and mark ([`Context::nodes`]).
     node_states: kube::runtime::reflector::Store<Node>,
     kit: ControllerKit,
     rules: Rules,
@@ -90,8 +90,7 @@ impl OnSnapshot for OutOfService {
         let storageos = snapshot.ok().map(Vec::as_slice);
         // From the watch cache, not a list each poll; a patch made from a stale copy conflicts
         // (it carries the resourceVersion) and is made again from a later poll.
-        let kube: Option<Vec<Node>> =
-            storageos.map(|_| self.node_states.state().iter().map(|n| (**n).clone()).collect());
+        let kube: Option<Vec<Arc<Node>>> = storageos.map(|_| self.node_states.state());
         let maintenance = self.ctx.maintenance().await.ok();
         let seen = Seen {
             storageos,
@@ -107,7 +106,7 @@ impl OnSnapshot for OutOfService {
 }
 
 impl OutOfService {
-    async fn act(&mut self, decision: Decision, nodes: &[Node]) {
+    async fn act(&mut self, decision: Decision, nodes: &[Arc<Node>]) {
         let Decision { actions, held, marked } = decision;
         let mut marked = marked as i64;
         match held {
