@@ -76,7 +76,11 @@ timed "builds and the release configuration's lints"
 # so it runs alongside every other test target rather than after them. After it, in the same
 # background lane, a short seeded chaos soak (tests/k8s_soak.rs, docs/reliability.md; a fixed
 # seed, SOAK_CI_MINUTES) on another plane of its own: one private plane at a time besides the
-# shared one. Their output follows the rest; either failure fails the run.
+# shared one. Then, still in that lane, the slow targets that use no plane at all (LANE_TARGETS:
+# the image build and its checks, the binary run as a user runs it), off the path of the
+# integration scenarios below, which wait on the shared plane one module at a time. Their output
+# follows the rest; any failure fails the run.
+LANE_TARGETS=(dist_image cli)
 faults_log=$(mktemp)
 (
   rc=0
@@ -87,14 +91,20 @@ faults_log=$(mktemp)
   lane_start=$SECONDS
   SOAK_MINUTES=${SOAK_CI_MINUTES:-2} SOAK_SEED=1 cargo test --test k8s_soak -- --nocapture || rc=$((rc + 2))
   echo "(the soak took $((SECONDS - lane_start)) s)"
+  echo "---- the targets without a plane (${LANE_TARGETS[*]}) ----"
+  lane_start=$SECONDS
+  lane=()
+  for name in "${LANE_TARGETS[@]}"; do lane+=(--test "$name"); done
+  cargo test "${lane[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rc=$((rc + 4))
+  echo "(they took $((SECONDS - lane_start)) s)"
   exit "$rc"
 ) >"$faults_log" 2>&1 &
 faults_pid=$!
-# Every test target but the fault lane's and the integration binary: one file tests/NAME.rs each.
+# Every test target but the lane's and the integration binary: one file tests/NAME.rs each.
 targets=()
 for f in tests/*.rs; do
   name=$(basename "$f" .rs)
-  [[ $name == k8s_faults || $name == k8s_soak ]] || targets+=(--test "$name")
+  [[ $name == k8s_faults || $name == k8s_soak || " ${LANE_TARGETS[*]} " == *" $name "* ]] || targets+=(--test "$name")
 done
 rest=0
 cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
@@ -111,12 +121,12 @@ for f in tests/k8s/*.rs; do
 done
 faults=0
 wait "$faults_pid" || faults=$?
-timed "waiting for the fault lane (fault matrix, then soak; started with the unit tests)"
-echo "---- the fault matrix (tests/k8s_faults.rs) ----"
+timed "waiting for the lane (fault matrix, soak, targets without a plane; started with the unit tests)"
+echo "---- the lane: the fault matrix (tests/k8s_faults.rs), the soak, the targets without a plane ----"
 cat "$faults_log"
 rm -f "$faults_log"
 if [[ $rest != 0 || $faults != 0 ]]; then
-  # The lane's exit: 1 the fault matrix failed, 2 the soak, 3 both.
-  echo "FAILED: test targets exit $rest, fault lane exit $faults (1: fault matrix, 2: soak, 3: both)" >&2
+  # The lane's exit: the sum of 1 (the fault matrix failed), 2 (the soak), 4 (a target without a plane).
+  echo "FAILED: test targets exit $rest, lane exit $faults (the sum of 1: fault matrix, 2: soak, 4: ${LANE_TARGETS[*]})" >&2
   exit 1
 fi
