@@ -17,10 +17,10 @@ use kube::core::PartialObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use storageos_operator::apimanager::cached_pvc::CachedPvc;
-use storageos_operator::apimanager::controllers::mirror::cached::CachedVolume;
+use storageos_operator::apimanager::controllers::mirror::cached::{CachedNodeMirror, CachedVolume};
 use storageos_operator::apimanager::controllers::node_state::NodeState;
 use storageos_operator::cluster::node_cache::{CachedNode, NodePod};
-use storageos_operator::crd::StorageOSVolume;
+use storageos_operator::crd::{StorageOSNode, StorageOSVolume};
 
 struct Counting;
 
@@ -181,6 +181,26 @@ fn volume_mirror(i: usize) -> Value {
     })
 }
 
+/// A node mirror as the api-manager writes it (online, with the StorageOS node's labels).
+fn node_mirror(i: usize) -> Value {
+    json!({
+        "apiVersion": "api.storageos.com/v1", "kind": "Node",
+        "metadata": {"name": format!("kwok-node-{i}"), "uid": format!("6d0e3f4a-1b2c-4d5e-8f90-{i:012}"),
+            "resourceVersion": format!("{}", 500_000 + i), "creationTimestamp": "2026-11-27T00:00:00Z", "generation": 1,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": format!("kwok-node-{i}"),
+                "uid": format!("1d0e3f4a-1b2c-4d5e-8f90-{i:012}")}],
+            "managedFields": managed_fields("storageos-api-manager")},
+        "spec": {},
+        "status": {"id": format!("7d0e3f4a-1b2c-4d5e-8f90-{i:012}"), "health": "online",
+            "healthSince": "2026-11-27T00:00:00Z",
+            "capacity": {"total": "100Gi", "free": "90Gi", "available": "90Gi"},
+            "labels": {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": format!("kwok-node-{i}"),
+                "kubernetes.io/os": "linux", "type": "kwok"},
+            "version": "3", "createdAt": "2026-11-27T00:00:00Z", "safeToDrain": true, "eligible": true}
+    })
+}
+
 #[test]
 fn each_cache_view_keeps_under_two_thirds_of_what_the_whole_object_costs() {
     let pvc_whole = per_object::<PersistentVolumeClaim>(pvc, |p| p.metadata.managed_fields = None);
@@ -200,6 +220,8 @@ fn each_cache_view_keeps_under_two_thirds_of_what_the_whole_object_costs() {
     let pod_view = per_object::<NodePod>(node_pod, |_| {});
     let mirror_whole = per_object::<StorageOSVolume>(volume_mirror, |v| v.metadata.managed_fields = None);
     let mirror_view = per_object::<CachedVolume>(volume_mirror, |_| {});
+    let node_mirror_whole = per_object::<StorageOSNode>(node_mirror, |n| n.metadata.managed_fields = None);
+    let node_mirror_view = per_object::<CachedNodeMirror>(node_mirror, |_| {});
     println!("heap bytes per cached object (whole struct without managedFields -> view):");
     println!("  PVC: {pvc_whole} -> CachedPvc {pvc_view}");
     println!(
@@ -207,12 +229,14 @@ fn each_cache_view_keeps_under_two_thirds_of_what_the_whole_object_costs() {
     );
     println!("  StorageOS node pod: {pod_whole} -> NodePod {pod_view}");
     println!("  volume mirror: {mirror_whole} -> CachedVolume {mirror_view}");
+    println!("  node mirror: {node_mirror_whole} -> CachedNodeMirror {node_mirror_view}");
     for (what, whole, view) in [
         ("CachedPvc", pvc_whole, pvc_view),
         ("NodeState", node_whole, node_state),
         ("CachedNode", node_whole, cached_node),
         ("NodePod", pod_whole, pod_view),
         ("CachedVolume", mirror_whole, mirror_view),
+        ("CachedNodeMirror", node_mirror_whole, node_mirror_view),
     ] {
         assert!(
             view * 3 < whole * 2,

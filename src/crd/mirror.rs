@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 pub struct NodeMirrorSpec {}
 
 /// What StorageOS reports about a node.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMirrorStatus {
     /// The StorageOS node ID.
@@ -84,7 +84,7 @@ pub const DRAIN_BLOCKED_SHOWN: usize = 20;
 
 /// Capacity as Kubernetes quantities; free and available in whole GiB, so that a filling disk
 /// changes the mirror at most once per GiB.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCapacity {
     /// All storage of the node.

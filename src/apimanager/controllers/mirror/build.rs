@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use super::cached::NodeSeen;
 use crate::crd::DRAIN_BLOCKED_SHOWN;
 use crate::crd::{
     NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
@@ -52,7 +53,7 @@ pub fn with_eligibility(mut status: NodeMirrorStatus, labels: Option<&Labels>) -
 /// mirror's current status; `last_online` the last poll that saw the node online.
 pub fn node_status(
     n: &Node,
-    previous: Option<&NodeMirrorStatus>,
+    previous: Option<&NodeSeen>,
     taken: DateTime<Utc>,
     last_online: Option<DateTime<Utc>>,
     drain: Drain<'_>,
@@ -323,18 +324,36 @@ mod tests {
         // A later poll with nothing changed builds the very same status (no write).
         let t2 = at("2026-02-01T10:00:05Z");
         assert_eq!(
-            node_status(&node(Health::Online), Some(&first), t2, Some(t2), Drain::Unknown),
+            node_status(
+                &node(Health::Online),
+                Some(&NodeSeen::of(&first)),
+                t2,
+                Some(t2),
+                Drain::Unknown
+            ),
             first
         );
 
         // Offline: since moves, the last online poll is recorded, and then stays.
         let t3 = at("2026-02-01T10:00:10Z");
-        let off = node_status(&node(Health::Offline), Some(&first), t3, Some(t2), Drain::Unknown);
+        let off = node_status(
+            &node(Health::Offline),
+            Some(&NodeSeen::of(&first)),
+            t3,
+            Some(t2),
+            Drain::Unknown,
+        );
         assert_eq!(off.health_since.as_deref(), Some("2026-02-01T10:00:10Z"));
         assert_eq!(off.last_seen_online.as_deref(), Some("2026-02-01T10:00:05Z"));
         let t4 = at("2026-02-01T10:00:15Z");
         assert_eq!(
-            node_status(&node(Health::Offline), Some(&off), t4, Some(t2), Drain::Unknown),
+            node_status(
+                &node(Health::Offline),
+                Some(&NodeSeen::of(&off)),
+                t4,
+                Some(t2),
+                Drain::Unknown
+            ),
             off
         );
     }

@@ -41,10 +41,9 @@ use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
-use crate::crd::{NodeMirrorStatus, StorageOSNode};
 use crate::storageos::models::Health;
 use build::{Drain, MirrorPlace, Writes, Written};
-use cached::{CachedVolume, StatusDigest};
+use cached::{CachedNodeMirror, CachedVolume, NodeSeen, StatusDigest};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "storageos-mirror";
@@ -92,7 +91,8 @@ pub async fn run(ctx: Arc<Context>) {
 
 /// What the mirror reads from Kubernetes: its own objects, and the owners' UIDs.
 struct Caches {
-    nodes: Store<StorageOSNode>,
+    /// The node mirrors, each with what its status says ([`cached`]).
+    nodes: Store<CachedNodeMirror>,
     /// The volume mirrors, each with a digest of its status ([`cached`]).
     volumes: Store<CachedVolume>,
     /// The process's Node cache (`Context::nodes`): the node mirrors' owners.
@@ -189,7 +189,7 @@ struct Mirror<'a> {
     /// A node snapshot that came before any volume snapshot: written after the first one.
     waiting_nodes: Option<Arc<NodeSnapshot>>,
     /// What was written to each node mirror (by name) and the cache may not show yet.
-    written_nodes: HashMap<String, Written<NodeMirrorStatus>>,
+    written_nodes: HashMap<String, Written<NodeSeen>>,
     /// The same for the volume mirrors (their status's digest).
     written_volumes: HashMap<MirrorPlace, Written<StatusDigest>>,
 }
@@ -229,7 +229,7 @@ impl Mirror<'_> {
             self.last_online.insert(n.name.clone(), snapshot.taken);
         }
         self.last_online.retain(|name, _| nodes.iter().any(|n| n.name == *name));
-        let api: Api<StorageOSNode> = Api::all(self.ctx.kube.clone());
+        let api: Api<CachedNodeMirror> = Api::all(self.ctx.kube.clone());
         let mut stale = Vec::new();
         for n in nodes {
             let cached = self.caches.nodes.get(&ObjectRef::new(&n.name));
@@ -257,12 +257,13 @@ impl Mirror<'_> {
                 k8s_node.as_ref().map(|k| &k.labels),
             );
             let owner = k8s_node.and_then(|k| owner_of(k.as_ref()));
+            let seen = NodeSeen::of(&want);
             let writes = plan(
                 cached.as_deref(),
-                |c: &StorageOSNode| c.status.as_ref(),
+                |c: &CachedNodeMirror| c.status.as_ref(),
                 written,
                 owner.as_ref(),
-                &want,
+                &seen,
             );
             if writes.any() {
                 stale.push(Stale {
@@ -270,7 +271,7 @@ impl Mirror<'_> {
                     key: n.name.clone(),
                     name: n.name.clone(),
                     owner,
-                    remember: want.clone(),
+                    remember: seen,
                     status: want,
                     writes,
                     cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
