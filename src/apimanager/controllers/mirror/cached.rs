@@ -88,20 +88,20 @@ impl NodeSeen {
 /// [`digest_of_status`] for a node mirror: the status parsed as the mirror's own type, kept as
 /// [`NodeSeen`].
 fn seen_of_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NodeSeen>, D::Error> {
-    let status = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(status
-        .and_then(|s| serde_json::from_value::<NodeMirrorStatus>(s).ok())
-        .map(|s| NodeSeen::of(&s)))
+    Ok(status_as::<NodeMirrorStatus, _>(d)?.map(|s| NodeSeen::of(&s)))
 }
 
 /// The status parsed as the mirror's own type (so that the digest is of what the mirror would
 /// write), then dropped for its digest. A status the type cannot read has no digest, like no
 /// status: the mirror writes it again.
 fn digest_of_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StatusDigest>, D::Error> {
+    Ok(status_as::<VolumeMirrorStatus, _>(d)?.map(|s| StatusDigest::of(&s)))
+}
+
+/// The status as the mirror's own type `T`; `None` when there is none or `T` cannot read it.
+fn status_as<'de, T: serde::de::DeserializeOwned, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
     let status = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(status
-        .and_then(|s| serde_json::from_value::<VolumeMirrorStatus>(s).ok())
-        .map(|s| StatusDigest::of(&s)))
+    Ok(status.and_then(|s| serde_json::from_value(s).ok()))
 }
 
 #[cfg(test)]
