@@ -19,7 +19,8 @@
 # and writes OUT/results.json, OUT/table.md, PNG plots (gnuplot) and, unless --no-doc, the
 # generated part of docs/benchmarks.md (between its bench markers) and docs/benchmarks/*.png.
 #
-#   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--volumes N] [--force-density]
+#   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--volumes N] [--namespaces N]
+#                 [--force-density]
 #                 [--out DIR] [--no-doc] [--fence-trials 20] [--no-fence-busy] [--cluster-trials 10]
 #                 [--shared 1000] [--rps 200] [--webhook-seconds 30] [--report-only] [--no-build]
 #
@@ -30,9 +31,10 @@
 # that mean nothing). Each size gets 2 StorageOS volumes per 10 pods (--volumes N instead sets the
 # count at the largest size, smaller sizes in proportion: 5,000 volumes for 50,000 pods is one in
 # ten pods on a volume), and one namespace per 100 pods (half of them hold the StorageOS volumes
-# and the pods using them). Loopback only, except the webhook listener: the apiserver reaches
-# webhooks through a Service, and Endpoints may not point at loopback, so it listens on this
-# machine's own address. Everything it starts is stopped on exit.
+# and the pods using them; --namespaces N instead sets the count at the largest size, smaller
+# sizes in proportion: 500 keeps 50,000 pods' spread with fewer pods). Loopback only, except
+# the webhook listener: the apiserver reaches webhooks through a Service, and Endpoints may not
+# point at loopback, so it listens on this machine's own address. Everything it starts is stopped on exit.
 #
 # Its plane is its own (K8S_STATE, K8S_PORT, ETCD_PORT default to bench values, apart from
 # hack/test.sh's); ports K8S_PORT+10..+13 serve the simulator, metrics and the webhook.
@@ -54,6 +56,8 @@ PODS_PER_NODE=10
 PODS=
 # StorageOS volumes at the largest size (--volumes); empty: 2 per 10 pods at every size.
 VOLUMES=
+# Namespaces at the largest size (--namespaces); empty: one per 100 pods at every size.
+NAMESPACES=
 # The kubelet's default --max-pods.
 KUBELET_MAX_PODS=110
 FORCE_DENSITY=0
@@ -80,6 +84,7 @@ while (($#)); do
     --pods) PODS=$2; shift 2 ;;
     --pods-per-node) PODS_PER_NODE=$2; shift 2 ;;
     --volumes) VOLUMES=$2; shift 2 ;;
+    --namespaces) NAMESPACES=$2; shift 2 ;;
     --force-density) FORCE_DENSITY=1; shift ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --no-doc) DOC=0; shift ;;
@@ -91,7 +96,7 @@ while (($#)); do
     --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -214,7 +219,7 @@ fi
   echo "  \"operator\": \"$("$BIN" --version 2>/dev/null || echo unknown)\","
   echo "  \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src 2>/dev/null || echo -dirty)\","
   echo "  \"kubernetes\": \"$K8S_VERSION\", \"etcd\": \"$ETCD_VERSION\", \"kwok\": \"$KWOK_VERSION\","
-  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $(pods_at "$MAX_NODES"), \"pods_flag\": \"$PODS\", \"volumes_flag\": \"$VOLUMES\", \"pods_per_node\": $PODS_PER_NODE,"
+  echo "  \"sizes\": \"$SIZES\", \"pods_at_largest\": $(pods_at "$MAX_NODES"), \"pods_flag\": \"$PODS\", \"volumes_flag\": \"$VOLUMES\", \"namespaces_flag\": \"$NAMESPACES\", \"pods_per_node\": $PODS_PER_NODE,"
   echo "  \"load_at_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\""
   echo "}"
 } >"$OUT/machine.json"
@@ -345,6 +350,7 @@ run_size() {
   local pods
   pods=$(pods_at "$n")
   local volumes namespaces=$(((pods + 99) / 100))
+  if [[ -n $NAMESPACES ]]; then namespaces=$(((NAMESPACES * n + MAX_NODES - 1) / MAX_NODES)); fi
   volumes=$(volumes_at "$n" "$pods")
 
   step "n=$n: control plane with $n kwok nodes"
