@@ -21,7 +21,12 @@ use crate::crd::{StorageOSCluster, StorageOSClusterStatus};
 use crate::reasons::{self, Reason};
 use crate::render::{self, Inputs, Plan};
 use crate::runtime::kube::conditions::{self, now};
-use crate::runtime::kube::status;
+use crate::runtime::kube::{cache, status};
+
+/// Each listed object in an `Arc`, as the caches hold them.
+fn arcs<K>(items: Vec<K>) -> Vec<Arc<K>> {
+    items.into_iter().map(Arc::new).collect()
+}
 
 /// Puts a refusal on the status (Ready=False, one Warning event), then returns what it says.
 pub async fn refuse(
@@ -103,17 +108,14 @@ pub async fn update_status(
 ) -> Result<StorageOSClusterStatus, Error> {
     let target_ns = plan.resolved.namespace.clone();
     let caches = ready_caches(ctx).await;
-    // From the caches, shared (views of what status reads: `node_cache`); else listed as such.
+    // From the caches, shared (views of what status reads: `node_cache`); else listed as such,
+    // a page at a time: at 5,000 nodes one unpaged list of the node pods was a ~50 MB body read
+    // whole, and the operator's peak memory (docs/benchmarks.md).
     let nodes: Vec<Arc<CachedNode>> = match &caches {
         Some(c) => c.nodes.state(),
-        None => Api::<CachedNode>::all(ctx.client.clone())
-            .list(&ListParams::default())
+        None => cache::pick_in_pages(&Api::<CachedNode>::all(ctx.client.clone()), cache::LIST_PAGE, arcs)
             .await
-            .step("list the Nodes")?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect(),
+            .step("list the Nodes")?,
     };
     let chosen = select::selected_nodes(&nodes, Some(&plan.resolved.node_selector_terms), &plan.tolerations);
     // A node StorageOS cannot run on is named and left out of the count, never waited for.
@@ -132,13 +134,16 @@ pub async fn update_status(
             p.namespace().as_deref() == Some(target_ns.as_str())
                 && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
         })),
-        None => cluster_status::pod_ready_nodes(
-            &Api::<NodePod>::namespaced(ctx.client.clone(), &target_ns)
-                .list(&ListParams::default().labels(&selector(pod_labels)))
-                .await
-                .step("list the StorageOS node pods")?
-                .items,
-        ),
+        None => {
+            let pods = Api::<NodePod>::namespaced(ctx.client.clone(), &target_ns);
+            let labelled = ListParams::default().labels(&selector(pod_labels));
+            cluster_status::pod_ready_nodes(
+                cache::pick_labelled_in_pages(&pods, labelled, cache::LIST_PAGE, |page| page)
+                    .await
+                    .step("list the StorageOS node pods")?
+                    .iter(),
+            )
+        }
     };
     let api_nodes = match settings_push::api_client(ctx, inputs, plan) {
         Ok(client) => client.list_nodes().await.map_err(settings_push::ClientError::from),

@@ -57,13 +57,26 @@ where
 pub async fn pick_in_pages<K, T>(
     api: &Api<K>,
     page: u32,
+    pick: impl FnMut(Vec<K>) -> Vec<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    pick_labelled_in_pages(api, ListParams::default(), page, pick).await
+}
+
+/// [`pick_in_pages`] over the objects `params` selects (by label or field).
+pub async fn pick_labelled_in_pages<K, T>(
+    api: &Api<K>,
+    params: ListParams,
+    page: u32,
     mut pick: impl FnMut(Vec<K>) -> Vec<T>,
 ) -> Result<Vec<T>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let mut kept = Vec::new();
-    let mut params = ListParams::default().limit(page);
+    let mut params = params.limit(page);
     loop {
         let page = api.list(&params).await?;
         let token = page.metadata.continue_.clone().filter(|c| !c.is_empty());
@@ -309,8 +322,11 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn lists_go_a_page_at_a_time_and_keep_only_what_is_picked() {
+    /// A Pod list served in two pages; the server's task returns each request's first line.
+    async fn two_pages() -> (
+        Api<k8s_openapi::api::core::v1::Pod>,
+        tokio::task::JoinHandle<Vec<String>>,
+    ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -339,7 +355,12 @@ mod tests {
             seen
         });
         let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        let api: Api<k8s_openapi::api::core::v1::Pod> = Api::all(client);
+        (Api::all(client), server)
+    }
+
+    #[tokio::test]
+    async fn lists_go_a_page_at_a_time_and_keep_only_what_is_picked() {
+        let (api, server) = two_pages().await;
         let kept = pick_in_pages(&api, 2, |page| {
             page.into_iter()
                 .map(|p| p.name_any())
@@ -354,6 +375,22 @@ mod tests {
             seen[0].contains("limit=2") && !seen[0].contains("continue="),
             "{seen:?}"
         );
+        assert!(seen[1].contains("continue=next"), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn a_selected_list_keeps_its_selector_on_every_page() {
+        let (api, server) = two_pages().await;
+        let params = ListParams::default().labels("app=storageos");
+        let kept = pick_labelled_in_pages(&api, params, 2, |page| page).await.unwrap();
+        assert_eq!(kept.len(), 3);
+        let seen = server.await.unwrap();
+        for request in &seen {
+            assert!(
+                request.contains("labelSelector=app%3Dstorageos") && request.contains("limit=2"),
+                "{seen:?}"
+            );
+        }
         assert!(seen[1].contains("continue=next"), "{seen:?}");
     }
 
