@@ -79,7 +79,7 @@ fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSClust
 /// What about a Node can change cluster membership: labels, taints, readiness and eligibility.
 pub(crate) fn node_membership_hash(node: &CachedNode) -> Option<u64> {
     let mut h = DefaultHasher::new();
-    node.labels().hash(&mut h);
+    node.labels.hash(&mut h);
     for t in &node.taints {
         (&t.key, &t.value, &t.effect).hash(&mut h);
     }
@@ -183,7 +183,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let controller = controller
         .watches_stream(nodes, move |_| all_clusters(&node_store))
         .watches_stream(node_pods, move |pod: NodePod| {
-            let cr = pod.labels().get("storageos_cr").cloned();
+            let cr = pod.labels.get("storageos_cr").map(str::to_owned);
             all_clusters(&pod_store)
                 .into_iter()
                 .filter(move |r| Some(&label_value(&r.name)) == cr.as_ref())

@@ -5,21 +5,24 @@
 //! status. The caches hold views of just that ([`CachedNode`], [`NodePod`]), parsed from the
 //! watch's JSON without the rest: a node pod's spec (containers, env, volumes) is most of its
 //! size, and the full objects, then their empty k8s-openapi structs, dominated the operator's
-//! memory at scale (docs/benchmarks.md).
+//! memory at scale (docs/benchmarks.md). Labels are kept as compact [`Labels`], not in
+//! `metadata.labels` (a map is a B-tree node of ~0.5 KB however few entries it holds), so
+//! `ResourceExt::labels()` is empty on both views: read their `labels` field.
 
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
 use crate::checks::Platform;
-use crate::runtime::kube::view::{self, Condition, condition_status};
+use crate::runtime::kube::view::{self, Condition, Labels, condition_status};
 
 /// A Node as the cluster controller keeps it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "NodeShape")]
 pub struct CachedNode {
-    /// Name, UID, resourceVersion, labels.
+    /// Name, UID, resourceVersion; never labels ([`CachedNode::labels`]).
     pub metadata: ObjectMeta,
+    pub labels: Labels,
     pub taints: Vec<Taint>,
     /// The status of its Ready condition (`True`, `False`, `Unknown`), if reported.
     pub ready: Option<String>,
@@ -49,9 +52,10 @@ struct NodeStatusShape {
 }
 
 impl From<NodeShape> for CachedNode {
-    fn from(n: NodeShape) -> Self {
+    fn from(mut n: NodeShape) -> Self {
         let (conditions, platform) = n.status.map(|s| (s.conditions, s.node_info)).unwrap_or_default();
         CachedNode {
+            labels: n.metadata.labels.take().into(),
             metadata: n.metadata,
             taints: n.spec.and_then(|s| s.taints).unwrap_or_default(),
             ready: condition_status(conditions, "Ready"),
@@ -71,8 +75,9 @@ impl CachedNode {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "PodShape")]
 pub struct NodePod {
-    /// Name, namespace, UID, resourceVersion, labels, deletion mark.
+    /// Name, namespace, UID, resourceVersion, deletion mark; never labels ([`NodePod::labels`]).
     pub metadata: ObjectMeta,
+    pub labels: Labels,
     pub node_name: Option<String>,
     /// Whether its Ready condition is `True`.
     pub ready: bool,
@@ -99,8 +104,9 @@ struct PodStatusShape {
 }
 
 impl From<PodShape> for NodePod {
-    fn from(p: PodShape) -> Self {
+    fn from(mut p: PodShape) -> Self {
         NodePod {
+            labels: p.metadata.labels.take().into(),
             metadata: p.metadata,
             node_name: p.spec.and_then(|s| s.node_name),
             ready: condition_status(p.status.and_then(|s| s.conditions), "Ready").as_deref() == Some("True"),
@@ -152,7 +158,8 @@ mod tests {
     fn a_cached_node_keeps_what_selection_status_and_eligibility_read() {
         let node: CachedNode = serde_json::from_value(node_json()).unwrap();
         assert_eq!(node.name_any(), "n1");
-        assert_eq!(node.labels().get("zone").map(String::as_str), Some("a"));
+        assert_eq!(node.labels.get("zone"), Some("a"));
+        assert!(node.metadata.labels.is_none(), "labels are kept once, compact");
         assert_eq!((node.taints.len(), node.taints[0].key.as_str()), (1, "dedicated"));
         assert_eq!(node.ready.as_deref(), Some("True"));
         assert_eq!(node.ineligible().as_deref(), Some("architecture arm64"));
@@ -204,10 +211,7 @@ mod tests {
             ["n1"]
         );
         assert!(status::pod_ready_nodes([&not_ready]).is_empty());
-        assert_eq!(
-            ready.labels().get("storageos_cr").map(String::as_str),
-            Some("storageos")
-        );
+        assert_eq!(ready.labels.get("storageos_cr"), Some("storageos"));
         assert_eq!(ready.namespace().as_deref(), Some("kube-system"));
         assert!(ready.metadata.annotations.is_none());
     }

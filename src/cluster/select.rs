@@ -56,11 +56,8 @@ fn matches_term(node: &CachedNode, term: &NodeSelectorTerm) -> bool {
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    let labels = node.metadata.labels.as_ref();
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    exprs
-        .iter()
-        .all(|r| matches_requirement(labels.and_then(|l| l.get(&r.key)).map(String::as_str), r))
+    exprs.iter().all(|r| matches_requirement(node.labels.get(&r.key), r))
         && fields.iter().all(|r| {
             let value = (r.key == "metadata.name").then_some(name);
             // Only metadata.name is a supported node field; anything else cannot match.

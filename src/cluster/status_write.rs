@@ -132,7 +132,7 @@ pub async fn update_status(
     let pods_ready_on = match &caches {
         Some(c) => cluster_status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
             p.namespace().as_deref() == Some(target_ns.as_str())
-                && pod_labels.iter().all(|(k, v)| p.labels().get(k) == Some(v))
+                && pod_labels.iter().all(|(k, v)| p.labels.get(k) == Some(v.as_str()))
         })),
         None => {
             let pods = Api::<NodePod>::namespaced(ctx.client.clone(), &target_ns);
