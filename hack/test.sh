@@ -78,9 +78,47 @@ timed "builds and the release configuration's lints"
 # seed, SOAK_CI_MINUTES) on another plane of its own: one private plane at a time besides the
 # shared one. Then, still in that lane, the slow targets that use no plane at all (LANE_TARGETS:
 # the image build and its checks, the binary run as a user runs it), off the path of the
-# integration scenarios below, which wait on the shared plane one module at a time. Their output
-# follows the rest; any failure fails the run.
+# integration scenarios below, which wait on the shared plane one module at a time. Last in the
+# lane, the integration modules in LANE_MODULES on a third private plane: `upgrade::` is nine
+# scenarios that each build a Running cluster and hold the cluster lock (~5 min), the longest
+# module, so the shared plane's path is that much shorter. Their output follows the rest; any
+# failure fails the run.
 LANE_TARGETS=(dist_image cli)
+LANE_MODULES=(upgrade)
+# The first of N consecutive loopback ports nothing listens on (for the lane's plane).
+free_ports() {
+  local base p
+  for base in $(shuf -i 20000-29000 -n 40); do
+    for ((p = base; p < base + $1; p++)); do
+      if (: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue 2; fi
+    done
+    echo "$base"
+    return 0
+  done
+  return 1
+}
+# The lane's plane: started, the modules run on it, stopped (also when the run is interrupted).
+# Run in a subshell: the plane's settings are that subshell's globals, which its EXIT trap reads.
+lane_modules() {
+  local rc=0 attempt kubeconfig module
+  lane_state=$(mktemp -d "${TMPDIR:-/tmp}/storageos-lane-plane.XXXXXX")
+  lane_k8s_port='' lane_etcd_port=''
+  plane() { K8S_STATE=$lane_state K8S_PORT=$lane_k8s_port ETCD_PORT=$lane_etcd_port NODES=3 hack/k8s.sh "$@"; }
+  trap 'plane down >/dev/null 2>&1; rm -rf "$lane_state" "$lane_state.up.log"' EXIT
+  # A component that fails to start on a loaded machine fails `up`; once more, on other ports.
+  for attempt in 1 2; do
+    lane_k8s_port=$(free_ports 4) && lane_etcd_port=$(free_ports 2) || return 1
+    if plane up >"$lane_state.up.log" 2>&1; then break; fi
+    echo "the lane's plane did not come up (attempt $attempt):" && cat "$lane_state.up.log"
+    ((attempt == 2)) && return 1
+  done
+  kubeconfig=$(plane env | sed -n 's/^export KUBECONFIG=//p')
+  for module in "${LANE_MODULES[@]}"; do
+    KUBECONFIG=$kubeconfig cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" \
+      "$module::" --skip "_$module::" || rc=1
+  done
+  return "$rc"
+}
 faults_log=$(mktemp)
 (
   rc=0
@@ -96,6 +134,10 @@ faults_log=$(mktemp)
   lane=()
   for name in "${LANE_TARGETS[@]}"; do lane+=(--test "$name"); done
   cargo test "${lane[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rc=$((rc + 4))
+  echo "(they took $((SECONDS - lane_start)) s)"
+  echo "---- the integration modules on a plane of their own (${LANE_MODULES[*]}) ----"
+  lane_start=$SECONDS
+  (lane_modules) || rc=$((rc + 8))
   echo "(they took $((SECONDS - lane_start)) s)"
   exit "$rc"
 ) >"$faults_log" 2>&1 &
@@ -115,18 +157,19 @@ timed "unit, API and single-file test targets"
 # identity. `--skip _NAME::` keeps `apply::` from also selecting `partial_apply::`.
 for f in tests/k8s/*.rs; do
   module=$(basename "$f" .rs)
-  [[ $module == main ]] && continue
+  [[ $module == main || " ${LANE_MODULES[*]} " == *" $module "* ]] && continue
   cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" "$module::" --skip "_$module::" || rest=$?
   timed "k8s $module::"
 done
 faults=0
 wait "$faults_pid" || faults=$?
-timed "waiting for the lane (fault matrix, soak, targets without a plane; started with the unit tests)"
-echo "---- the lane: the fault matrix (tests/k8s_faults.rs), the soak, the targets without a plane ----"
+timed "waiting for the lane (fault matrix, soak, targets without a plane, ${LANE_MODULES[*]}; started with the unit tests)"
+echo "---- the lane: the fault matrix (tests/k8s_faults.rs), the soak, the targets without a plane, ${LANE_MODULES[*]} ----"
 cat "$faults_log"
 rm -f "$faults_log"
 if [[ $rest != 0 || $faults != 0 ]]; then
-  # The lane's exit: the sum of 1 (the fault matrix failed), 2 (the soak), 4 (a target without a plane).
-  echo "FAILED: test targets exit $rest, lane exit $faults (the sum of 1: fault matrix, 2: soak, 4: ${LANE_TARGETS[*]})" >&2
+  # The lane's exit: the sum of 1 (the fault matrix failed), 2 (the soak), 4 (a target without a
+  # plane), 8 (a module on the lane's plane).
+  echo "FAILED: test targets exit $rest, lane exit $faults (the sum of 1: fault matrix, 2: soak, 4: ${LANE_TARGETS[*]}, 8: ${LANE_MODULES[*]})" >&2
   exit 1
 fi
