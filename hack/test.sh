@@ -78,8 +78,8 @@ timed "builds and the release configuration's lints"
 # seed, SOAK_CI_MINUTES) on another plane of its own: one private plane at a time besides the
 # shared one. Then, still in that lane, the slow targets that use no plane at all (LANE_TARGETS:
 # the image build and its checks, the binary run as a user runs it), off the path of the
-# integration scenarios below, which wait on the shared plane one module at a time. Last in the
-# lane, the integration modules in LANE_MODULES on a third private plane: `upgrade::` is nine
+# integration scenarios below, which wait on the shared plane one module at a time. Beside those
+# targets, the integration modules in LANE_MODULES on a third private plane: `upgrade::` is nine
 # scenarios that each build a Running cluster and hold the cluster lock (~5 min), the longest
 # module, so the shared plane's path is that much shorter. Their output follows the rest; any
 # failure fails the run.
@@ -129,16 +129,22 @@ faults_log=$(mktemp)
   lane_start=$SECONDS
   SOAK_MINUTES=${SOAK_CI_MINUTES:-2} SOAK_SEED=1 cargo test --test k8s_soak -- --nocapture || rc=$((rc + 2))
   echo "(the soak took $((SECONDS - lane_start)) s)"
-  echo "---- the targets without a plane (${LANE_TARGETS[*]}) ----"
+  # Both at once: the modules spend their time waiting on their plane, the targets building
+  # and running binaries. The modules' output follows the targets'.
   lane_start=$SECONDS
+  modules_log=$(mktemp)
+  (lane_modules) >"$modules_log" 2>&1 &
+  modules_pid=$!
+  echo "---- the targets without a plane (${LANE_TARGETS[*]}) ----"
   lane=()
   for name in "${LANE_TARGETS[@]}"; do lane+=(--test "$name"); done
   cargo test "${lane[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rc=$((rc + 4))
   echo "(they took $((SECONDS - lane_start)) s)"
+  wait "$modules_pid" || rc=$((rc + 8))
   echo "---- the integration modules on a plane of their own (${LANE_MODULES[*]}) ----"
-  lane_start=$SECONDS
-  (lane_modules) || rc=$((rc + 8))
-  echo "(they took $((SECONDS - lane_start)) s)"
+  cat "$modules_log"
+  rm -f "$modules_log"
+  echo "(they took $((SECONDS - lane_start)) s, beside the targets)"
   exit "$rc"
 ) >"$faults_log" 2>&1 &
 faults_pid=$!
