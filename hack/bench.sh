@@ -34,7 +34,8 @@
 # and the pods using them; --namespaces N instead sets the count at the largest size, smaller
 # sizes in proportion: 500 keeps 50,000 pods' spread with fewer pods). Loopback only, except
 # the webhook listener: the apiserver reaches webhooks through a Service, and Endpoints may not
-# point at loopback, so it listens on this machine's own address. Everything it starts is stopped on exit.
+# point at loopback, so it listens on this machine's own address. Everything it starts is
+# stopped on exit.
 #
 # Its plane is its own (K8S_STATE, K8S_PORT, ETCD_PORT default to bench values, apart from
 # hack/test.sh's); ports K8S_PORT+10..+13 serve the simulator, metrics and the webhook.
@@ -96,7 +97,7 @@ while (($#)); do
     --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -136,9 +136,9 @@ pub async fn update_status(
         })),
         None => {
             let pods = Api::<NodePod>::namespaced(ctx.client.clone(), &target_ns);
-            let labelled = ListParams::default().labels(&selector(pod_labels));
+            let selected = ListParams::default().labels(&selector(pod_labels));
             cluster_status::pod_ready_nodes(
-                cache::pick_labelled_in_pages(&pods, labelled, cache::LIST_PAGE, |page| page)
+                cache::pick_selected_in_pages(&pods, selected, cache::LIST_PAGE, |page| page)
                     .await
                     .step("list the StorageOS node pods")?
                     .iter(),

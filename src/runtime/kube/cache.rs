@@ -62,11 +62,11 @@ pub async fn pick_in_pages<K, T>(
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    pick_labelled_in_pages(api, ListParams::default(), page, pick).await
+    pick_selected_in_pages(api, ListParams::default(), page, pick).await
 }
 
 /// [`pick_in_pages`] over the objects `params` selects (by label or field).
-pub async fn pick_labelled_in_pages<K, T>(
+pub async fn pick_selected_in_pages<K, T>(
     api: &Api<K>,
     params: ListParams,
     page: u32,
@@ -382,7 +382,7 @@ mod tests {
     async fn a_selected_list_keeps_its_selector_on_every_page() {
         let (api, server) = two_pages().await;
         let params = ListParams::default().labels("app=storageos");
-        let kept = pick_labelled_in_pages(&api, params, 2, |page| page).await.unwrap();
+        let kept = pick_selected_in_pages(&api, params, 2, |page| page).await.unwrap();
         assert_eq!(kept.len(), 3);
         let seen = server.await.unwrap();
         for request in &seen {
