@@ -117,7 +117,7 @@ pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Resu
     let (config, from) = load(kubeconfig).await?;
     let server = config.cluster_url.to_string();
     let config = crate::runtime::kube::identity::kube_config(config, component);
-    let client = kube::Client::try_from(config.clone()).map_err(|e| Error::Config {
+    let client = super::http::client(config.clone()).map_err(|e| Error::Config {
         from: from.clone(),
         message: chain(&e),
     })?;

@@ -9,6 +9,7 @@ pub mod connect;
 pub mod controller;
 pub mod events;
 pub mod finalizer;
+pub mod http;
 pub mod identity;
 pub mod leader;
 pub mod live;

@@ -96,7 +96,7 @@ fn run(ctx: &Context, kube: kube::Config, pvcs: Store<CachedPvc>, stop: oneshot:
     };
     runtime.block_on(async move {
         // Made here, so their connections are this runtime's.
-        let kube = match kube::Client::try_from(kube) {
+        let kube = match crate::runtime::kube::http::client(kube) {
             Ok(client) => client,
             Err(e) => return format!("cannot make its Kubernetes client: {e}"),
         };
