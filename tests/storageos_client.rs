@@ -167,7 +167,7 @@ async fn node_labels_keep_reserved_ones_and_compute_only_toggles_its_label() {
     assert_eq!(c.get_node(&n.id).await.unwrap(), n);
 
     let n = c.set_compute_only(&n.id, true, &n.version).await.unwrap();
-    assert_eq!(n.labels[LABEL_COMPUTE_ONLY], "true");
+    assert_eq!(n.labels.get(LABEL_COMPUTE_ONLY).unwrap(), "true");
     assert!(n.compute_only());
 
     let n = c
@@ -245,9 +245,9 @@ async fn volumes_are_found_by_pv_name_and_labels_keep_reserved_ones() {
     let c = client(&sim);
 
     let v = c.volume_by_name("apps", "pvc-1").await.unwrap();
-    assert_eq!(v.labels[LABEL_CSI_PV_NAME], "pvc-1");
-    assert_eq!(v.labels[LABEL_CSI_PVC_NAME], "claim-pvc-1");
-    assert_eq!(v.labels[LABEL_REPLICAS], "0");
+    assert_eq!(v.labels.get(LABEL_CSI_PV_NAME).unwrap(), "pvc-1");
+    assert_eq!(v.labels.get(LABEL_CSI_PVC_NAME).unwrap(), "claim-pvc-1");
+    assert_eq!(v.labels.get(LABEL_REPLICAS).unwrap(), "0");
     assert!(v.is_healthy());
     assert_eq!(v.nfs_endpoint(), None);
     let ns = c.namespace_by_name("apps").await.unwrap();
@@ -261,7 +261,11 @@ async fn volumes_are_found_by_pv_name_and_labels_keep_reserved_ones() {
         .unwrap();
     assert_eq!(v2.unreserved_labels(), labels(&[("team", "red"), ("tier", "gold")]));
     for key in [LABEL_CSI_PV_NAME, LABEL_CSI_PVC_NAME, LABEL_REPLICAS] {
-        assert_eq!(v2.labels[key], v.labels[key], "{key} preserved");
+        assert_eq!(
+            v2.labels.get(key).unwrap(),
+            v.labels.get(key).unwrap(),
+            "{key} preserved"
+        );
     }
     assert_ne!(v2.version, v.version);
     let put = sim.requests().into_iter().rfind(|r| r.method == "PUT").unwrap();
@@ -270,7 +274,7 @@ async fn volumes_are_found_by_pv_name_and_labels_keep_reserved_ones() {
     let mut changed = v2.labels.clone();
     changed.insert(LABEL_REPLICAS.into(), "3".into());
     let err = c
-        .update_volume(&ns.id, &v.id, &changed, "", &v2.version)
+        .update_volume(&ns.id, &v.id, &changed.to_map(), "", &v2.version)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::BadRequest { .. }), "{err:?}");
@@ -300,7 +304,7 @@ async fn replicas_and_failure_mode_set_their_labels_and_validate() {
         v.namespace_id, v.id
     )));
     let v = c.get_volume(&v.namespace_id, &v.id).await.unwrap();
-    assert_eq!(v.labels[LABEL_REPLICAS], "2");
+    assert_eq!(v.labels.get(LABEL_REPLICAS).unwrap(), "2");
     assert_eq!(v.replicas.len(), 1, "only one other node can hold a replica");
 
     let err = c.set_replicas(&v.namespace_id, &v.id, 6, &v.version).await.unwrap_err();
@@ -310,12 +314,12 @@ async fn replicas_and_failure_mode_set_their_labels_and_validate() {
         .set_failure_mode(&v.namespace_id, &v.id, FailureMode::Soft, &v.version)
         .await
         .unwrap();
-    assert_eq!(v.labels[LABEL_FAILURE_MODE], "soft");
+    assert_eq!(v.labels.get(LABEL_FAILURE_MODE).unwrap(), "soft");
     let v = c
         .set_failure_mode(&v.namespace_id, &v.id, FailureMode::Threshold(1), &v.version)
         .await
         .unwrap();
-    assert_eq!(v.labels[LABEL_FAILURE_MODE], "1");
+    assert_eq!(v.labels.get(LABEL_FAILURE_MODE).unwrap(), "1");
     let err = c
         .set_failure_mode(&v.namespace_id, &v.id, FailureMode::Threshold(3), &v.version)
         .await
@@ -331,13 +335,13 @@ async fn replicas_and_failure_mode_set_their_labels_and_validate() {
     // Lowering the count removes replicas; threshold 0 omits the field and still works.
     c.set_replicas(&v.namespace_id, &v.id, 0, &v.version).await.unwrap();
     let v = c.get_volume(&v.namespace_id, &v.id).await.unwrap();
-    assert_eq!(v.labels[LABEL_REPLICAS], "0");
+    assert_eq!(v.labels.get(LABEL_REPLICAS).unwrap(), "0");
     assert!(v.replicas.is_empty());
     let v = c
         .set_failure_mode(&v.namespace_id, &v.id, FailureMode::Threshold(0), &v.version)
         .await
         .unwrap();
-    assert_eq!(v.labels[LABEL_FAILURE_MODE], "0");
+    assert_eq!(v.labels.get(LABEL_FAILURE_MODE).unwrap(), "0");
 }
 
 #[tokio::test]
@@ -352,7 +356,7 @@ async fn stale_volume_version_gets_412_then_succeeds_after_a_reread() {
     assert!(matches!(err, Error::StaleVersion { .. }), "{err:?}");
     let v = c.get_volume(&v.namespace_id, &v.id).await.unwrap();
     c.set_replicas(&v.namespace_id, &v.id, 1, &v.version).await.unwrap();
-    assert_eq!(sim.volumes()[0].labels[LABEL_REPLICAS], "1");
+    assert_eq!(sim.volumes()[0].labels.get(LABEL_REPLICAS).unwrap(), "1");
 }
 
 #[tokio::test]
@@ -372,7 +376,7 @@ async fn nfs_mount_endpoint_is_stored_as_a_reserved_label_on_shared_volumes_only
         .await
         .unwrap();
     let v2 = c.get_volume(&v.namespace_id, &v.id).await.unwrap();
-    assert_eq!(v2.labels[LABEL_NFS_MOUNT_ENDPOINT], "10.96.0.7:2049");
+    assert_eq!(v2.labels.get(LABEL_NFS_MOUNT_ENDPOINT).unwrap(), "10.96.0.7:2049");
     assert_ne!(v2.version, v.version);
     let err = c
         .set_nfs_mount_endpoint(&v.namespace_id, &v.id, "10.96.0.8:2049", &v.version)

@@ -117,7 +117,7 @@ fn sim_node_labels(sim: &SimHandle, name: &str) -> Labels {
     sim.nodes()
         .into_iter()
         .find(|n| n.name == name)
-        .map(|n| n.labels)
+        .map(|n| n.labels.to_map())
         .unwrap_or_default()
 }
 
@@ -418,7 +418,7 @@ fn sim_volume_labels(sim: &SimHandle, namespace: &str, pv: &str) -> Labels {
     sim.volumes()
         .into_iter()
         .find(|v| v.namespace_id == ns_id && v.name == pv)
-        .map(|v| v.labels)
+        .map(|v| v.labels.to_map())
         .unwrap_or_default()
 }
 

@@ -8,6 +8,7 @@ mod auth;
 mod client;
 mod error;
 pub mod kube;
+mod label_set;
 pub mod metrics;
 pub mod models;
 pub mod spans;

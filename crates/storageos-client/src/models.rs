@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use crate::label_set::LabelSet;
+
 /// Label keys prefixed with this are reserved to StorageOS and change only through their own
 /// endpoints (compute-only, replicas, failure-mode, mount-endpoint).
 pub const RESERVED_PREFIX: &str = "storageos.com/";
@@ -154,7 +156,7 @@ pub struct Node {
     pub gossip_endpoint: String,
     pub clustering_endpoint: String,
     #[serde(deserialize_with = "null_as_default")]
-    pub labels: Labels,
+    pub labels: LabelSet,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub version: String,
@@ -176,7 +178,7 @@ pub struct Namespace {
     pub id: String,
     pub name: String,
     #[serde(deserialize_with = "null_as_default")]
-    pub labels: Labels,
+    pub labels: LabelSet,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub version: String,
@@ -236,7 +238,7 @@ pub struct Volume {
     #[serde(rename = "namespaceID")]
     pub namespace_id: String,
     #[serde(deserialize_with = "null_as_default")]
-    pub labels: Labels,
+    pub labels: LabelSet,
     pub fs_type: String,
     /// `unknown|detached|nfs|host`.
     pub attachment_type: String,

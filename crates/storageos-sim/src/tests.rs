@@ -257,7 +257,7 @@ fn replicas_avoid_the_master_compute_only_and_offline_nodes() {
             ..VolumeSeed::default()
         })
         .unwrap();
-    assert_eq!(v.labels[LABEL_REPLICAS], "3");
+    assert_eq!(v.labels.get(LABEL_REPLICAS).map(String::as_str), Some("3"));
     let ok_id = s.nodes().into_iter().find(|n| n.name == "ok").unwrap().id;
     assert_eq!(v.replicas.len(), 1);
     assert_eq!(v.replicas[0].node_id, ok_id);

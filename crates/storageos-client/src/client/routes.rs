@@ -8,8 +8,8 @@ use serde_json::json;
 use super::Client;
 use crate::error::Error;
 use crate::models::{
-    Cluster, FailureMode, Labels, Namespace, Node, SetFailureModeBody, UpdateCluster, Volume, is_reserved_node_label,
-    is_reserved_volume_label,
+    Cluster, FailureMode, LabelSet, Labels, Namespace, Node, SetFailureModeBody, UpdateCluster, Volume,
+    is_reserved_node_label, is_reserved_volume_label,
 };
 
 impl Client {
@@ -232,7 +232,7 @@ impl<'a> LabelsBody<'a> {
     }
 }
 
-pub(super) fn merge_labels(current: &Labels, unreserved: &Labels, reserved: fn(&str) -> bool) -> Labels {
+pub(super) fn merge_labels(current: &LabelSet, unreserved: &Labels, reserved: fn(&str) -> bool) -> Labels {
     current
         .iter()
         .filter(|(k, _)| reserved(k))
@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn merged_labels_keep_reserved_and_take_only_unreserved() {
-        let current: Labels = [("storageos.com/replicas", "2"), ("old", "x")]
+        let current: LabelSet = [("storageos.com/replicas", "2"), ("old", "x")]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();

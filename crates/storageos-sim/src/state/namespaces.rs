@@ -37,7 +37,7 @@ impl State {
         let ns = Namespace {
             id: new_id(),
             name: name.to_string(),
-            labels,
+            labels: labels.into(),
             created_at: now,
             updated_at: now,
             version: self.bump(),
@@ -60,7 +60,7 @@ impl State {
         let version = self.bump();
         let now = self.now();
         let ns = &mut self.namespaces[i];
-        ns.labels = b.labels.clone();
+        ns.labels = b.labels.clone().into();
         ns.version = version;
         ns.updated_at = now;
         Ok(ns.clone())

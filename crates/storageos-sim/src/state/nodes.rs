@@ -55,7 +55,7 @@ impl State {
             supervisor_endpoint: format!("{ip}:5704"),
             gossip_endpoint: format!("{ip}:5711"),
             clustering_endpoint: format!("{ip}:5710"),
-            labels: seed.labels,
+            labels: seed.labels.into(),
             created_at: now,
             updated_at: now,
             version: self.bump(),
@@ -165,11 +165,11 @@ impl State {
     pub fn update_node(&mut self, id: &str, b: &WriteBody, ignore: bool) -> Result<Node, ApiError> {
         let i = self.node_index(id)?;
         self.check_body_version(&self.nodes[i].node.version, b.version.as_deref(), ignore)?;
-        let labels = merge_reserved(&self.nodes[i].node.labels, &b.labels, is_reserved_node_label)?;
+        let labels = merge_reserved(&self.nodes[i].node.labels.to_map(), &b.labels, is_reserved_node_label)?;
         let version = self.bump();
         let now = self.now();
         let n = &mut self.nodes[i].node;
-        n.labels = labels;
+        n.labels = labels.into();
         n.version = version;
         n.updated_at = now;
         Ok(n.clone())

@@ -76,7 +76,7 @@ impl State {
             attached_on: String::new(),
             nfs: Nfs::default(),
             namespace_id: ns_id.to_string(),
-            labels,
+            labels: labels.into(),
             fs_type: "ext4".into(),
             attachment_type: "detached".into(),
             master: Master {
@@ -197,10 +197,10 @@ impl State {
     pub fn update_volume(&mut self, ns_id: &str, id: &str, b: &WriteBody, ignore: bool) -> Result<Volume, ApiError> {
         let vi = self.vol_index(ns_id, id)?;
         self.check_body_version(&self.volumes[vi].version, b.version.as_deref(), ignore)?;
-        let labels = merge_reserved(&self.volumes[vi].labels, &b.labels, is_reserved_volume_label)?;
+        let labels = merge_reserved(&self.volumes[vi].labels.to_map(), &b.labels, is_reserved_volume_label)?;
         let description = b.description.clone().unwrap_or_default();
         let v = self.touch(vi);
-        v.labels = labels;
+        v.labels = labels.into();
         v.description = description;
         Ok(v.clone())
     }

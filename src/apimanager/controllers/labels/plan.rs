@@ -10,8 +10,8 @@ use std::fmt;
 
 use crate::go::parse_bool;
 use crate::storageos::models::{
-    FailureMode, LABEL_COMPUTE_ONLY, LABEL_FAILURE_MODE, LABEL_REPLICAS, Labels, Node, RESERVED_PREFIX, Volume,
-    is_reserved_node_label, is_reserved_volume_label,
+    FailureMode, LABEL_COMPUTE_ONLY, LABEL_FAILURE_MODE, LABEL_REPLICAS, LabelSet, Labels, Node, RESERVED_PREFIX,
+    Volume, is_reserved_node_label, is_reserved_volume_label,
 };
 
 /// Reserved keys that only matter when a volume is created; changing them later has no effect,
@@ -28,9 +28,9 @@ pub const CREATE_TIME_ONLY: [&str; 6] = [
 /// Highest replica count StorageOS accepts.
 pub const MAX_REPLICAS: u8 = 5;
 
-fn unreserved(labels: &Labels, reserved: fn(&str) -> bool) -> Labels {
+fn unreserved<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>, reserved: fn(&str) -> bool) -> Labels {
     labels
-        .iter()
+        .into_iter()
         .filter(|(k, _)| !reserved(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
@@ -38,7 +38,7 @@ fn unreserved(labels: &Labels, reserved: fn(&str) -> bool) -> Labels {
 
 /// The unreserved labels of `wanted` when they differ from those of `current` (nil and empty
 /// count as equal).
-fn changed_unreserved(wanted: &Labels, current: &Labels, reserved: fn(&str) -> bool) -> Option<Labels> {
+fn changed_unreserved(wanted: &Labels, current: &LabelSet, reserved: fn(&str) -> bool) -> Option<Labels> {
     let labels = unreserved(wanted, reserved);
     (labels != unreserved(current, reserved)).then_some(labels)
 }
