@@ -9,11 +9,13 @@
 //! does not name, and is a [`kube::Resource`] of the same kind ([`view_of!`]), so `Api`,
 //! `watcher` and reflector stores take it as they take the full type.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::marker::PhantomData;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
+use smol_str::SmolStr;
 
 /// The annotations a view keeps, by key; every other annotation is skipped unparsed.
 pub trait Annotations {
@@ -82,13 +84,45 @@ impl<A: Annotations> From<Meta<A>> for ObjectMeta {
 }
 
 /// Labels as a view keeps them: sorted `(key, value)` pairs in one allocation of their exact
-/// size, 32 bytes an entry besides the strings. A `BTreeMap` costs a B-tree node of ~540 bytes
-/// however few entries it holds, and the api-manager caches one per PVC and per Node.
+/// size, 40 bytes an entry. A `BTreeMap` costs a B-tree node of ~540 bytes however few entries
+/// it holds, and both processes cache one per Node, PVC or node pod.
+///
+/// Keys repeat across objects (every Node has `kubernetes.io/hostname` and the same few others),
+/// so each distinct key is allocated once and shared ([`shared_key`]); a value of up to 23 bytes
+/// (`amd64`, `linux`, most hostnames) is kept inline, without an allocation of its own. A kwok
+/// Node's eight labels took ~770 bytes of glibc's heap as boxed strings and take ~340
+/// (`tests/cache_footprint.rs`).
 ///
 /// A view with these keeps `metadata.labels` empty, so `ResourceExt::labels()` is empty on it:
 /// its readers read the view's own field.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Labels(Box<[(Box<str>, Box<str>)]>);
+pub struct Labels(Box<[(Arc<str>, SmolStr)]>);
+
+/// At most this many distinct label keys are shared ([`shared_key`]); past it, a new key is
+/// allocated for its object alone, so labels with made-up keys cannot grow the set for ever.
+pub const SHARED_KEYS_MAX: usize = 4096;
+
+/// `key` as the one shared allocation of that key (made at its first use while fewer than
+/// [`SHARED_KEYS_MAX`] keys are shared; never freed, like the keys of a cluster).
+pub fn shared_key(key: &str) -> Arc<str> {
+    static KEYS: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
+    match KEYS.lock() {
+        Ok(mut keys) => share(&mut keys, key, SHARED_KEYS_MAX),
+        Err(_) => Arc::from(key),
+    }
+}
+
+/// `key` from `keys`, or added to them while they hold fewer than `max`.
+fn share(keys: &mut HashSet<Arc<str>>, key: &str, max: usize) -> Arc<str> {
+    if let Some(shared) = keys.get(key) {
+        return shared.clone();
+    }
+    let new: Arc<str> = Arc::from(key);
+    if keys.len() < max {
+        keys.insert(new.clone());
+    }
+    new
+}
 
 impl Labels {
     /// The value of `key`.
@@ -123,7 +157,7 @@ impl From<BTreeMap<String, String>> for Labels {
         // A BTreeMap iterates sorted, with each key once.
         Labels(
             map.into_iter()
-                .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                .map(|(k, v)| (shared_key(&k), SmolStr::from(v)))
                 .collect(),
         )
     }
@@ -233,6 +267,29 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use kube::Resource;
     use serde_json::json;
+
+    #[test]
+    fn a_label_key_is_one_allocation_for_every_object_until_the_cap() {
+        let mut keys = HashSet::new();
+        let a = share(&mut keys, "kubernetes.io/hostname", 2);
+        let b = share(&mut keys, "kubernetes.io/hostname", 2);
+        assert!(Arc::ptr_eq(&a, &b));
+        share(&mut keys, "type", 2);
+        let past = share(&mut keys, "made-up-1", 2);
+        assert_eq!(&*past, "made-up-1");
+        assert_eq!(keys.len(), 2, "past the cap a key is not kept");
+        let labels = Labels::from(BTreeMap::from([("kubernetes.io/hostname".to_string(), "n".repeat(40))]));
+        let again = Labels::from(BTreeMap::from([(
+            "kubernetes.io/hostname".to_string(),
+            "short".to_string(),
+        )]));
+        assert!(
+            Arc::ptr_eq(&labels.0[0].0, &again.0[0].0),
+            "the process-wide keys are shared too"
+        );
+        assert_eq!(labels.get("kubernetes.io/hostname"), Some("n".repeat(40).as_str()));
+        assert_eq!(again.get("kubernetes.io/hostname"), Some("short"));
+    }
 
     #[derive(Deserialize, Clone, Debug)]
     struct PodName {
