@@ -20,7 +20,7 @@
 pub mod build;
 pub mod cached;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,7 +42,7 @@ use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
 use crate::storageos::models::Health;
-use build::{Drain, MirrorPlace, Writes, Written};
+use build::{Blocked, Drain, MirrorPlace, Writes, Written};
 use cached::{CachedNodeMirror, CachedVolume, NodeSeen, StatusDigest};
 
 /// The controller name in logs.
@@ -181,9 +181,9 @@ struct Mirror<'a> {
     last_online: HashMap<String, DateTime<Utc>>,
     /// StorageOS node ID → name, from the last node list read (volumes wait for one).
     node_names: Option<HashMap<String, String>>,
-    /// By StorageOS node ID, the volumes whose last online copy it holds, from the last complete
-    /// volume read (`None` before one).
-    drain: Option<BTreeMap<String, BTreeSet<String>>>,
+    /// By StorageOS node ID, the volumes whose last online copy it holds (as many as a mirror
+    /// shows), from the last complete volume read (`None` before one).
+    drain: Option<HashMap<String, Blocked>>,
     /// Whether a volume snapshot (complete, partial or failed) has been handled.
     volumes_read: bool,
     /// A node snapshot that came before any volume snapshot: written after the first one.
@@ -306,7 +306,7 @@ impl Mirror<'_> {
         let Some(list) = snapshot.ok() else { return };
         // Shown on the node mirrors at the next node poll; only a complete read may say safe.
         if list.complete() {
-            self.drain = Some(drain::blocking(list));
+            self.drain = Some(Blocked::by_node(drain::blocking(list)));
         }
         let Some(node_names) = self.node_names.as_ref() else {
             tracing::debug!(controller = CONTROLLER, "volume mirrors wait for a node list");
