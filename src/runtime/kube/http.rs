@@ -11,7 +11,8 @@
 //! 429/503/504, credentials, extra headers, a trace span per request, connect/read/write
 //! timeouts over rustls. Two kinds of configuration keep kube's own stack unchanged, since theirs
 //! needs what kube does not expose: a proxy, and credentials from an exec plugin (whose
-//! certificate's expiry kube tracks).
+//! certificate's expiry kube tracks). When kube is upgraded, compare this stack with its
+//! `make_generic_builder`.
 
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
