@@ -495,8 +495,8 @@ async fn storageos_api_down_for_60s_nothing_fenced_or_deleted_then_recovers() {
     faults::create_cluster(&cluster_ns, OLD_IMAGE).await;
     faults::wait_running(&cluster_ns, SETTLE).await;
     w.polled().await;
-    let nodes_before: Vec<String> = w.sim.nodes().into_iter().map(|n| n.name).collect();
-    let namespaces_before: Vec<String> = w.sim.namespaces().into_iter().map(|n| n.name).collect();
+    let nodes_before: Vec<String> = w.sim.nodes().into_iter().map(|n| n.name.to_string()).collect();
+    let namespaces_before: Vec<String> = w.sim.namespaces().into_iter().map(|n| n.name.to_string()).collect();
 
     // Down: every StorageOS request fails with 503.
     let down_from = w.sim.requests().len();
@@ -541,8 +541,8 @@ async fn storageos_api_down_for_60s_nothing_fenced_or_deleted_then_recovers() {
         .map(|r| r.path)
         .collect();
     assert!(deletes.is_empty(), "StorageOS objects were deleted: {deletes:?}");
-    let nodes_after: Vec<String> = w.sim.nodes().into_iter().map(|n| n.name).collect();
-    let namespaces_after: Vec<String> = w.sim.namespaces().into_iter().map(|n| n.name).collect();
+    let nodes_after: Vec<String> = w.sim.nodes().into_iter().map(|n| n.name.to_string()).collect();
+    let namespaces_after: Vec<String> = w.sim.namespaces().into_iter().map(|n| n.name.to_string()).collect();
     assert_eq!(nodes_after, nodes_before);
     assert_eq!(namespaces_after, namespaces_before);
 

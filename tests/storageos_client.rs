@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use storageos_operator::sim::{self, DropPoint, Faults, SimHandle, Simulator, VolumeSeed};
 use storageos_operator::storageos::{
     Client, Config, Error, FailureMode, Health, LABEL_COMPUTE_ONLY, LABEL_CSI_PV_NAME, LABEL_CSI_PVC_NAME,
-    LABEL_FAILURE_MODE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Labels,
+    LABEL_FAILURE_MODE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Labels, POOL_IDLE_TIMEOUT,
 };
 
 /// The timeout of the tests that time out on purpose (against a far longer injected latency).
@@ -602,6 +602,98 @@ async fn unreachable_endpoint_is_a_transport_error() {
     assert!(matches!(err, Error::Transport { .. }), "{err:?}");
     assert!(err.is_retryable());
     assert!(err.to_string().contains("check the API endpoint"));
+}
+
+#[tokio::test]
+async fn node_health_reads_the_nodes_of_the_full_list() {
+    let sim = sim().await;
+    sim.add_node("n1", Health::Online).unwrap();
+    sim.add_node("n2", Health::Offline).unwrap();
+    let c = client(&sim);
+    let full: Vec<(String, Health)> = c
+        .list_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| (n.name.to_string(), n.health))
+        .collect();
+    let narrow: Vec<(String, Health)> = c
+        .list_node_health()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| (n.name, n.health))
+        .collect();
+    assert_eq!(narrow.len(), 2);
+    assert_eq!(narrow, full);
+}
+
+/// A TCP proxy to `to` that counts the connections open through it.
+async fn counting_proxy(
+    to: std::net::SocketAddr,
+) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = open.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let open = counter.clone();
+            open.fetch_add(1, SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+                open.fetch_sub(1, SeqCst);
+            });
+        }
+    });
+    (addr, open)
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_between_polls() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let sim = sim().await;
+    for i in 0..200 {
+        sim.add_node(&format!("node-{i}"), Health::Online).unwrap();
+    }
+    let to = sim
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let (proxy, open) = counting_proxy(to).await;
+    let c =
+        Client::new(Config::new(format!("http://{proxy}"), "storageos", "storageos").with_timeouts(GENEROUS, GENEROUS))
+            .unwrap();
+
+    assert_eq!(c.list_nodes().await.unwrap().len(), 200);
+    assert!(open.load(SeqCst) >= 1, "the answer came through the proxy");
+    // Kept for the next request a moment, then closed with its read buffer: not kept for
+    // reqwest's 90 s, which outlasts every poll interval.
+    let started = Instant::now();
+    while open.load(SeqCst) > 0 && started.elapsed() < GENEROUS {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        open.load(SeqCst),
+        0,
+        "idle connections still open after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() >= POOL_IDLE_TIMEOUT / 2,
+        "closed at once: not kept for the next poll"
+    );
+
+    assert_eq!(
+        c.list_nodes().await.unwrap().len(),
+        200,
+        "the next poll opens a new connection"
+    );
 }
 
 #[tokio::test]

@@ -63,10 +63,7 @@ fn assert_nodes(nodes: &[Node]) {
     );
     assert_eq!(nodes[0].id, WORKER_1);
     assert_eq!(nodes[0].version, "Mw");
-    assert_eq!(
-        nodes[0].labels.get("iaas/failure-domain").map(String::as_str),
-        Some("eu-west-1a")
-    );
+    assert_eq!(nodes[0].labels.get("iaas/failure-domain"), Some("eu-west-1a"));
     assert!(nodes[1].labels.is_empty(), "a null label map reads as empty");
     assert_eq!(nodes[0].capacity.available, 93_138_833_408);
 }
@@ -93,15 +90,9 @@ fn assert_volumes(volumes: &[Volume]) {
     assert_eq!(host.master.health, Health::Online);
     assert!(host.is_healthy());
     assert_eq!(host.attached_on, WORKER_1);
-    assert_eq!(
-        host.labels.get(LABEL_CSI_PV_NAME).map(String::as_str),
-        Some(host.name.as_str())
-    );
-    assert_eq!(
-        host.labels.get(LABEL_CSI_PVC_NAME).map(String::as_str),
-        Some("orders-db")
-    );
-    assert_eq!(host.labels.get(LABEL_REPLICAS).map(String::as_str), Some("2"));
+    assert_eq!(host.labels.get(LABEL_CSI_PV_NAME), Some(host.name.as_str()));
+    assert_eq!(host.labels.get(LABEL_CSI_PVC_NAME), Some("orders-db"));
+    assert_eq!(host.labels.get(LABEL_REPLICAS), Some("2"));
     let replicas: Vec<_> = host
         .replicas
         .iter()

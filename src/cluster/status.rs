@@ -13,7 +13,7 @@ use super::settings_push::ClientError;
 use crate::crd::{ContainerImages, MembersStatus, StorageOSClusterStatus};
 use crate::reasons;
 use crate::runtime::kube::conditions;
-use crate::storageos::models::{Health, Node as ApiNode};
+use crate::storageos::models::{Health, NodeHealth as ApiNode};
 
 /// The condition that says a cluster is paused: nothing is applied or repaired meanwhile.
 pub const PAUSED: &str = "Paused";

@@ -146,7 +146,10 @@ pub async fn update_status(
         }
     };
     let api_nodes = match settings_push::api_client(ctx, inputs, plan) {
-        Ok(client) => client.list_nodes().await.map_err(settings_push::ClientError::from),
+        Ok(client) => client
+            .list_node_health()
+            .await
+            .map_err(settings_push::ClientError::from),
         Err(e) => Err(e),
     };
     let previous = cluster.status.clone().unwrap_or_default();

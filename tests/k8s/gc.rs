@@ -274,13 +274,13 @@ async fn garbage_collection_deletes_storageos_nodes_and_namespaces_kubernetes_la
     // Two more passes of each collection (each lists StorageOS first) leave the rest alone.
     support::after_polls(&sim, "GET /v2/nodes", 2).await;
     support::after_polls(&sim, "GET /v2/namespaces", 2).await;
-    let names: Vec<String> = sim.nodes().into_iter().map(|n| n.name).collect();
+    let names: Vec<String> = sim.nodes().into_iter().map(|n| n.name.to_string()).collect();
     assert!(names.contains(&kept) && names.contains(&online), "{names:?}");
     assert!(
         deletes(&sim, &kept_id).is_empty(),
         "a node Kubernetes has is never deleted"
     );
-    let namespaces_left: Vec<String> = sim.namespaces().into_iter().map(|n| n.name).collect();
+    let namespaces_left: Vec<String> = sim.namespaces().into_iter().map(|n| n.name.to_string()).collect();
     assert!(namespaces_left.contains(&ns.name), "{namespaces_left:?}");
     assert!(
         namespaces_left.contains(&busy_ns),

@@ -78,7 +78,7 @@ fn volume(sim: &SimHandle, pv: &str) -> Volume {
 }
 
 fn mount_label(sim: &SimHandle, pv: &str) -> Option<String> {
-    volume(sim, pv).labels.get(LABEL_NFS_MOUNT_ENDPOINT).cloned()
+    volume(sim, pv).labels.get(LABEL_NFS_MOUNT_ENDPOINT).map(str::to_string)
 }
 
 fn cluster_ip(svc: &Service) -> String {

@@ -17,10 +17,11 @@ pub mod text;
 pub use auth::Credentials;
 pub use client::{
     Client, Config, DEFAULT_LOGIN_TIMEOUT, DEFAULT_PORT, DEFAULT_REQUEST_TIMEOUT, ERROR_BODY_LIMIT, MAX_RESPONSE_BYTES,
-    base_url,
+    POOL_IDLE_TIMEOUT, base_url,
 };
 pub use error::Error;
 pub use kube::CSI_DRIVER;
+pub use label_set::{SHARED_KEYS_MAX, shared_key};
 pub use metrics::ApiMetrics;
 pub use models::*;
 

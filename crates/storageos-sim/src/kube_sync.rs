@@ -182,7 +182,7 @@ pub async fn run(shared: Arc<Shared>, client: kube::Client) {
         let pods: Vec<PodView> = store.state().iter().filter_map(|p| PodView::from_pod(p)).collect();
         let (registered, offline_image) = {
             let st = shared.lock();
-            let names: BTreeSet<String> = st.nodes().into_iter().map(|n| n.name).collect();
+            let names: BTreeSet<String> = st.nodes().into_iter().map(|n| n.name.to_string()).collect();
             (names, st.faults().offline_with_image)
         };
         let (actions, next) = plan_sync(&seen, &pods, &registered, offline_image.as_deref());

@@ -214,7 +214,7 @@ fn health_flips_do_not_bump_node_versions_and_offline_starts_the_lock() {
     let off = s.set_health("n1", Health::Offline).unwrap();
     assert_eq!(off.version, n.version);
     let dv = DeleteVersion {
-        version: Some(n.version.clone()),
+        version: Some(n.version.to_string()),
         ignore: false,
     };
     assert_eq!(s.delete_node(&n.id, &dv).unwrap_err().status, 423);
@@ -257,7 +257,7 @@ fn replicas_avoid_the_master_compute_only_and_offline_nodes() {
             ..VolumeSeed::default()
         })
         .unwrap();
-    assert_eq!(v.labels.get(LABEL_REPLICAS).map(String::as_str), Some("3"));
+    assert_eq!(v.labels.get(LABEL_REPLICAS), Some("3"));
     let ok_id = s.nodes().into_iter().find(|n| n.name == "ok").unwrap().id;
     assert_eq!(v.replicas.len(), 1);
     assert_eq!(v.replicas[0].node_id, ok_id);

@@ -57,8 +57,8 @@ impl From<storageos::Node> for Entry {
     fn from(n: storageos::Node) -> Self {
         Self {
             id: n.id,
-            name: n.name,
-            version: n.version,
+            name: n.name.to_string(),
+            version: n.version.to_string(),
         }
     }
 }

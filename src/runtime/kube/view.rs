@@ -9,13 +9,11 @@
 //! does not name, and is a [`kube::Resource`] of the same kind ([`view_of!`]), so `Api`,
 //! `watcher` and reflector stores take it as they take the full type.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
-use smol_str::SmolStr;
 
 /// The annotations a view keeps, by key; every other annotation is skipped unparsed.
 pub trait Annotations {
@@ -83,91 +81,11 @@ impl<A: Annotations> From<Meta<A>> for ObjectMeta {
     }
 }
 
-/// Labels as a view keeps them: sorted `(key, value)` pairs in one allocation of their exact
-/// size, 40 bytes an entry. A `BTreeMap` costs a B-tree node of ~540 bytes however few entries
-/// it holds, and both processes cache one per Node, PVC or node pod.
-///
-/// Keys repeat across objects (every Node has `kubernetes.io/hostname` and the same few others),
-/// so each distinct key is allocated once and shared ([`shared_key`]); a value of up to 23 bytes
-/// (`amd64`, `linux`, most hostnames) is kept inline, without an allocation of its own. A kwok
-/// Node's eight labels took ~770 bytes of glibc's heap as boxed strings and take ~340
-/// (`tests/cache_footprint.rs`).
-///
-/// A view with these keeps `metadata.labels` empty, so `ResourceExt::labels()` is empty on it:
-/// its readers read the view's own field.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Labels(Box<[(Arc<str>, SmolStr)]>);
-
-/// At most this many distinct label keys are shared ([`shared_key`]); past it, a new key is
-/// allocated for its object alone, so labels with made-up keys cannot grow the set for ever.
-pub const SHARED_KEYS_MAX: usize = 4096;
-
-/// `key` as the one shared allocation of that key (made at its first use while fewer than
-/// [`SHARED_KEYS_MAX`] keys are shared; never freed, like the keys of a cluster).
-pub fn shared_key(key: &str) -> Arc<str> {
-    static KEYS: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
-    match KEYS.lock() {
-        Ok(mut keys) => share(&mut keys, key, SHARED_KEYS_MAX),
-        Err(_) => Arc::from(key),
-    }
-}
-
-/// `key` from `keys`, or added to them while they hold fewer than `max`.
-fn share(keys: &mut HashSet<Arc<str>>, key: &str, max: usize) -> Arc<str> {
-    if let Some(shared) = keys.get(key) {
-        return shared.clone();
-    }
-    let new: Arc<str> = Arc::from(key);
-    if keys.len() < max {
-        keys.insert(new.clone());
-    }
-    new
-}
-
-impl Labels {
-    /// The value of `key`.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
-            .ok()
-            .map(|i| self.0[i].1.as_ref())
-    }
-
-    /// Every `(key, value)`, sorted by key.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The labels as the map the rest of the code (and the StorageOS client) takes.
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-    }
-}
-
-impl From<BTreeMap<String, String>> for Labels {
-    fn from(map: BTreeMap<String, String>) -> Self {
-        // A BTreeMap iterates sorted, with each key once.
-        Labels(
-            map.into_iter()
-                .map(|(k, v)| (shared_key(&k), SmolStr::from(v)))
-                .collect(),
-        )
-    }
-}
-
-impl From<Option<BTreeMap<String, String>>> for Labels {
-    fn from(map: Option<BTreeMap<String, String>>) -> Self {
-        map.map(Labels::from).unwrap_or_default()
-    }
-}
+/// Labels as a view keeps them ([`LabelSet`](crate::storageos::LabelSet): sorted pairs in one
+/// allocation, keys shared process-wide, short values inline), the same type the StorageOS
+/// models keep theirs in. A view with these keeps `metadata.labels` empty, so
+/// `ResourceExt::labels()` is empty on it: its readers read the view's own field.
+pub use crate::storageos::LabelSet as Labels;
 
 /// `#[serde(deserialize_with = "view::meta")]` for a view's `metadata`: [`Meta`] as `ObjectMeta`.
 pub fn meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
@@ -267,29 +185,6 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use kube::Resource;
     use serde_json::json;
-
-    #[test]
-    fn a_label_key_is_one_allocation_for_every_object_until_the_cap() {
-        let mut keys = HashSet::new();
-        let a = share(&mut keys, "kubernetes.io/hostname", 2);
-        let b = share(&mut keys, "kubernetes.io/hostname", 2);
-        assert!(Arc::ptr_eq(&a, &b));
-        share(&mut keys, "type", 2);
-        let past = share(&mut keys, "made-up-1", 2);
-        assert_eq!(&*past, "made-up-1");
-        assert_eq!(keys.len(), 2, "past the cap a key is not kept");
-        let labels = Labels::from(BTreeMap::from([("kubernetes.io/hostname".to_string(), "n".repeat(40))]));
-        let again = Labels::from(BTreeMap::from([(
-            "kubernetes.io/hostname".to_string(),
-            "short".to_string(),
-        )]));
-        assert!(
-            Arc::ptr_eq(&labels.0[0].0, &again.0[0].0),
-            "the process-wide keys are shared too"
-        );
-        assert_eq!(labels.get("kubernetes.io/hostname"), Some("n".repeat(40).as_str()));
-        assert_eq!(again.get("kubernetes.io/hostname"), Some("short"));
-    }
 
     #[derive(Deserialize, Clone, Debug)]
     struct PodName {

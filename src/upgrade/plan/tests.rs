@@ -62,7 +62,7 @@ fn healthy(online: &[&str]) -> StorageOSRead {
         nodes: online
             .iter()
             .map(|n| crate::storageos::models::Node {
-                name: n.to_string(),
+                name: n.to_string().into(),
                 health: crate::storageos::models::Health::Online,
                 ..Default::default()
             })

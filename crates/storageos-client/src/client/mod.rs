@@ -24,6 +24,13 @@ pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// The largest response body read by default (64 MiB: a volume list of a large cluster fits
 /// many times over).
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// How long an idle connection is kept for the next request. hyper grows a connection's read
+/// buffer to ~400 KiB while reading a large answer (a node or volume list of a big cluster) and
+/// never shrinks it; reqwest cannot cap it. The api-manager reads StorageOS every few seconds
+/// (5 s by default), so with reqwest's 90 s each of its connections kept such a buffer for the
+/// life of the process; closed after 2 s, they hold it only while a poll runs, at the cost of
+/// one new connection per poll (docs/benchmarks.md).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most of an error answer's message kept (in bytes): it ends up in conditions and events.
 pub const ERROR_BODY_LIMIT: usize = 1024;
 
@@ -142,6 +149,7 @@ impl Transport {
         // it points. No proxy from *_PROXY: the credentials go to the endpoint and nowhere else.
         let mut http = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .user_agent(self.user_agent.clone())
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy();
@@ -440,8 +448,12 @@ impl Client {
             let status = resp.status();
             let headers = resp.headers().clone();
             // Read at most `max_response_bytes`: a broken or hostile endpoint cannot make the
-            // process buffer without bound.
-            let mut body = Vec::new();
+            // process buffer without bound. Sized once from Content-Length when it is given:
+            // growing by doubling, a 2 MB node list passed through 1, 2 and 4 MB copies.
+            let expected = resp
+                .content_length()
+                .map_or(0, |n| usize::try_from(n).unwrap_or(limit).min(limit));
+            let mut body = Vec::with_capacity(expected);
             while let Some(chunk) = resp.chunk().await? {
                 if body.len() + chunk.len() > limit {
                     return Ok((status, headers, None));

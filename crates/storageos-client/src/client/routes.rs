@@ -8,7 +8,7 @@ use serde_json::json;
 use super::Client;
 use crate::error::Error;
 use crate::models::{
-    Cluster, FailureMode, LabelSet, Labels, Namespace, Node, SetFailureModeBody, UpdateCluster, Volume,
+    Cluster, FailureMode, LabelSet, Labels, Namespace, Node, NodeHealth, SetFailureModeBody, UpdateCluster, Volume,
     is_reserved_node_label, is_reserved_volume_label,
 };
 
@@ -55,6 +55,11 @@ impl Client {
 
     /// `GET /nodes`.
     pub async fn list_nodes(&self) -> Result<Vec<Node>, Error> {
+        self.list(&["nodes"]).await
+    }
+
+    /// `GET /nodes`, each node's name and health only.
+    pub async fn list_node_health(&self) -> Result<Vec<NodeHealth>, Error> {
         self.list(&["nodes"]).await
     }
 
@@ -236,8 +241,13 @@ pub(super) fn merge_labels(current: &LabelSet, unreserved: &Labels, reserved: fn
     current
         .iter()
         .filter(|(k, _)| reserved(k))
-        .chain(unreserved.iter().filter(|(k, _)| !reserved(k)))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(
+            unreserved
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .filter(|(k, _)| !reserved(k)),
+        )
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 

@@ -44,21 +44,21 @@ impl State {
         let now = self.now();
         let node = Node {
             id: new_id(),
-            name: seed.name,
+            name: seed.name.into(),
             health,
             capacity: Capacity {
                 total: 100 << 30,
                 free: 90 << 30,
                 available: 90 << 30,
             },
-            io_endpoint: format!("{ip}:5703"),
-            supervisor_endpoint: format!("{ip}:5704"),
-            gossip_endpoint: format!("{ip}:5711"),
-            clustering_endpoint: format!("{ip}:5710"),
+            io_endpoint: format!("{ip}:5703").into(),
+            supervisor_endpoint: format!("{ip}:5704").into(),
+            gossip_endpoint: format!("{ip}:5711").into(),
+            clustering_endpoint: format!("{ip}:5710").into(),
             labels: seed.labels.into(),
             created_at: now,
             updated_at: now,
-            version: self.bump(),
+            version: self.bump().into(),
         };
         self.nodes.push(SimNode {
             node: node.clone(),
@@ -154,7 +154,7 @@ impl State {
             if changed {
                 let version = self.bump();
                 let v = &mut self.volumes[vi];
-                v.version = version;
+                v.version = version.into();
                 v.updated_at = now;
             }
         }
@@ -170,7 +170,7 @@ impl State {
         let now = self.now();
         let n = &mut self.nodes[i].node;
         n.labels = labels.into();
-        n.version = version;
+        n.version = version.into();
         n.updated_at = now;
         Ok(n.clone())
     }
@@ -187,7 +187,7 @@ impl State {
         } else {
             n.labels.remove(LABEL_COMPUTE_ONLY);
         }
-        n.version = version;
+        n.version = version.into();
         n.updated_at = now;
         Ok(n.clone())
     }

@@ -35,7 +35,7 @@ impl State {
         let version = self.bump();
         let now = self.now();
         let v = &mut self.volumes[vi];
-        v.version = version;
+        v.version = version.into();
         v.updated_at = now;
         v
     }
@@ -93,7 +93,7 @@ impl State {
             size_bytes: 5 << 30,
             created_at: now,
             updated_at: now,
-            version: self.bump(),
+            version: self.bump().into(),
         };
         self.volumes.push(vol);
         let vi = self.volumes.len() - 1;
@@ -134,7 +134,7 @@ impl State {
         let vi = self.new_volume(ns_id, &name, b.labels.clone(), None)?;
         let v = &mut self.volumes[vi];
         if let Some(fs) = b.fs_type.clone().filter(|f| !f.is_empty()) {
-            v.fs_type = fs;
+            v.fs_type = fs.into();
         }
         if let Some(size) = b.size_bytes.filter(|s| *s > 0) {
             v.size_bytes = size;
@@ -364,7 +364,7 @@ impl State {
     /// Test knob: gives a volume (found by namespace and volume name) a new version.
     pub fn bump_volume_version(&mut self, namespace: &str, name: &str) -> Result<String, ApiError> {
         let vi = self.vol_index_by_name(namespace, name)?;
-        Ok(self.touch(vi).version.clone())
+        Ok(self.touch(vi).version.to_string())
     }
 
     /// Test knob: sets the health of every replica of a volume (`syncing` while a replica
@@ -373,7 +373,7 @@ impl State {
         let vi = self.vol_index_by_name(namespace, name)?;
         let v = self.touch(vi);
         for r in &mut v.replicas {
-            r.health = health.to_string();
+            r.health = health.into();
         }
         Ok(v.clone())
     }

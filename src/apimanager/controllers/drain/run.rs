@@ -108,7 +108,7 @@ impl OnSnapshot for Guards<'_> {
 
     async fn nodes(&mut self, snapshot: &NodeSnapshot) {
         if let Some(nodes) = snapshot.ok() {
-            self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect());
+            self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.to_string())).collect());
         }
     }
 

@@ -45,13 +45,13 @@ pub struct Observed {
 pub fn triggers(storageos: &[Node], out_of_service: &BTreeSet<String>, held: bool) -> Vec<Observed> {
     let mut seen = Vec::with_capacity(storageos.len());
     for n in storageos {
-        let trigger = if out_of_service.contains(&n.name) {
+        let trigger = if out_of_service.contains(n.name.as_str()) {
             Some(Trigger::OutOfService)
         } else {
             (n.health == Health::Offline && !held).then_some(Trigger::Offline)
         };
         seen.push(Observed {
-            name: n.name.clone(),
+            name: n.name.to_string(),
             id: n.id.clone(),
             trigger,
         });

@@ -28,18 +28,18 @@ pub const CREATE_TIME_ONLY: [&str; 6] = [
 /// Highest replica count StorageOS accepts.
 pub const MAX_REPLICAS: u8 = 5;
 
-fn unreserved<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>, reserved: fn(&str) -> bool) -> Labels {
+fn unreserved<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>, reserved: fn(&str) -> bool) -> Labels {
     labels
         .into_iter()
         .filter(|(k, _)| !reserved(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
 /// The unreserved labels of `wanted` when they differ from those of `current` (nil and empty
 /// count as equal).
 fn changed_unreserved(wanted: &Labels, current: &LabelSet, reserved: fn(&str) -> bool) -> Option<Labels> {
-    let labels = unreserved(wanted, reserved);
+    let labels = unreserved(wanted.iter().map(|(k, v)| (k.as_str(), v.as_str())), reserved);
     (labels != unreserved(current, reserved)).then_some(labels)
 }
 
@@ -236,7 +236,7 @@ pub fn plan_volume(class_parameters: &Labels, pvc_labels: &Labels, volume: &Volu
     let current_mode = volume
         .labels
         .get(LABEL_FAILURE_MODE)
-        .map_or(Ok(FailureMode::Hard), |v| parse_failure_mode(v));
+        .map_or(Ok(FailureMode::Hard), parse_failure_mode);
     plan.failure_mode = failure_mode.filter(|m| current_mode.as_ref() != Ok(m));
 
     plan.not_applied

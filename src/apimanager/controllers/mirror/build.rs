@@ -79,8 +79,8 @@ pub fn node_status(
             free: quantity(n.capacity.free),
             available: quantity(n.capacity.available),
         }),
-        labels: n.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        version: n.version.clone(),
+        labels: n.labels.to_map(),
+        version: n.version.to_string(),
         created_at: Some(timestamp(n.created_at)),
         safe_to_drain: match drain {
             Drain::Unknown => None,
@@ -240,7 +240,7 @@ pub fn writes<S: PartialEq>(known: Option<Known<'_, S>>, owner: Option<&OwnerRef
 pub fn pvc_of(v: &Volume) -> Option<(String, String)> {
     let ns = v.labels.get(LABEL_CSI_PVC_NAMESPACE).filter(|s| !s.is_empty())?;
     let name = v.labels.get(LABEL_CSI_PVC_NAME).filter(|s| !s.is_empty())?;
-    Some((ns.clone(), name.clone()))
+    Some((ns.to_string(), name.to_string()))
 }
 
 /// [`pvc_of`] of a volume StorageOS keeps in its namespace `storageos_namespace` (None when not
@@ -263,7 +263,7 @@ pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>
         .iter()
         .map(|r| VolumeReplica {
             node: name_of(&r.node_id),
-            health: r.health.clone(),
+            health: r.health.to_string(),
             promotable: r.promotable,
             sync: (r.sync_progress.bytes_remaining > 0).then(|| SyncProgress {
                 bytes_remaining: i64_of(r.sync_progress.bytes_remaining),
@@ -289,7 +289,7 @@ pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>
     };
     let nfs = VolumeNfs {
         service_endpoint: v.nfs.service_endpoint.clone().filter(|e| !e.is_empty()),
-        mount_endpoint: v.labels.get(LABEL_NFS_MOUNT_ENDPOINT).cloned(),
+        mount_endpoint: v.labels.get(LABEL_NFS_MOUNT_ENDPOINT).map(str::to_string),
     };
     VolumeMirrorStatus {
         id: v.id.clone(),
@@ -480,7 +480,7 @@ mod tests {
 
         let mut fine = volume();
         fine.labels.insert(LABEL_REPLICAS.into(), "1".into());
-        fine.attachment_type = String::new();
+        fine.attachment_type = Default::default();
         fine.attached_on = String::new();
         let s = volume_status(&fine, "data", &names);
         assert_eq!(

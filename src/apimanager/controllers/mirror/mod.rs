@@ -202,7 +202,7 @@ impl OnSnapshot for Mirror<'_> {
         if let (false, Some(nodes)) = (self.volumes_read, snapshot.ok()) {
             // The node list is kept for its names (volumes show node names), and its mirrors
             // are written after the first volume read says what each node holds.
-            self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect());
+            self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.to_string())).collect());
             self.waiting_nodes = Some(Arc::new(snapshot.clone()));
             return;
         }
@@ -224,16 +224,16 @@ impl Mirror<'_> {
         let Some(nodes) = snapshot.ok() else { return };
         let started = Instant::now();
         self.ctx.metrics.set_nodes(nodes.iter().map(|n| n.health.as_str()));
-        self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.clone())).collect());
+        self.node_names = Some(nodes.iter().map(|n| (n.id.clone(), n.name.to_string())).collect());
         for n in nodes.iter().filter(|n| n.health == Health::Online) {
-            self.last_online.insert(n.name.clone(), snapshot.taken);
+            self.last_online.insert(n.name.to_string(), snapshot.taken);
         }
         self.last_online.retain(|name, _| nodes.iter().any(|n| n.name == *name));
         let api: Api<CachedNodeMirror> = Api::all(self.ctx.kube.clone());
         let mut stale = Vec::new();
         for n in nodes {
             let cached = self.caches.nodes.get(&ObjectRef::new(&n.name));
-            let written = self.written_nodes.get(&n.name);
+            let written = self.written_nodes.get(n.name.as_str());
             // The status it has, as far as known (written and not yet in the cache included).
             let previous = build::known(
                 cached.as_ref().map(|c| (&c.metadata, c.status.as_ref())),
@@ -251,7 +251,7 @@ impl Mirror<'_> {
                     n,
                     previous,
                     snapshot.taken,
-                    self.last_online.get(&n.name).copied(),
+                    self.last_online.get(n.name.as_str()).copied(),
                     drain,
                 ),
                 k8s_node.as_ref().map(|k| &k.labels),
@@ -268,8 +268,8 @@ impl Mirror<'_> {
             if writes.any() {
                 stale.push(Stale {
                     api: api.clone(),
-                    key: n.name.clone(),
-                    name: n.name.clone(),
+                    key: n.name.to_string(),
+                    name: n.name.to_string(),
                     owner,
                     remember: seen,
                     status: want,

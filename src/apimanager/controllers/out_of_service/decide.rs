@@ -122,7 +122,7 @@ impl Memory {
         };
         self.nodes.retain(|name, _| storageos.iter().any(|n| n.name == *name));
         for n in storageos {
-            let t = self.nodes.entry(n.name.clone()).or_default();
+            let t = self.nodes.entry(n.name.to_string()).or_default();
             t.offline_polls = if n.health == Health::Offline {
                 t.offline_polls.saturating_add(1)
             } else {

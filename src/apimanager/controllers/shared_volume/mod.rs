@@ -443,7 +443,7 @@ async fn set_external_endpoint(
     endpoint: &str,
 ) -> Result<bool, storageos::Error> {
     let volume = api.get_volume(&sv.namespace_id, &sv.id).await?;
-    if volume.labels.get(LABEL_NFS_MOUNT_ENDPOINT).map(String::as_str) == Some(endpoint) {
+    if volume.labels.get(LABEL_NFS_MOUNT_ENDPOINT) == Some(endpoint) {
         return Ok(false);
     }
     api.set_nfs_mount_endpoint(&sv.namespace_id, &sv.id, endpoint, &volume.version)
