@@ -13,7 +13,7 @@ use super::settings_push::ClientError;
 use crate::crd::{ContainerImages, MembersStatus, StorageOSClusterStatus};
 use crate::reasons;
 use crate::runtime::kube::conditions;
-use crate::storageos::models::{Health, NodeHealth as ApiNode};
+use crate::storageos::models::{Health, NodeHealth};
 
 /// The condition that says a cluster is paused: nothing is applied or repaired meanwhile.
 pub const PAUSED: &str = "Paused";
@@ -40,7 +40,7 @@ pub struct ClusterObservation<'a> {
     pub pods_ready_on: BTreeSet<String>,
     /// StorageOS nodes, or why they could not be read (typed: a caller may ask
     /// `is_not_found()` or the status of a StorageOS answer).
-    pub api_nodes: Result<&'a [ApiNode], &'a ClientError>,
+    pub api_nodes: Result<&'a [NodeHealth], &'a ClientError>,
     /// The status before this reconcile.
     pub previous: Option<&'a StorageOSClusterStatus>,
     /// `metadata.generation` of the cluster.
@@ -185,7 +185,7 @@ mod tests {
         .unwrap()
     }
 
-    fn api(name: &str, health: &str) -> ApiNode {
+    fn api(name: &str, health: &str) -> NodeHealth {
         serde_json::from_value(json!({"id": name, "name": name, "health": health, "version": "1"})).unwrap()
     }
 
@@ -196,7 +196,7 @@ mod tests {
     fn run(
         selected: &[&str],
         pods: &[NodePod],
-        api_nodes: Result<&[ApiNode], &ClientError>,
+        api_nodes: Result<&[NodeHealth], &ClientError>,
         prev: Option<&StorageOSClusterStatus>,
     ) -> StorageOSClusterStatus {
         let selected: Vec<String> = selected.iter().map(|s| s.to_string()).collect();
