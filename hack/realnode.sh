@@ -350,8 +350,10 @@ clusterDNS: [$RN_IP]
 resolvConf: /etc/resolv.conf
 staticPodPath: ""
 serializeImagePulls: false
-# Two cores and a shared disk: do not evict pods for the host's own disk use.
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+# Two cores and a shared disk: do not evict pods (or delete their images) for the host's own
+# disk use. Absolute amounts: a percentage of a large shared disk is gigabytes that a build in
+# the same checkout uses up (a CI run failed that way at 1%).
+evictionHard: {memory.available: "100Mi", nodefs.available: "512Mi", imagefs.available: "512Mi"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 enforceNodeAllocatable: ["pods"]

@@ -123,6 +123,15 @@ impl Drop for Diagnostics {
         }
         for args in [
             &["get", "pods", "-A", "-o", "wide"][..],
+            // DiskPressure or MemoryPressure here is the host's, not the operator's.
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={range .status.conditions[*]}{.type}={.status} {.message}{\"\\n\"}{end}",
+            ][..],
+            &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
             &["get", "stos", "-A", "-o", "yaml"][..],
             &["-n", OPERATOR_NS, "logs", "deploy/storageos-operator", "--tail", "40"][..],
         ] {
