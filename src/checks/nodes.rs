@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use serde::Deserialize;
+use smol_str::SmolStr;
 
 use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 
@@ -14,9 +15,9 @@ use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Platform {
-    pub operating_system: String,
-    pub architecture: String,
-    pub kernel_version: String,
+    pub operating_system: SmolStr,
+    pub architecture: SmolStr,
+    pub kernel_version: SmolStr,
 }
 
 /// Why StorageOS cannot run on a node at all, from what its kubelet reports (`nodeInfo`): an
@@ -44,9 +45,9 @@ pub fn ineligible_platform(info: &Platform) -> Option<String> {
 pub fn ineligible(node: &Node) -> Option<String> {
     let info = node.status.as_ref()?.node_info.as_ref()?;
     ineligible_platform(&Platform {
-        operating_system: info.operating_system.clone(),
-        architecture: info.architecture.clone(),
-        kernel_version: info.kernel_version.clone(),
+        operating_system: info.operating_system.as_str().into(),
+        architecture: info.architecture.as_str().into(),
+        kernel_version: info.kernel_version.as_str().into(),
     })
 }
 

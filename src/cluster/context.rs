@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
 
 use super::api_clients::ApiClients;
 use super::metrics::ClusterMetrics;
@@ -17,6 +16,7 @@ use crate::runtime::kube::apply::Applier;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::runtime::kube::trusted::TrustedNamespaces;
+use crate::runtime::kube::view_store::ViewStore;
 use crate::storageos;
 
 /// The controller name used in metrics, events and logs.
@@ -69,10 +69,10 @@ pub struct Context {
 }
 
 /// Watch caches of every Node and of the StorageOS node pods (label `app=storageos,kind=daemonset`).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct NodeCaches {
-    pub nodes: Store<super::node_cache::CachedNode>,
-    pub node_pods: Store<super::node_cache::NodePod>,
+    pub nodes: ViewStore<super::node_cache::CachedNode>,
+    pub node_pods: ViewStore<super::node_cache::NodePod>,
 }
 
 impl Context {

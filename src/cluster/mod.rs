@@ -26,7 +26,6 @@ pub mod status_write;
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -39,7 +38,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
@@ -54,7 +53,8 @@ pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
 use crate::runtime::kube::controller::{self, ControllerKit, Reconciler};
-use node_cache::{CachedNode, NodePod};
+use crate::runtime::kube::view_store;
+use node_cache::{ListedNode, ListedNodePod};
 
 /// The cluster a child belongs to, from its labels. A long cluster name is hashed in the label
 /// (see [`label_value`]), so the name is looked up among the known clusters.
@@ -74,18 +74,6 @@ fn owner_of<K: Resource>(
 
 fn all_clusters(store: &Store<StorageOSCluster>) -> Vec<ObjectRef<StorageOSCluster>> {
     store.state().iter().map(|c| ObjectRef::from_obj(c.as_ref())).collect()
-}
-
-/// What about a Node can change cluster membership: labels, taints, readiness and eligibility.
-pub(crate) fn node_membership_hash(node: &CachedNode) -> Option<u64> {
-    let mut h = DefaultHasher::new();
-    node.labels.hash(&mut h);
-    for t in &node.taints {
-        (&t.key, &t.value, &t.effect).hash(&mut h);
-    }
-    node.ready.hash(&mut h);
-    node.ineligible().hash(&mut h);
-    Some(h.finish())
 }
 
 impl Reconciler for Context {
@@ -156,34 +144,31 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let node_store = store.clone();
     let pod_store = store.clone();
     // Nodes and node pods are cached for the status step as views of what it reads
-    // (`node_cache`); a node change that cannot change membership triggers nothing.
-    let (nodes_cache, nodes_writer) = reflector::store::<CachedNode>();
-    let (pods_cache, pods_writer) = reflector::store::<NodePod>();
-    let _ = ctx.caches.set(NodeCaches {
-        nodes: nodes_cache,
-        node_pods: pods_cache,
-    });
-    let nodes = watcher(
-        Api::<CachedNode>::all(client.clone()),
-        crate::runtime::kube::cache::every(),
-    )
-    .default_backoff()
-    .reflect(nodes_writer)
-    .touched_objects()
-    .predicate_filter(node_membership_hash, Default::default());
-    // Node pods change readiness without touching their labels: every change counts.
-    let node_pods = watcher(
-        Api::<NodePod>::all(client.clone()),
-        crate::runtime::kube::cache::every().labels(NODE_POD_SELECTOR),
-    )
-    .default_backoff()
-    .reflect(pods_writer)
-    .touched_objects();
+    // (`node_cache`); a change the views do not show (a heartbeat, a pod's restart count)
+    // triggers nothing.
+    let caches = NodeCaches::default();
+    let _ = ctx.caches.set(caches.clone());
+    let nodes = view_store::reflect_views(
+        watcher(
+            Api::<ListedNode>::all(client.clone()),
+            crate::runtime::kube::cache::every(),
+        )
+        .default_backoff(),
+        caches.nodes,
+    );
+    let node_pods = view_store::reflect_views(
+        watcher(
+            Api::<ListedNodePod>::all(client.clone()),
+            crate::runtime::kube::cache::every().labels(NODE_POD_SELECTOR),
+        )
+        .default_backoff(),
+        caches.node_pods,
+    );
 
     let controller = controller
         .watches_stream(nodes, move |_| all_clusters(&node_store))
-        .watches_stream(node_pods, move |pod: NodePod| {
-            let cr = pod.labels.get("storageos_cr").map(str::to_owned);
+        .watches_stream(node_pods, move |listed: ListedNodePod| {
+            let cr = listed.view.labels.get("storageos_cr").map(str::to_owned);
             all_clusters(&pod_store)
                 .into_iter()
                 .filter(move |r| Some(&label_value(&r.name)) == cr.as_ref())

@@ -1,35 +1,58 @@
 //! What the cluster controller keeps of Nodes and StorageOS node pods in its watch caches.
 //!
 //! Status, node selection and the membership filter read a Node's name, labels, taints, Ready
-//! status and platform (OS, architecture, kernel), and a node pod's labels, node name and Ready
-//! status. The caches hold views of just that ([`CachedNode`], [`NodePod`]), parsed from the
-//! watch's JSON without the rest: a node pod's spec (containers, env, volumes) is most of its
-//! size, and the full objects, then their empty k8s-openapi structs, dominated the operator's
-//! memory at scale (docs/benchmarks.md). Labels are kept as compact [`Labels`], not in
-//! `metadata.labels` (a map is a B-tree node of ~0.5 KB however few entries it holds), so
-//! `ResourceExt::labels()` is empty on both views: read their `labels` field.
+//! status and platform (OS, architecture, kernel), and a node pod's name, namespace, labels,
+//! node name, deletion mark and Ready status. The caches ([`ViewStore`]) hold just that
+//! ([`CachedNode`], [`NodePod`]): no `ObjectMeta`, short strings inline. The watch parses each
+//! event as a listed type ([`ListedNode`], [`ListedNodePod`]): the identity the watcher needs
+//! and the view, from the watch's JSON without the rest. A node pod's spec (containers, env,
+//! volumes) is most of its size, and full objects, then views still carrying an `ObjectMeta`
+//! and kube's per-entry store key, dominated the operator's memory at scale
+//! (docs/benchmarks.md).
+//!
+//! [`ViewStore`]: crate::runtime::kube::view_store::ViewStore
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use smol_str::SmolStr;
 
 use crate::checks::Platform;
 use crate::runtime::kube::view::{self, Condition, Labels, condition_status};
+use crate::runtime::kube::view_store::{Listed, View};
 
 /// A Node as the cluster controller keeps it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "NodeShape")]
 pub struct CachedNode {
-    /// Name, UID, resourceVersion; never labels ([`CachedNode::labels`]).
-    pub metadata: ObjectMeta,
+    pub name: SmolStr,
     pub labels: Labels,
-    pub taints: Vec<Taint>,
+    pub taints: Box<[NodeTaint]>,
     /// The status of its Ready condition (`True`, `False`, `Unknown`), if reported.
-    pub ready: Option<String>,
+    pub ready: Option<SmolStr>,
     /// What its kubelet reports of its platform, if anything.
     pub platform: Option<Platform>,
 }
-crate::view_of!(CachedNode, Node);
+
+/// A Node's taint: what toleration matching reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+pub struct NodeTaint {
+    pub key: SmolStr,
+    #[serde(default)]
+    pub value: Option<SmolStr>,
+    pub effect: SmolStr,
+}
+
+/// A Node as its watch parses it: identity (name, resourceVersion, UID; never labels) and the
+/// [`CachedNode`] the cache keeps.
+pub type ListedNode = Listed<CachedNode>;
+
+impl View for CachedNode {
+    type Of = Node;
+    fn listed<'de, D: Deserializer<'de>>(d: D) -> Result<ListedNode, D::Error> {
+        NodeShape::deserialize(d).map(ListedNode::from)
+    }
+}
 
 #[derive(Deserialize)]
 struct NodeShape {
@@ -41,7 +64,7 @@ struct NodeShape {
 
 #[derive(Deserialize)]
 struct NodeSpecShape {
-    taints: Option<Vec<Taint>>,
+    taints: Option<Box<[NodeTaint]>>,
 }
 
 #[derive(Deserialize)]
@@ -51,16 +74,26 @@ struct NodeStatusShape {
     node_info: Option<Platform>,
 }
 
-impl From<NodeShape> for CachedNode {
+impl From<NodeShape> for ListedNode {
     fn from(mut n: NodeShape) -> Self {
         let (conditions, platform) = n.status.map(|s| (s.conditions, s.node_info)).unwrap_or_default();
-        CachedNode {
+        let node = CachedNode {
+            name: n.metadata.name.as_deref().unwrap_or_default().into(),
             labels: n.metadata.labels.take().into(),
-            metadata: n.metadata,
             taints: n.spec.and_then(|s| s.taints).unwrap_or_default(),
-            ready: condition_status(conditions, "Ready"),
+            ready: condition_status(conditions, "Ready").map(SmolStr::from),
             platform,
+        };
+        Listed {
+            metadata: n.metadata,
+            view: node,
         }
+    }
+}
+
+impl From<NodeShape> for CachedNode {
+    fn from(n: NodeShape) -> Self {
+        ListedNode::from(n).view
     }
 }
 
@@ -75,14 +108,26 @@ impl CachedNode {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "PodShape")]
 pub struct NodePod {
-    /// Name, namespace, UID, resourceVersion, deletion mark; never labels ([`NodePod::labels`]).
-    pub metadata: ObjectMeta,
+    pub name: SmolStr,
+    pub namespace: SmolStr,
     pub labels: Labels,
-    pub node_name: Option<String>,
+    pub node_name: Option<SmolStr>,
     /// Whether its Ready condition is `True`.
     pub ready: bool,
+    /// Whether it is being deleted (`metadata.deletionTimestamp` set).
+    pub deleting: bool,
 }
-crate::view_of!(NodePod, Pod);
+
+/// A node pod as its watch parses it: identity (name, namespace, resourceVersion, UID,
+/// deletion mark; never labels) and the [`NodePod`] the cache keeps.
+pub type ListedNodePod = Listed<NodePod>;
+
+impl View for NodePod {
+    type Of = Pod;
+    fn listed<'de, D: Deserializer<'de>>(d: D) -> Result<ListedNodePod, D::Error> {
+        PodShape::deserialize(d).map(ListedNodePod::from)
+    }
+}
 
 #[derive(Deserialize)]
 struct PodShape {
@@ -95,7 +140,7 @@ struct PodShape {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PodSpecShape {
-    node_name: Option<String>,
+    node_name: Option<SmolStr>,
 }
 
 #[derive(Deserialize)]
@@ -103,14 +148,26 @@ struct PodStatusShape {
     conditions: Option<Vec<Condition>>,
 }
 
-impl From<PodShape> for NodePod {
+impl From<PodShape> for ListedNodePod {
     fn from(mut p: PodShape) -> Self {
-        NodePod {
+        let pod = NodePod {
+            name: p.metadata.name.as_deref().unwrap_or_default().into(),
+            namespace: p.metadata.namespace.as_deref().unwrap_or_default().into(),
             labels: p.metadata.labels.take().into(),
-            metadata: p.metadata,
             node_name: p.spec.and_then(|s| s.node_name),
             ready: condition_status(p.status.and_then(|s| s.conditions), "Ready").as_deref() == Some("True"),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+        };
+        Listed {
+            metadata: p.metadata,
+            view: pod,
         }
+    }
+}
+
+impl From<PodShape> for NodePod {
+    fn from(p: PodShape) -> Self {
+        ListedNodePod::from(p).view
     }
 }
 
@@ -118,7 +175,7 @@ impl From<PodShape> for NodePod {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::cluster::{node_membership_hash, select, status};
+    use crate::cluster::{select, status};
     use kube::ResourceExt;
     use serde_json::json;
 
@@ -156,14 +213,18 @@ mod tests {
 
     #[test]
     fn a_cached_node_keeps_what_selection_status_and_eligibility_read() {
-        let node: CachedNode = serde_json::from_value(node_json()).unwrap();
-        assert_eq!(node.name_any(), "n1");
+        let listed: ListedNode = serde_json::from_value(node_json()).unwrap();
+        // The watcher reads the listed node's identity; the cache keeps the view alone.
+        assert_eq!(listed.name_any(), "n1");
+        assert!(listed.metadata.labels.is_none(), "labels are kept once, compact");
+        assert!(listed.metadata.annotations.is_none() && listed.metadata.managed_fields.is_none());
+        let node = listed.view;
+        assert_eq!(node, serde_json::from_value::<CachedNode>(node_json()).unwrap());
+        assert_eq!(node.name, "n1");
         assert_eq!(node.labels.get("zone"), Some("a"));
-        assert!(node.metadata.labels.is_none(), "labels are kept once, compact");
         assert_eq!((node.taints.len(), node.taints[0].key.as_str()), (1, "dedicated"));
         assert_eq!(node.ready.as_deref(), Some("True"));
         assert_eq!(node.ineligible().as_deref(), Some("architecture arm64"));
-        assert!(node.metadata.annotations.is_none() && node.metadata.managed_fields.is_none());
         // The same node as the full type says the same about eligibility.
         let full: Node = serde_json::from_value(node_json()).unwrap();
         assert_eq!(crate::checks::ineligible(&full), node.ineligible());
@@ -181,16 +242,17 @@ mod tests {
         );
         assert_eq!(selected(Some(&terms), &tolerate), ["n1"]);
 
-        // Membership changes with readiness, and not with what the view does not keep.
+        // The view (what the cache compares to wake the controller) changes with readiness, and
+        // not with what it does not keep.
         let mut not_ready = node_json();
         not_ready["status"]["conditions"][1]["status"] = json!("False");
         not_ready["metadata"]["annotations"] = json!({"other": "y"});
         let not_ready: CachedNode = serde_json::from_value(not_ready).unwrap();
-        assert_ne!(node_membership_hash(&node), node_membership_hash(&not_ready));
+        assert_ne!(node, not_ready);
         let mut heartbeat = node_json();
         heartbeat["status"]["conditions"][1]["lastHeartbeatTime"] = json!("2026-01-01T00:01:00Z");
         let heartbeat: CachedNode = serde_json::from_value(heartbeat).unwrap();
-        assert_eq!(node_membership_hash(&node), node_membership_hash(&heartbeat));
+        assert_eq!(node, heartbeat);
     }
 
     #[test]
@@ -212,8 +274,19 @@ mod tests {
         );
         assert!(status::pod_ready_nodes([&not_ready]).is_empty());
         assert_eq!(ready.labels.get("storageos_cr"), Some("storageos"));
-        assert_eq!(ready.namespace().as_deref(), Some("kube-system"));
-        assert!(ready.metadata.annotations.is_none());
+        assert_eq!(
+            (ready.name.as_str(), ready.namespace.as_str()),
+            ("storageos-node-x", "kube-system")
+        );
+        assert!(!ready.deleting);
+        let mut deleting = pod_json("True");
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let deleting: ListedNodePod = serde_json::from_value(deleting).unwrap();
+        assert!(deleting.view.deleting && deleting.metadata.deletion_timestamp.is_some());
+        assert!(
+            status::pod_ready_nodes([&deleting.view]).is_empty(),
+            "a pod being deleted is not counted"
+        );
     }
 
     #[test]

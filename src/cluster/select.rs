@@ -7,9 +7,9 @@
 
 use std::borrow::Borrow;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Toleration};
 
-use super::node_cache::CachedNode;
+use super::node_cache::{CachedNode, NodeTaint};
 
 /// Tolerations the DaemonSet controller adds to every daemon pod, so these taints never keep
 /// a StorageOS pod off a node.
@@ -34,7 +34,8 @@ pub fn selected_nodes<N: Borrow<CachedNode>>(
         .iter()
         .map(Borrow::borrow)
         .filter(|n| matches_terms(n, terms) && tolerates_taints(n, tolerations))
-        .filter_map(|n| n.metadata.name.clone())
+        .filter(|n| !n.name.is_empty())
+        .map(|n| n.name.to_string())
         .collect();
     names.sort();
     names.dedup();
@@ -56,7 +57,7 @@ fn matches_term(node: &CachedNode, term: &NodeSelectorTerm) -> bool {
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let name = node.name.as_str();
     exprs.iter().all(|r| matches_requirement(node.labels.get(&r.key), r))
         && fields.iter().all(|r| {
             let value = (r.key == "metadata.name").then_some(name);
@@ -99,7 +100,7 @@ fn tolerates_taints(node: &CachedNode, tolerations: &[Toleration]) -> bool {
 }
 
 /// Kubernetes' `Toleration.ToleratesTaint`.
-pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+pub fn tolerates(tol: &Toleration, taint: &NodeTaint) -> bool {
     if tol
         .effect
         .as_deref()

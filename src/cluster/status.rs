@@ -54,8 +54,8 @@ pub struct ClusterObservation<'a> {
 /// The nodes of the Ready, not deleted, pods among `pods`.
 pub fn pod_ready_nodes<'a>(pods: impl IntoIterator<Item = &'a NodePod>) -> BTreeSet<String> {
     pods.into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.ready)
-        .filter_map(|p| p.node_name.clone())
+        .filter(|p| !p.deleting && p.ready)
+        .filter_map(|p| p.node_name.as_deref().map(str::to_owned))
         .collect()
 }
 

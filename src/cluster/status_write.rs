@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::node_cache::{CachedNode, NodePod};
+use super::node_cache::{CachedNode, ListedNode, ListedNodePod};
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -22,11 +22,6 @@ use crate::reasons::{self, Reason};
 use crate::render::{self, Inputs, Plan};
 use crate::runtime::kube::conditions::{self, now};
 use crate::runtime::kube::{cache, status};
-
-/// Each listed object in an `Arc`, as the caches hold them.
-fn arcs<K>(items: Vec<K>) -> Vec<Arc<K>> {
-    items.into_iter().map(Arc::new).collect()
-}
 
 /// Puts a refusal on the status (Ready=False, one Warning event), then returns what it says.
 pub async fn refuse(
@@ -90,12 +85,11 @@ impl status::WithConditions for StorageOSClusterStatus {
 /// a minute: status then lists from the apiserver.
 async fn ready_caches(ctx: &Context) -> Option<super::NodeCaches> {
     let caches = ctx.caches.get()?;
-    let ready =
-        async { caches.nodes.wait_until_ready().await.is_ok() && caches.node_pods.wait_until_ready().await.is_ok() };
-    match tokio::time::timeout(Duration::from_secs(60), ready).await {
-        Ok(true) => Some(caches.clone()),
-        _ => None,
-    }
+    let ready = async { tokio::join!(caches.nodes.wait_until_ready(), caches.node_pods.wait_until_ready()) };
+    tokio::time::timeout(Duration::from_secs(60), ready)
+        .await
+        .ok()
+        .map(|_| caches.clone())
 }
 
 /// Observes and writes the status of a cluster whose plan is applied.
@@ -113,15 +107,18 @@ pub async fn update_status(
     // whole, and the operator's peak memory (docs/benchmarks.md).
     let nodes: Vec<Arc<CachedNode>> = match &caches {
         Some(c) => c.nodes.state(),
-        None => cache::pick_in_pages(&Api::<CachedNode>::all(ctx.client.clone()), cache::LIST_PAGE, arcs)
-            .await
-            .step("list the Nodes")?,
+        // Each in an `Arc`, as the cache holds them.
+        None => cache::pick_in_pages(&Api::<ListedNode>::all(ctx.client.clone()), cache::LIST_PAGE, |page| {
+            page.into_iter().map(|l| Arc::new(l.view)).collect()
+        })
+        .await
+        .step("list the Nodes")?,
     };
     let chosen = select::selected_nodes(&nodes, Some(&plan.resolved.node_selector_terms), &plan.tolerations);
     // A node StorageOS cannot run on is named and left out of the count, never waited for.
     let ineligible: BTreeMap<&str, String> = nodes
         .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.ineligible()?)))
+        .filter_map(|n| Some((n.name.as_str(), n.ineligible()?)))
         .filter(|(name, _)| chosen.iter().any(|c| c == name))
         .collect();
     let selected: Vec<String> = chosen
@@ -131,17 +128,18 @@ pub async fn update_status(
     let pod_labels = &plan.node_pod_labels;
     let pods_ready_on = match &caches {
         Some(c) => cluster_status::pod_ready_nodes(c.node_pods.state().iter().map(AsRef::as_ref).filter(|p| {
-            p.namespace().as_deref() == Some(target_ns.as_str())
-                && pod_labels.iter().all(|(k, v)| p.labels.get(k) == Some(v.as_str()))
+            p.namespace == target_ns.as_str() && pod_labels.iter().all(|(k, v)| p.labels.get(k) == Some(v.as_str()))
         })),
         None => {
-            let pods = Api::<NodePod>::namespaced(ctx.client.clone(), &target_ns);
+            let pods = Api::<ListedNodePod>::namespaced(ctx.client.clone(), &target_ns);
             let selected = ListParams::default().labels(&selector(pod_labels));
             cluster_status::pod_ready_nodes(
-                cache::pick_selected_in_pages(&pods, selected, cache::LIST_PAGE, |page| page)
-                    .await
-                    .step("list the StorageOS node pods")?
-                    .iter(),
+                cache::pick_selected_in_pages(&pods, selected, cache::LIST_PAGE, |page| {
+                    page.into_iter().map(|l| l.view).collect()
+                })
+                .await
+                .step("list the StorageOS node pods")?
+                .iter(),
             )
         }
     };

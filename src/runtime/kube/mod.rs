@@ -18,4 +18,5 @@ pub mod object;
 pub mod status;
 pub mod trusted;
 pub mod view;
+pub mod view_store;
 pub mod webhook_certs;

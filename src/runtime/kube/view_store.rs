@@ -1,0 +1,306 @@
+//! A watch cache of compact views, for kinds a controller holds one of per node (Nodes, node
+//! pods).
+//!
+//! kube's reflector store keeps each object as the watch parsed it, so a view's `ObjectMeta`
+//! (360 bytes however little of it is set), and keys it with a copy of its name, namespace,
+//! resourceVersion and UID: at 5,000 nodes that was more than half of each ~1.5 KB entry, and
+//! none of it what status reads (docs/benchmarks.md). Here the watch parses each object as [`Listed`]:
+//! the metadata the watcher needs plus the view, and the store keeps only the view, keyed by
+//! namespace and name held inline when short.
+//!
+//! It follows the reflector's rules: a (re)list fills a buffer that replaces the store at its
+//! end, so a reader never sees a half-listed store, and [`ViewStore::wait_until_ready`] waits
+//! for the first whole list. [`reflect_views`] also says which events changed what the store
+//! holds, so a controller is woken only by changes it can see.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::ready;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::runtime::watcher;
+use serde::{Deserialize, Deserializer};
+use smol_str::SmolStr;
+use tokio::sync::watch;
+
+/// What a cache keeps of an object of kind [`View::Of`].
+pub trait View: Clone + PartialEq + Send + Sync + 'static {
+    /// The kind it is a view of.
+    type Of: Resource<DynamicType = ()>;
+    /// Parses an object of that kind, as a watch or a list returns it, into its identity and
+    /// this view, skipping what neither keeps.
+    fn listed<'de, D: Deserializer<'de>>(d: D) -> Result<Listed<Self>, D::Error>;
+}
+
+/// An object as its watch parses it: the identity the watcher reads (name, namespace,
+/// resourceVersion), and the view the store keeps. A [`kube::Resource`] of the view's kind, so
+/// `Api` and `watcher` take it.
+#[derive(Clone, Debug, Default)]
+pub struct Listed<V> {
+    pub metadata: ObjectMeta,
+    pub view: V,
+}
+
+impl<V: View> Resource for Listed<V> {
+    type DynamicType = ();
+    type Scope = <V::Of as Resource>::Scope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        V::Of::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        V::Of::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        V::Of::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        V::Of::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<'de, V: View> Deserialize<'de> for Listed<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        V::listed(d)
+    }
+}
+
+/// Namespace (empty for a cluster-scoped kind) and name.
+type Key = (SmolStr, SmolStr);
+
+fn key<V>(obj: &Listed<V>) -> Key {
+    let meta = &obj.metadata;
+    (
+        meta.namespace.as_deref().unwrap_or_default().into(),
+        meta.name.as_deref().unwrap_or_default().into(),
+    )
+}
+
+struct Inner<V> {
+    objects: HashMap<Key, Arc<V>>,
+    /// A (re)list in progress: what it has read so far.
+    listing: Option<HashMap<Key, Arc<V>>>,
+}
+
+/// The views of every object a watch has seen, shared by its clones.
+pub struct ViewStore<V> {
+    inner: Arc<RwLock<Inner<V>>>,
+    listed: Arc<watch::Sender<bool>>,
+}
+
+impl<V> Clone for ViewStore<V> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            listed: self.listed.clone(),
+        }
+    }
+}
+
+impl<V: Clone + PartialEq> Default for ViewStore<V> {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(RwLock::new(Inner {
+                objects: HashMap::new(),
+                listing: None,
+            })),
+            listed: Arc::new(watch::Sender::new(false)),
+        }
+    }
+}
+
+impl<V: Clone + PartialEq> ViewStore<V> {
+    /// Every view held, in no order.
+    pub fn state(&self) -> Vec<Arc<V>> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner.objects.values().cloned().collect()
+    }
+
+    /// Returns once the first list has been read whole.
+    pub async fn wait_until_ready(&self) {
+        let mut listed = self.listed.subscribe();
+        // The sender lives as long as `self`: the wait ends only when it says true.
+        let _ = listed.wait_for(|done| *done).await;
+    }
+
+    /// Takes in one watch event; true when what the store holds changed: an object applied with
+    /// a view it did not hold, one deleted, or a relist's end dropping objects it held.
+    pub fn apply(&self, event: &watcher::Event<Listed<V>>) -> bool {
+        let mut guard = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let inner = &mut *guard;
+        match event {
+            watcher::Event::Apply(obj) => {
+                let view = &obj.view;
+                let changed = inner.objects.get(&key(obj)).is_none_or(|held| **held != *view);
+                if changed {
+                    inner.objects.insert(key(obj), Arc::new(view.clone()));
+                }
+                changed
+            }
+            watcher::Event::Delete(obj) => inner.objects.remove(&key(obj)).is_some(),
+            watcher::Event::Init => {
+                inner.listing = Some(HashMap::new());
+                false
+            }
+            watcher::Event::InitApply(obj) => {
+                let view = &obj.view;
+                let key = key(obj);
+                // An object listed as held keeps its allocation.
+                let (kept, changed) = match inner.objects.get(&key) {
+                    Some(held) if **held == *view => (held.clone(), false),
+                    _ => (Arc::new(view.clone()), true),
+                };
+                inner.listing.get_or_insert_with(HashMap::new).insert(key, kept);
+                changed
+            }
+            watcher::Event::InitDone => {
+                let listed = inner.listing.take().unwrap_or_default();
+                let dropped = inner.objects.keys().any(|k| !listed.contains_key(k));
+                inner.objects = listed;
+                drop(guard);
+                self.listed.send_replace(true);
+                dropped
+            }
+        }
+    }
+}
+
+/// Keeps `store` from `events` and passes on what changed what it holds: each object applied
+/// with a new view or deleted, and, when a relist dropped objects the store held (deleted while
+/// the watch was down), one default object in their stead. Errors pass through.
+pub fn reflect_views<V: View + Default>(
+    events: impl Stream<Item = watcher::Result<watcher::Event<Listed<V>>>>,
+    store: ViewStore<V>,
+) -> impl Stream<Item = watcher::Result<Listed<V>>> {
+    events.filter_map(move |event| {
+        ready(match event {
+            Err(e) => Some(Err(e)),
+            Ok(event) => store.apply(&event).then(|| touched(event)).map(Ok),
+        })
+    })
+}
+
+/// The object an event is about; a default one for a relist's end.
+fn touched<L: Default>(event: watcher::Event<L>) -> L {
+    match event {
+        watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) | watcher::Event::Delete(obj) => obj,
+        watcher::Event::Init | watcher::Event::InitDone => L::default(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// A ConfigMap's `data.v`, as a view would keep it.
+    #[derive(Clone, Debug, Default, PartialEq)]
+    struct Value(String);
+
+    impl View for Value {
+        type Of = ConfigMap;
+        fn listed<'de, D: Deserializer<'de>>(d: D) -> Result<Listed<Self>, D::Error> {
+            let cm = ConfigMap::deserialize(d)?;
+            let v = cm.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
+            Ok(Listed {
+                metadata: cm.metadata,
+                view: Value(v),
+            })
+        }
+    }
+
+    fn obj(name: &str, value: &str) -> Listed<Value> {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+            "data": {"v": value}
+        }))
+        .unwrap()
+    }
+
+    fn held(store: &ViewStore<Value>) -> Vec<String> {
+        let mut v: Vec<String> = store.state().iter().map(|s| s.0.clone()).collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn a_relist_replaces_the_store_at_its_end_and_readiness_waits_for_the_first() {
+        let store = ViewStore::<Value>::default();
+        assert!(!store.apply(&watcher::Event::<Listed<Value>>::Init));
+        assert!(store.apply(&watcher::Event::InitApply(obj("a", "1"))));
+        // Not ready, and nothing visible, until the list ends.
+        assert!(held(&store).is_empty());
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), store.wait_until_ready())
+                .await
+                .is_err()
+        );
+        assert!(store.apply(&watcher::Event::InitApply(obj("b", "2"))));
+        assert!(
+            !store.apply(&watcher::Event::<Listed<Value>>::InitDone),
+            "nothing held was dropped"
+        );
+        store.wait_until_ready().await;
+        assert_eq!(held(&store), ["1", "2"]);
+
+        // A relist: `a` unchanged (no change, same allocation), `b` gone while the watch was down.
+        let a_before = store.state().into_iter().find(|v| v.0 == "1").unwrap();
+        store.apply(&watcher::Event::<Listed<Value>>::Init);
+        assert!(!store.apply(&watcher::Event::InitApply(obj("a", "1"))));
+        assert_eq!(held(&store), ["1", "2"], "the old list is read until the new one ends");
+        assert!(
+            store.apply(&watcher::Event::<Listed<Value>>::InitDone),
+            "dropping b is a change"
+        );
+        assert_eq!(held(&store), ["1"]);
+        let a_after = store.state().into_iter().next().unwrap();
+        assert!(Arc::ptr_eq(&a_before, &a_after));
+    }
+
+    #[test]
+    fn only_a_changed_view_or_a_delete_is_a_change() {
+        let store = ViewStore::<Value>::default();
+        assert!(store.apply(&watcher::Event::Apply(obj("a", "1"))));
+        assert!(!store.apply(&watcher::Event::Apply(obj("a", "1"))), "same view");
+        assert!(store.apply(&watcher::Event::Apply(obj("a", "2"))));
+        assert!(store.apply(&watcher::Event::Delete(obj("a", "2"))));
+        assert!(!store.apply(&watcher::Event::Delete(obj("a", "2"))), "not held");
+        assert!(held(&store).is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_stream_passes_changes_and_errors_and_a_default_for_a_relist_that_dropped() {
+        let store = ViewStore::<Value>::default();
+        let events = futures::stream::iter(vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(obj("a", "1"))),
+            Ok(watcher::Event::InitApply(obj("b", "1"))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(obj("a", "1"))),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(obj("a", "1"))),
+            Ok(watcher::Event::InitDone),
+        ]);
+        let out: Vec<_> = reflect_views(events, store.clone()).collect().await;
+        let names: Vec<String> = out
+            .iter()
+            .map(|r| match r {
+                Ok(o) => o.metadata.name.clone().unwrap_or_else(|| "(relist)".into()),
+                Err(_) => "(error)".into(),
+            })
+            .collect();
+        assert_eq!(names, ["a", "b", "(error)", "(relist)"]);
+        assert_eq!(held(&store), ["1"]);
+    }
+}
