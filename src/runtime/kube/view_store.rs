@@ -15,7 +15,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::future::ready;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::{Stream, StreamExt};
@@ -163,37 +162,63 @@ impl<V: Clone + PartialEq> ViewStore<V> {
                 changed
             }
             watcher::Event::InitDone => {
-                let listed = inner.listing.take().unwrap_or_default();
-                let dropped = inner.objects.keys().any(|k| !listed.contains_key(k));
-                inner.objects = listed;
                 drop(guard);
-                self.listed.send_replace(true);
-                dropped
+                !self.end_list().is_empty()
             }
         }
     }
 }
 
+impl<V: Clone + PartialEq> ViewStore<V> {
+    /// Ends a (re)list: what it read replaces what the store held. Returns what it dropped
+    /// (deleted while the watch was down), each with its name and namespace and last view.
+    fn end_list(&self) -> Vec<Listed<V>> {
+        let mut guard = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let inner = &mut *guard;
+        let listed = inner.listing.take().unwrap_or_default();
+        let dropped = inner
+            .objects
+            .iter()
+            .filter(|(k, _)| !listed.contains_key(*k))
+            .map(|((ns, name), view)| Listed {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: (!ns.is_empty()).then(|| ns.to_string()),
+                    ..ObjectMeta::default()
+                },
+                view: view.as_ref().clone(),
+            })
+            .collect();
+        inner.objects = listed;
+        drop(guard);
+        self.listed.send_replace(true);
+        dropped
+    }
+}
+
 /// Keeps `store` from `events` and passes on what changed what it holds: each object applied
-/// with a new view or deleted, and, when a relist dropped objects the store held (deleted while
-/// the watch was down), one default object in their stead. Errors pass through.
-pub fn reflect_views<V: View + Default>(
+/// with a new view or deleted, and each object a relist dropped (deleted while the watch was
+/// down; named, as a controller's trigger needs every object to be). Errors pass through.
+pub fn reflect_views<V: View>(
     events: impl Stream<Item = watcher::Result<watcher::Event<Listed<V>>>>,
     store: ViewStore<V>,
 ) -> impl Stream<Item = watcher::Result<Listed<V>>> {
-    events.filter_map(move |event| {
-        ready(match event {
-            Err(e) => Some(Err(e)),
-            Ok(event) => store.apply(&event).then(|| touched(event)).map(Ok),
-        })
+    events.flat_map(move |event| {
+        let touched: Vec<watcher::Result<Listed<V>>> = match event {
+            Err(e) => vec![Err(e)],
+            Ok(watcher::Event::InitDone) => store.end_list().into_iter().map(Ok).collect(),
+            Ok(event) if store.apply(&event) => touched(event).map(Ok).into_iter().collect(),
+            Ok(_) => Vec::new(),
+        };
+        futures::stream::iter(touched)
     })
 }
 
-/// The object an event is about; a default one for a relist's end.
-fn touched<L: Default>(event: watcher::Event<L>) -> L {
+/// The object an event is about, if it is about one.
+fn touched<V>(event: watcher::Event<Listed<V>>) -> Option<Listed<V>> {
     match event {
-        watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) | watcher::Event::Delete(obj) => obj,
-        watcher::Event::Init | watcher::Event::InitDone => L::default(),
+        watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) | watcher::Event::Delete(obj) => Some(obj),
+        watcher::Event::Init | watcher::Event::InitDone => None,
     }
 }
 
@@ -279,7 +304,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_stream_passes_changes_and_errors_and_a_default_for_a_relist_that_dropped() {
+    async fn the_stream_passes_changes_errors_and_what_a_relist_dropped_by_name() {
         let store = ViewStore::<Value>::default();
         let events = futures::stream::iter(vec![
             Ok(watcher::Event::Init),
@@ -296,11 +321,21 @@ mod tests {
         let names: Vec<String> = out
             .iter()
             .map(|r| match r {
-                Ok(o) => o.metadata.name.clone().unwrap_or_else(|| "(relist)".into()),
+                // A controller's trigger makes an ObjectRef of each (it panics on a nameless one).
+                Ok(o) => kube::runtime::reflector::ObjectRef::from_obj(o).to_string(),
                 Err(_) => "(error)".into(),
             })
             .collect();
-        assert_eq!(names, ["a", "b", "(error)", "(relist)"]);
+        assert_eq!(
+            names,
+            [
+                "ConfigMap.v1./a.ns",
+                "ConfigMap.v1./b.ns",
+                "(error)",
+                "ConfigMap.v1./b.ns"
+            ],
+            "the relist's end names what it dropped"
+        );
         assert_eq!(held(&store), ["1"]);
     }
 }
