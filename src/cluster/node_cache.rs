@@ -35,7 +35,7 @@ pub struct CachedNode {
 }
 
 /// A Node's taint: what toleration matching reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct NodeTaint {
     pub key: SmolStr,
     #[serde(default)]

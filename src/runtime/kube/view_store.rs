@@ -37,7 +37,7 @@ pub trait View: Clone + PartialEq + Send + Sync + 'static {
 /// An object as its watch parses it: the identity the watcher reads (name, namespace,
 /// resourceVersion), and the view the store keeps. A [`kube::Resource`] of the view's kind, so
 /// `Api` and `watcher` take it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Listed<V> {
     pub metadata: ObjectMeta,
     pub view: V,
@@ -139,9 +139,10 @@ impl<V: Clone + PartialEq> ViewStore<V> {
         match event {
             watcher::Event::Apply(obj) => {
                 let view = &obj.view;
-                let changed = inner.objects.get(&key(obj)).is_none_or(|held| **held != *view);
+                let key = key(obj);
+                let changed = inner.objects.get(&key).is_none_or(|held| **held != *view);
                 if changed {
-                    inner.objects.insert(key(obj), Arc::new(view.clone()));
+                    inner.objects.insert(key, Arc::new(view.clone()));
                 }
                 changed
             }
