@@ -124,6 +124,26 @@ impl<V: Clone + PartialEq> ViewStore<V> {
         inner.objects.values().cloned().collect()
     }
 
+    /// The view of the object `name` in `namespace` (empty for a cluster-scoped kind).
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<V>> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .objects
+            .get(&(SmolStr::from(namespace), SmolStr::from(name)))
+            .cloned()
+    }
+
+    /// Every view held with its namespace (empty for a cluster-scoped kind) and name, in no
+    /// order.
+    pub fn entries(&self) -> Vec<(SmolStr, SmolStr, Arc<V>)> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .objects
+            .iter()
+            .map(|((ns, name), view)| (ns.clone(), name.clone(), view.clone()))
+            .collect()
+    }
+
     /// Returns once the first list has been read whole.
     pub async fn wait_until_ready(&self) {
         let mut listed = self.listed.subscribe();
@@ -302,6 +322,26 @@ mod tests {
         assert!(store.apply(&watcher::Event::Delete(obj("a", "2"))));
         assert!(!store.apply(&watcher::Event::Delete(obj("a", "2"))), "not held");
         assert!(held(&store).is_empty());
+    }
+
+    #[test]
+    fn a_view_is_found_by_namespace_and_name() {
+        let store = ViewStore::<Value>::default();
+        store.apply(&watcher::Event::Apply(obj("a", "1")));
+        store.apply(&watcher::Event::Apply(obj("a-name-longer-than-twenty-three", "2")));
+        assert_eq!(store.get("ns", "a").map(|v| v.0.clone()), Some("1".into()));
+        assert_eq!(
+            store.get("ns", "a-name-longer-than-twenty-three").map(|v| v.0.clone()),
+            Some("2".into())
+        );
+        assert!(store.get("other", "a").is_none() && store.get("ns", "b").is_none());
+        let mut entries: Vec<_> = store
+            .entries()
+            .into_iter()
+            .map(|(ns, name, v)| format!("{ns}/{name}={}", v.0))
+            .collect();
+        entries.sort();
+        assert_eq!(entries, ["ns/a-name-longer-than-twenty-three=2", "ns/a=1"]);
     }
 
     #[tokio::test]

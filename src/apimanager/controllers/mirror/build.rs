@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::cached::NodeSeen;
+use super::cached::{CachedMirror, NodeSeen, OwnersDigest};
 use crate::crd::DRAIN_BLOCKED_SHOWN;
 use crate::crd::{
     NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
@@ -61,12 +61,12 @@ pub fn node_status(
     let health = n.health.as_str().to_string();
     let same = previous.filter(|p| p.health == health);
     let health_since = same
-        .and_then(|p| p.health_since.clone())
+        .and_then(|p| p.health_since.as_deref().map(str::to_owned))
         .unwrap_or_else(|| timestamp(taken));
     let last_seen_online = match n.health {
         Health::Online => None,
         _ => same
-            .and_then(|p| p.last_seen_online.clone())
+            .and_then(|p| p.last_seen_online.as_deref().map(str::to_owned))
             .or_else(|| last_online.map(timestamp)),
     };
     NodeMirrorStatus {
@@ -164,7 +164,7 @@ impl Writes {
 /// A mirror as it stands, as far as the mirror knows: its owners and status.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Known<'a, S> {
-    pub owners: &'a [OwnerReference],
+    pub owners: OwnersDigest,
     pub status: Option<&'a S>,
 }
 
@@ -203,20 +203,20 @@ pub const WRITTEN_STANDS: Duration = Duration::from_secs(30);
 /// very version it had when that was written (and for at most [`WRITTEN_STANDS`]), else the
 /// `cached` object (None: no such object).
 pub fn known<'a, S>(
-    cached: Option<(&'a ObjectMeta, Option<&'a S>)>,
+    cached: Option<&'a CachedMirror<S>>,
     written: Option<&'a Written<S>>,
     now: Instant,
 ) -> Option<Known<'a, S>> {
-    let cached_version = cached.and_then(|(meta, _)| meta.resource_version.as_deref());
+    let cached_version = cached.map(|c| c.version.as_str());
     let pending = written.filter(|w| w.stands(cached_version, now));
     match (pending, cached) {
         (Some(w), _) => Some(Known {
-            owners: w.owner.as_slice(),
+            owners: OwnersDigest::of(w.owner.as_slice()),
             status: Some(&w.status),
         }),
-        (None, Some((meta, status))) => Some(Known {
-            owners: meta.owner_references.as_deref().unwrap_or_default(),
-            status,
+        (None, Some(c)) => Some(Known {
+            owners: c.owners,
+            status: c.status.as_ref(),
         }),
         (None, None) => None,
     }
@@ -230,7 +230,7 @@ pub fn writes<S: PartialEq>(known: Option<Known<'_, S>>, owner: Option<&OwnerRef
             status: true,
         },
         Some(k) => Writes {
-            object: k.owners != owner.map(std::slice::from_ref).unwrap_or_default(),
+            object: k.owners != OwnersDigest::of(owner.map(std::slice::from_ref).unwrap_or_default()),
             status: k.status != Some(want),
         },
     }
@@ -504,11 +504,13 @@ mod tests {
         }
     }
 
-    fn meta(version: &str, owner: Option<&OwnerReference>) -> ObjectMeta {
-        ObjectMeta {
-            resource_version: Some(version.into()),
-            owner_references: owner.map(|o| vec![o.clone()]),
-            ..ObjectMeta::default()
+    /// A cached mirror at `version`, owned by `owner`, showing `status`.
+    fn mirror<S: Clone>(version: &str, owner: Option<&OwnerReference>, status: Option<&S>) -> CachedMirror<S> {
+        CachedMirror {
+            uid: "u".into(),
+            version: version.into(),
+            owners: OwnersDigest::of(owner.map(std::slice::from_ref).unwrap_or_default()),
+            status: status.cloned(),
         }
     }
 
@@ -517,8 +519,9 @@ mod tests {
         let (a, b) = (owner("uid-a"), owner("uid-b"));
         let now = Instant::now();
         let (s1, s2) = ("one".to_string(), "two".to_string());
-        let m = meta("7", Some(&a));
-        let cached = |status| known(Some((&m, Some(status))), None, now);
+        let with = |status| mirror("7", Some(&a), Some(status));
+        let (m1, m2) = (with(&s1), with(&s2));
+        let cached = |m| known(Some(m), None, now);
         assert_eq!(
             writes::<String>(None, Some(&a), &s1),
             Writes {
@@ -527,9 +530,9 @@ mod tests {
             },
             "a new mirror"
         );
-        assert!(!writes(cached(&s1), Some(&a), &s1).any(), "nothing changed");
+        assert!(!writes(cached(&m1), Some(&a), &s1).any(), "nothing changed");
         assert_eq!(
-            writes(cached(&s1), Some(&a), &s2),
+            writes(cached(&m1), Some(&a), &s2),
             Writes {
                 object: false,
                 status: true
@@ -537,15 +540,17 @@ mod tests {
             "the status alone"
         );
         assert_eq!(
-            writes(cached(&s1), Some(&b), &s1),
+            writes(cached(&m1), Some(&b), &s1),
             Writes {
                 object: true,
                 status: false
             },
             "the owner alone"
         );
-        assert!(writes(cached(&s1), None, &s1).object, "an owner to drop");
-        let no_status = known::<String>(Some((&m, None)), None, now);
+        assert!(writes(cached(&m1), None, &s1).object, "an owner to drop");
+        assert!(!writes(cached(&m2), Some(&a), &s2).any());
+        let bare = mirror::<String>("7", Some(&a), None);
+        let no_status = known(Some(&bare), None, now);
         assert_eq!(
             writes(no_status, Some(&a), &s1),
             Writes {
@@ -560,7 +565,6 @@ mod tests {
         let a = owner("uid-a");
         let t0 = Instant::now();
         let (old, new) = ("old".to_string(), "new".to_string());
-        let before = meta("7", Some(&a));
         let written = Written {
             older_versions: vec![Some("7".into())],
             owner: Some(a.clone()),
@@ -568,17 +572,19 @@ mod tests {
             at: t0,
         };
         // The next poll, the watch still behind: the write stands, nothing is written again.
-        let lagging = known(Some((&before, Some(&old))), Some(&written), t0 + Duration::from_secs(5));
+        let before = mirror("7", Some(&a), Some(&old));
+        let lagging = known(Some(&before), Some(&written), t0 + Duration::from_secs(5));
         assert!(!writes(lagging, Some(&a), &new).any());
         // The cache caught up (another version): the cache is the truth again.
-        let after = meta("8", Some(&a));
-        let caught_up = known(Some((&after, Some(&new))), Some(&written), t0 + Duration::from_secs(5));
+        let after = mirror("8", Some(&a), Some(&new));
+        let caught_up = known(Some(&after), Some(&written), t0 + Duration::from_secs(5));
         assert!(!writes(caught_up, Some(&a), &new).any());
         // Someone changed it after our write: written again.
-        let changed = known(Some((&after, Some(&old))), Some(&written), t0 + Duration::from_secs(5));
+        let after_changed = mirror("8", Some(&a), Some(&old));
+        let changed = known(Some(&after_changed), Some(&written), t0 + Duration::from_secs(5));
         assert!(writes(changed, Some(&a), &new).status);
         // A write the cache never shows stands for WRITTEN_STANDS only.
-        let stale = known(Some((&before, Some(&old))), Some(&written), t0 + WRITTEN_STANDS);
+        let stale = known(Some(&before), Some(&written), t0 + WRITTEN_STANDS);
         assert!(writes(stale, Some(&a), &new).status);
         // A new object written, not yet cached: not created again meanwhile.
         let created = Written {
@@ -588,8 +594,8 @@ mod tests {
         assert!(!writes(known(None, Some(&created), t0), Some(&a), &new).any());
         assert!(writes(known(None, Some(&created), t0 + WRITTEN_STANDS), Some(&a), &new).object);
         // The cache shows the object write and not yet the status write that followed it.
-        let halfway = meta("1", Some(&a));
-        assert!(!writes(known(Some((&halfway, None)), Some(&created), t0), Some(&a), &new).any());
+        let halfway = mirror::<String>("1", Some(&a), None);
+        assert!(!writes(known(Some(&halfway), Some(&created), t0), Some(&a), &new).any());
     }
 
     /// The 1,000-node bench's flaps wrote every volume mirror; the build step must leave every
@@ -617,12 +623,12 @@ mod tests {
             v
         });
         let a = owner("uid");
-        let m = meta("1", Some(&a));
         let rewritten = flapped
             .zip(&before)
             .filter(|(v, old)| {
+                let m = mirror("1", Some(&a), Some(*old));
                 writes(
-                    known(Some((&m, Some(*old))), None, Instant::now()),
+                    known(Some(&m), None, Instant::now()),
                     Some(&a),
                     &volume_status(v, "data", &names),
                 )

@@ -1,31 +1,106 @@
-//! The mirrors as the mirror's watch caches keep them: identity, owners and a digest of the
-//! status.
+//! The mirrors as the mirror's watch caches keep them: identity, a digest of the owners, and a
+//! digest of the status.
 //!
-//! The mirror reads a cached volume mirror for two things only: whether its owner and status
-//! are what it would write. A digest answers the second as well as the status does, and a
-//! status is ten strings and a replica list: at 10,000 volumes the whole cached mirrors were
-//! most of the mirror's ~20 MB (docs/benchmarks.md). A node mirror's next status is made from
-//! its previous one (since when it has had its health, when it was last online), so a cached
-//! node mirror keeps those three fields beside the digest, not its labels, capacity and
-//! drain details.
+//! The mirror reads a cached mirror for three things only: its UID and version (to delete an
+//! orphan, and to tell whether the cache shows a write yet), and whether its owner and status
+//! are what it would write. Digests answer the last two as well as the objects do. A status is
+//! ten strings and a replica list, an owner reference four strings, and an `ObjectMeta` 360
+//! bytes however little of it is set: at 5,000 volumes and nodes, cached with their metadata
+//! in kube's store, the mirrors were ~14 MB of the api-manager's heap (docs/benchmarks.md).
+//! A node mirror's next status is made from its previous one (since when it has had its
+//! health, when it was last online), so a cached node mirror keeps those three fields beside
+//! the digest, not its labels, capacity and drain details.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
+use smol_str::SmolStr;
 
 use crate::crd::{NodeMirrorStatus, StorageOSNode, StorageOSVolume, VolumeMirrorStatus};
 use crate::runtime::kube::view;
+use crate::runtime::kube::view_store::{Listed, View};
 
-/// A volume mirror as cached: name, namespace, UID, version, owners, and its status's digest.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct CachedVolume {
-    #[serde(default, deserialize_with = "view::meta")]
-    pub metadata: ObjectMeta,
-    #[serde(default, deserialize_with = "digest_of_status")]
-    pub status: Option<StatusDigest>,
+/// A mirror as cached: its UID, version and owners' digest, and what its status says (`S`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedMirror<S> {
+    pub uid: SmolStr,
+    pub version: SmolStr,
+    pub owners: OwnersDigest,
+    /// `None` when it has no status, or one the mirror's own type cannot read (it writes it
+    /// again).
+    pub status: Option<S>,
 }
-crate::view_of!(CachedVolume, StorageOSVolume);
+
+/// A volume mirror as cached: its status's digest.
+pub type CachedVolume = CachedMirror<StatusDigest>;
+/// A node mirror as cached: what its status says ([`NodeSeen`]).
+pub type CachedNodeMirror = CachedMirror<NodeSeen>;
+
+/// What a cached mirror keeps of a status of its kind.
+pub trait Shown: Clone + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+    /// The mirror's kind.
+    type Of: Resource<DynamicType = ()>;
+    /// The mirror's own status type, which the status is parsed as (so that a digest is of what
+    /// the mirror would write).
+    type Status: DeserializeOwned;
+    fn of(status: &Self::Status) -> Self;
+}
+
+impl Shown for StatusDigest {
+    type Of = StorageOSVolume;
+    type Status = VolumeMirrorStatus;
+    fn of(status: &VolumeMirrorStatus) -> Self {
+        StatusDigest::of(status)
+    }
+}
+
+impl Shown for NodeSeen {
+    type Of = StorageOSNode;
+    type Status = NodeMirrorStatus;
+    fn of(status: &NodeMirrorStatus) -> Self {
+        NodeSeen::of(status)
+    }
+}
+
+impl<S: Shown> View for CachedMirror<S> {
+    type Of = S::Of;
+    fn listed<'de, D: Deserializer<'de>>(d: D) -> Result<Listed<Self>, D::Error> {
+        let shape = MirrorShape::deserialize(d)?;
+        let meta = &shape.metadata;
+        let view = CachedMirror {
+            uid: meta.uid.as_deref().unwrap_or_default().into(),
+            version: meta.resource_version.as_deref().unwrap_or_default().into(),
+            owners: OwnersDigest::of(meta.owner_references.as_deref().unwrap_or_default()),
+            status: shape
+                .status
+                .and_then(|s| serde_json::from_value::<S::Status>(s).ok())
+                .map(|s| S::of(&s)),
+        };
+        Ok(Listed {
+            metadata: shape.metadata,
+            view,
+        })
+    }
+}
+
+/// The view alone (what the store keeps of the object parsed).
+impl<'de, S: Shown> Deserialize<'de> for CachedMirror<S> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::listed(d).map(|listed| listed.view)
+    }
+}
+
+/// A mirror as its watch parses it.
+#[derive(Deserialize)]
+struct MirrorShape {
+    #[serde(default, deserialize_with = "view::meta")]
+    metadata: ObjectMeta,
+    /// Parsed as the mirror's own type once read whole; one it cannot read has no digest.
+    status: Option<serde_json::Value>,
+}
 
 /// A digest of a mirror's status ([`VolumeMirrorStatus`], [`NodeMirrorStatus`]): equal digests
 /// are equal statuses (a collision, 1 in 2^64, would leave one mirror unwritten until its
@@ -44,16 +119,22 @@ impl StatusDigest {
     }
 }
 
-/// A node mirror as cached: name, UID, version, owners, and what its status says
-/// ([`NodeSeen`]).
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct CachedNodeMirror {
-    #[serde(default, deserialize_with = "view::meta")]
-    pub metadata: ObjectMeta,
-    #[serde(default, deserialize_with = "seen_of_status")]
-    pub status: Option<NodeSeen>,
+/// A digest of a mirror's owner references, every field of each, in order: equal digests are
+/// equal owners (made and compared within this process, as [`StatusDigest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnersDigest(u64);
+
+impl OwnersDigest {
+    pub fn of(owners: &[OwnerReference]) -> Self {
+        let mut h = DefaultHasher::new();
+        owners.len().hash(&mut h);
+        for o in owners {
+            (&o.api_version, &o.kind, &o.name, &o.uid).hash(&mut h);
+            (o.controller, o.block_owner_deletion).hash(&mut h);
+        }
+        OwnersDigest(h.finish())
+    }
 }
-crate::view_of!(CachedNodeMirror, StorageOSNode);
 
 /// Of a node mirror's status, what the next one is made from, and its digest. Two are equal
 /// when their digests are: when the statuses are.
@@ -61,11 +142,11 @@ crate::view_of!(CachedNodeMirror, StorageOSNode);
 pub struct NodeSeen {
     pub digest: StatusDigest,
     /// `online`, `offline` or `unknown`.
-    pub health: String,
+    pub health: SmolStr,
     /// Since when it has had that health (RFC 3339).
-    pub health_since: Option<String>,
+    pub health_since: Option<SmolStr>,
     /// The last poll that saw it online, once it is not (RFC 3339).
-    pub last_seen_online: Option<String>,
+    pub last_seen_online: Option<SmolStr>,
 }
 
 impl PartialEq for NodeSeen {
@@ -78,30 +159,11 @@ impl NodeSeen {
     pub fn of(status: &NodeMirrorStatus) -> Self {
         NodeSeen {
             digest: StatusDigest::of(status),
-            health: status.health.clone(),
-            health_since: status.health_since.clone(),
-            last_seen_online: status.last_seen_online.clone(),
+            health: status.health.as_str().into(),
+            health_since: status.health_since.as_deref().map(SmolStr::from),
+            last_seen_online: status.last_seen_online.as_deref().map(SmolStr::from),
         }
     }
-}
-
-/// [`digest_of_status`] for a node mirror: the status parsed as the mirror's own type, kept as
-/// [`NodeSeen`].
-fn seen_of_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NodeSeen>, D::Error> {
-    Ok(status_as::<NodeMirrorStatus, _>(d)?.map(|s| NodeSeen::of(&s)))
-}
-
-/// The status parsed as the mirror's own type (so that the digest is of what the mirror would
-/// write), then dropped for its digest. A status the type cannot read has no digest, like no
-/// status: the mirror writes it again.
-fn digest_of_status<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StatusDigest>, D::Error> {
-    Ok(status_as::<VolumeMirrorStatus, _>(d)?.map(|s| StatusDigest::of(&s)))
-}
-
-/// The status as the mirror's own type `T`; `None` when there is none or `T` cannot read it.
-fn status_as<'de, T: serde::de::DeserializeOwned, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    let status = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(status.and_then(|s| serde_json::from_value(s).ok()))
 }
 
 #[cfg(test)]
@@ -130,13 +192,24 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_mirror_keeps_its_owner_and_the_digest_of_what_it_shows() {
+    fn a_cached_mirror_keeps_its_identity_and_the_digests_of_its_owners_and_what_it_shows() {
         let c = cached(status());
-        assert_eq!(
-            (c.name_any(), c.namespace(), c.resource_version()),
-            ("pvc-1".into(), Some("app".into()), Some("5".into()))
-        );
-        assert_eq!(c.owner_references()[0].uid, "pu");
+        assert_eq!((c.uid.as_str(), c.version.as_str()), ("u", "5"));
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "PersistentVolumeClaim".into(),
+            name: "data".into(),
+            uid: "pu".into(),
+            ..OwnerReference::default()
+        };
+        assert_eq!(c.owners, OwnersDigest::of(std::slice::from_ref(&owner)));
+        let other_owner = OwnerReference {
+            uid: "pu2".into(),
+            ..owner.clone()
+        };
+        assert_ne!(c.owners, OwnersDigest::of(&[other_owner]));
+        assert_ne!(c.owners, OwnersDigest::of(&[]));
+        assert_ne!(c.owners, OwnersDigest::of(&[owner.clone(), owner]));
         let want: VolumeMirrorStatus = serde_json::from_value(status()).unwrap();
         assert_eq!(c.status, Some(StatusDigest::of(&want)));
         // Any change shows: a replica's health, a field the mirror adds.
@@ -146,6 +219,21 @@ mod tests {
         let mut nfs = want;
         nfs.nfs = Some(Default::default());
         assert_ne!(c.status, Some(StatusDigest::of(&nfs)));
+    }
+
+    #[test]
+    fn the_watch_reads_a_mirror_with_the_identity_it_needs() {
+        let listed: Listed<CachedVolume> = serde_json::from_value(json!({
+            "metadata": {"name": "pvc-1", "namespace": "app", "uid": "u", "resourceVersion": "5"},
+            "status": status()
+        }))
+        .unwrap();
+        assert_eq!(
+            (listed.name_any(), listed.namespace(), listed.resource_version()),
+            ("pvc-1".into(), Some("app".into()), Some("5".into()))
+        );
+        assert_eq!(listed.view.uid, "u");
+        assert_eq!(listed.view.status, cached(status()).status);
     }
 
     #[test]
@@ -167,8 +255,15 @@ mod tests {
             "spec": {}, "status": status
         }))
         .unwrap();
-        assert_eq!((c.name_any(), c.resource_version()), ("n1".into(), Some("5".into())));
-        assert_eq!(c.owner_references()[0].uid, "nu");
+        assert_eq!((c.uid.as_str(), c.version.as_str()), ("u", "5"));
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: "n1".into(),
+            uid: "nu".into(),
+            ..OwnerReference::default()
+        };
+        assert_eq!(c.owners, OwnersDigest::of(&[owner]));
         let want: NodeMirrorStatus = serde_json::from_value(status).unwrap();
         let seen = c.status.clone().unwrap();
         assert_eq!(seen, NodeSeen::of(&want));

@@ -29,21 +29,22 @@ use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
+use super::Context;
 use super::drain::rule as drain;
 use super::node_state::NodeState;
 use super::snapshot::{OnSnapshot, Subscription};
-use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
+use crate::runtime::kube::view_store::{self, Listed, View, ViewStore};
 use crate::storageos::models::Health;
 use build::{Blocked, Drain, MirrorPlace, Writes, Written};
-use cached::{CachedNodeMirror, CachedVolume, NodeSeen, StatusDigest};
+use cached::{CachedMirror, CachedNodeMirror, CachedVolume, NodeSeen, StatusDigest};
 
 /// The controller name in logs.
 pub const CONTROLLER: &str = "storageos-mirror";
@@ -92,9 +93,9 @@ pub async fn run(ctx: Arc<Context>) {
 /// What the mirror reads from Kubernetes: its own objects, and the owners' UIDs.
 struct Caches {
     /// The node mirrors, each with what its status says ([`cached`]).
-    nodes: Store<CachedNodeMirror>,
+    nodes: ViewStore<CachedNodeMirror>,
     /// The volume mirrors, each with a digest of its status ([`cached`]).
-    volumes: Store<CachedVolume>,
+    volumes: ViewStore<CachedVolume>,
     /// The process's Node cache (`Context::nodes`): the node mirrors' owners.
     k8s_nodes: Store<NodeState>,
     /// The process's PVC cache (`Context::pvcs`).
@@ -104,9 +105,9 @@ struct Caches {
 impl Caches {
     fn start(ctx: &Context) -> (Self, impl Future<Output = ()>) {
         let client = &ctx.kube;
-        let all = crate::runtime::kube::cache::every;
-        let (nodes, a) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
-        let (volumes, b) = reflect(CONTROLLER, watcher(Api::all(client.clone()), all()));
+        let (nodes, volumes) = (ViewStore::default(), ViewStore::default());
+        let a = follow(Api::all(client.clone()), nodes.clone());
+        let b = follow(Api::all(client.clone()), volumes.clone());
         let k8s_nodes = ctx.nodes.get(client, CONTROLLER);
         let pvcs = ctx.pvcs.get(client, CONTROLLER);
         let drive = async move {
@@ -133,6 +134,24 @@ impl Caches {
             ctx.pvcs.ready()
         );
     }
+}
+
+/// Keeps `store` filled from a watch of every object of `api`'s kind, for ever; watch errors are
+/// logged and retried with backoff.
+async fn follow<V: View + std::fmt::Debug>(api: Api<Listed<V>>, store: ViewStore<V>)
+where
+    V::Of: Resource<DynamicType = ()>,
+{
+    let kind = V::Of::kind(&()).to_string();
+    let events = watcher(api, crate::runtime::kube::cache::every()).default_backoff();
+    view_store::reflect_views(events, store)
+        .for_each(|result| {
+            if let Err(e) = result {
+                tracing::warn!(controller = CONTROLLER, %kind, error = %e, "watch failed; retrying");
+            }
+            std::future::ready(())
+        })
+        .await;
 }
 
 /// An owner reference to `owner` (no `blockOwnerDeletion`: that would need rights on the
@@ -163,14 +182,12 @@ struct Stale<K, S, W, Key> {
 
 /// What to write of the mirror `cached` (from the watch cache) to give it `owner` and `want`,
 /// given what this process has `written` to it.
-fn plan<K: Resource, S: PartialEq>(
-    cached: Option<&K>,
-    status_of: impl Fn(&K) -> Option<&S>,
+fn plan<S: PartialEq>(
+    cached: Option<&CachedMirror<S>>,
     written: Option<&Written<S>>,
     owner: Option<&OwnerReference>,
     want: &S,
 ) -> Writes {
-    let cached = cached.map(|c| (c.meta(), status_of(c)));
     build::writes(build::known(cached, written, Instant::now()), owner, want)
 }
 
@@ -229,18 +246,13 @@ impl Mirror<'_> {
             self.last_online.insert(n.name.to_string(), snapshot.taken);
         }
         self.last_online.retain(|name, _| nodes.iter().any(|n| n.name == *name));
-        let api: Api<CachedNodeMirror> = Api::all(self.ctx.kube.clone());
+        let api: Api<Listed<CachedNodeMirror>> = Api::all(self.ctx.kube.clone());
         let mut stale = Vec::new();
         for n in nodes {
-            let cached = self.caches.nodes.get(&ObjectRef::new(&n.name));
+            let cached = self.caches.nodes.get("", &n.name);
             let written = self.written_nodes.get(n.name.as_str());
             // The status it has, as far as known (written and not yet in the cache included).
-            let previous = build::known(
-                cached.as_ref().map(|c| (&c.metadata, c.status.as_ref())),
-                written,
-                Instant::now(),
-            )
-            .and_then(|k| k.status);
+            let previous = build::known(cached.as_deref(), written, Instant::now()).and_then(|k| k.status);
             let drain = match &self.drain {
                 None => Drain::Unknown,
                 Some(by_node) => by_node.get(&n.id).map_or(Drain::Safe, Drain::Blocked),
@@ -258,13 +270,7 @@ impl Mirror<'_> {
             );
             let owner = k8s_node.and_then(|k| owner_of(k.as_ref()));
             let seen = NodeSeen::of(&want);
-            let writes = plan(
-                cached.as_deref(),
-                |c: &CachedNodeMirror| c.status.as_ref(),
-                written,
-                owner.as_ref(),
-                &seen,
-            );
+            let writes = plan(cached.as_deref(), written, owner.as_ref(), &seen);
             if writes.any() {
                 stale.push(Stale {
                     api: api.clone(),
@@ -274,7 +280,7 @@ impl Mirror<'_> {
                     remember: seen,
                     status: want,
                     writes,
-                    cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
+                    cached_version: cached.map(|c| c.version.to_string()),
                 });
             }
         }
@@ -282,20 +288,17 @@ impl Mirror<'_> {
         // Only writes the cache does not show yet are kept (a few, not a copy of every mirror).
         let (cache, now) = (&self.caches.nodes, Instant::now());
         self.written_nodes.retain(|name, w| {
-            let cached = cache.get(&ObjectRef::new(name));
-            w.stands(
-                cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref()),
-                now,
-            )
+            let cached = cache.get("", name);
+            w.stands(cached.as_deref().map(|c| c.version.as_str()), now)
         });
         // A first pass fills it with every mirror; the room is not kept once the cache caught up.
         self.written_nodes.shrink_to_fit();
         self.written_nodes.extend(saved);
         let known: HashSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        for orphan in self.caches.nodes.state() {
-            if !known.contains(orphan.name_any().as_str()) {
+        for (_, name, orphan) in self.caches.nodes.entries() {
+            if !known.contains(name.as_str()) {
                 let deleted = Instant::now();
-                remove(&api, orphan.as_ref()).await;
+                remove(&api, &name, &orphan.uid).await;
                 self.observe(MirrorStep::DeleteNode, deleted);
             }
         }
@@ -338,27 +341,18 @@ impl Mirror<'_> {
             let want = build::volume_status(v, &pvc, node_names);
             let digest = StatusDigest::of(&want);
             healths.push(want.health.clone());
-            let cached = self
-                .caches
-                .volumes
-                .get(&ObjectRef::new(&key.name).within(&key.namespace));
-            let writes = plan(
-                cached.as_deref(),
-                |c: &CachedVolume| c.status.as_ref(),
-                self.written_volumes.get(&key),
-                Some(&owner),
-                &digest,
-            );
+            let cached = self.caches.volumes.get(&key.namespace, &key.name);
+            let writes = plan(cached.as_deref(), self.written_volumes.get(&key), Some(&owner), &digest);
             if writes.any() {
                 stale.push(Stale {
-                    api: Api::<CachedVolume>::namespaced(self.ctx.kube.clone(), &key.namespace),
+                    api: Api::<Listed<CachedVolume>>::namespaced(self.ctx.kube.clone(), &key.namespace),
                     key: key.clone(),
                     name: key.name.clone(),
                     owner: Some(owner),
                     status: want,
                     remember: digest,
                     writes,
-                    cached_version: cached.and_then(|c| c.metadata.resource_version.clone()),
+                    cached_version: cached.map(|c| c.version.to_string()),
                 });
             }
             wanted.insert(key);
@@ -366,26 +360,23 @@ impl Mirror<'_> {
         let saved = self.save_all(stale, "Volume", MirrorStep::SaveVolume).await;
         let (cache, now) = (&self.caches.volumes, Instant::now());
         self.written_volumes.retain(|key, w| {
-            let cached = cache.get(&ObjectRef::new(&key.name).within(&key.namespace));
-            w.stands(
-                cached.as_ref().and_then(|c| c.metadata.resource_version.as_deref()),
-                now,
-            )
+            let cached = cache.get(&key.namespace, &key.name);
+            w.stands(cached.as_deref().map(|c| c.version.as_str()), now)
         });
         self.written_volumes.shrink_to_fit();
         self.written_volumes.extend(saved);
         if list.complete() {
             // A partial read would under-count: the counts stand until a complete one.
             self.ctx.metrics.set_volumes(healths.iter().map(String::as_str));
-            for orphan in self.caches.volumes.state() {
+            for (namespace, name, orphan) in self.caches.volumes.entries() {
                 let key = MirrorPlace {
-                    namespace: orphan.namespace().unwrap_or_default(),
-                    name: orphan.name_any(),
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
                 };
                 if !wanted.contains(&key) {
-                    let api: Api<CachedVolume> = Api::namespaced(self.ctx.kube.clone(), &key.namespace);
+                    let api: Api<Listed<CachedVolume>> = Api::namespaced(self.ctx.kube.clone(), &key.namespace);
                     let deleted = Instant::now();
-                    remove(&api, orphan.as_ref()).await;
+                    remove(&api, &key.name, &orphan.uid).await;
                     self.observe(MirrorStep::DeleteVolume, deleted);
                 }
             }
@@ -488,20 +479,20 @@ where
     Ok(before_status)
 }
 
-/// Deletes an orphaned mirror (only this very object: a newer one of the same name stays).
-async fn remove<K>(api: &Api<K>, orphan: &K)
+/// Deletes the orphaned mirror `name` with this `uid` (only this very object: a newer one of
+/// the same name stays).
+async fn remove<K>(api: &Api<K>, name: &str, uid: &str)
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let name = orphan.meta().name.clone().unwrap_or_default();
     let params = DeleteParams {
         preconditions: Some(Preconditions {
-            uid: orphan.meta().uid.clone(),
+            uid: (!uid.is_empty()).then(|| uid.to_string()),
             resource_version: None,
         }),
         ..DeleteParams::default()
     };
-    match api.delete(&name, &params).await {
+    match api.delete(name, &params).await {
         Ok(_) => {
             tracing::info!(controller = CONTROLLER, kind = %K::kind(&()), %name, "StorageOS no longer reports it: mirror deleted")
         }
