@@ -57,11 +57,11 @@ pub enum Error {
 /// its node poll run on a thread of their own besides
 /// ([`crate::apimanager::controllers::fencing::worker`]).
 ///
-/// The long-running commands keep every thread in one malloc arena
-/// ([`crate::runtime::process::memory::one_arena`]), set here before any thread starts.
+/// The long-running commands keep every thread in one malloc arena and large blocks out of it
+/// ([`crate::runtime::process::memory::set_up_allocator`]), set here before any thread starts.
 pub fn runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     if matches!(command, Command::Run(_) | Command::ApiManager(_)) {
-        crate::runtime::process::memory::one_arena();
+        crate::runtime::process::memory::set_up_allocator();
     }
     let mut builder = match command {
         #[cfg(feature = "simulator")]

@@ -3,7 +3,8 @@
 //! glibc keeps the pages of freed memory in its arenas: after a burst (the first list of every
 //! watch, a StorageOS poll of thousands of volumes, a re-list) a process stays resident at the
 //! size of the burst, not of what it holds. `malloc_trim` returns every whole free page of every
-//! arena (what it saves: docs/benchmarks.md); [`one_arena`] keeps every thread in one arena.
+//! arena (what it saves: docs/benchmarks.md); [`set_up_allocator`] keeps every thread in one arena and
+//! large blocks out of it.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -51,7 +52,7 @@ pub const MMAP_THRESHOLD: usize = 128 * 1024;
 /// more than was live instead of 11 (docs/benchmarks.md). Call this before any thread starts.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code, reason = "glibc's mallopt, as malloc_trim below")]
-pub fn one_arena() -> bool {
+pub fn set_up_allocator() -> bool {
     let threshold = libc::c_int::try_from(MMAP_THRESHOLD).unwrap_or(libc::c_int::MAX);
     // SAFETY: mallopt takes two integers, has no precondition and is MT-safe (mallopt(3)).
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) == 1 && libc::mallopt(libc::M_MMAP_THRESHOLD, threshold) == 1 }
@@ -59,7 +60,7 @@ pub fn one_arena() -> bool {
 
 /// Other allocators are set up their own way: nothing to do.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn one_arena() -> bool {
+pub fn set_up_allocator() -> bool {
     false
 }
 
@@ -84,7 +85,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn glibc_takes_one_arena_and_a_fixed_mmap_threshold() {
-        assert!(one_arena(), "mallopt refused M_ARENA_MAX or M_MMAP_THRESHOLD");
+        assert!(set_up_allocator(), "mallopt refused M_ARENA_MAX or M_MMAP_THRESHOLD");
     }
 
     #[tokio::test]
