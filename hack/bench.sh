@@ -269,6 +269,15 @@ proc_stats() {
   echo "$rss $hwm $cpu"
 }
 
+# Every mirror deleted with one delete-collection request per namespace (four at a time) and one
+# for the node mirrors: `kubectl delete --all` deletes object by object, about 3 a second on a
+# loaded 5,000-node plane, so 10,000 mirrors took a quarter of an hour.
+delete_mirrors() {
+  kc get volumes.api.storageos.com -A -o jsonpath='{range .items[*]}{.metadata.namespace}{"\n"}{end}' | sort -u |
+    xargs -r -P 4 -I{} "$KUBECTL" delete --raw "/apis/api.storageos.com/v1/namespaces/{}/volumes" >/dev/null
+  kc delete --raw /apis/api.storageos.com/v1/nodes >/dev/null
+}
+
 # A fresh api-manager on the full cluster whose mirrors are deleted, as on a first install: its
 # apiserver writes are counted (by the report, from the audit log) from its first StorageOS poll
 # on, in the first $FRESH_FIRST_PASS s and in the $FRESH_IDLE s after. Its first poll is the
@@ -283,8 +292,7 @@ fresh_api_manager() {
   local volume_mirrors node_mirrors
   volume_mirrors=$(kc get volumes.api.storageos.com -A --no-headers 2>/dev/null | wc -l)
   node_mirrors=$(kc get nodes.api.storageos.com --no-headers 2>/dev/null | wc -l)
-  kc delete volumes.api.storageos.com --all -A --wait=false >/dev/null
-  kc delete nodes.api.storageos.com --all --wait=false >/dev/null
+  delete_mirrors
   wait_until "mirrors deleted" 600 bash -c "[[ -z \$('$KUBECTL' get volumes.api.storageos.com,nodes.api.storageos.com -A -o name 2>/dev/null | head -1) ]]"
   curl -sf -X DELETE "$SIM/_sim/requests" >/dev/null
   local started
