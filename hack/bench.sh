@@ -3,7 +3,9 @@
 # many kwok nodes, the StorageOS simulator, and the release build of the operator and of the
 # api-manager, each a process acting as its own ServiceAccount. It measures
 #
-#   - RSS (VmRSS, VmHWM) of both after a steady idle minute, and their CPU seconds in it;
+#   - RSS (VmRSS, VmHWM) of both after a steady idle minute, and their CPU seconds in it (the
+#     minute starts once the api-manager has written nothing for 15 s after the workload, at most
+#     --settle-max s later; how long that took is reported);
 #   - writes to the apiserver in that minute by verb and resource (audit log, filtered by the
 #     `storageos-operator/...` user agent) and StorageOS API requests by route (simulator log);
 #   - StorageOSCluster created → every child applied (audit log), over fresh clusters;
@@ -22,7 +24,8 @@
 #   hack/bench.sh [--nodes 3,100,1000] [--pods-per-node 10] [--pods N] [--volumes N] [--namespaces N]
 #                 [--force-density]
 #                 [--out DIR] [--no-doc] [--fence-trials 20] [--no-fence-busy] [--cluster-trials 10]
-#                 [--shared 1000] [--rps 200] [--webhook-seconds 30] [--report-only] [--no-build]
+#                 [--shared 1000] [--rps 200] [--webhook-seconds 30] [--settle-max 1800]
+#                 [--report-only] [--no-build]
 #
 # Pods follow the sizes: --pods-per-node (default 10, a realistic density well below the
 # kubelet's default maximum of 110 pods a node) at every size; --pods N instead sets the count at
@@ -62,6 +65,10 @@ NAMESPACES=
 # The kubelet's default --max-pods.
 KUBELET_MAX_PODS=110
 FORCE_DENSITY=0
+# Before the idle minute: the api-manager quiet this long (its first pass done), at most
+# SETTLE_MAX s (--settle-max).
+SETTLE_QUIET=15
+SETTLE_MAX=1800
 # The fresh api-manager's first pass and the idle minute after it, from its first poll.
 FRESH_FIRST_PASS=35
 FRESH_IDLE=60
@@ -95,9 +102,10 @@ while (($#)); do
     --shared) SHARED=$2; shift 2 ;;
     --rps) RPS=$2; shift 2 ;;
     --webhook-seconds) WEBHOOK_SECONDS=$2; shift 2 ;;
+    --settle-max) SETTLE_MAX=$2; shift 2 ;;
     --report-only) REPORT_ONLY=1; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,44p' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -278,6 +286,44 @@ delete_mirrors() {
   kc delete --raw /apis/api.storageos.com/v1/nodes >/dev/null
 }
 
+# Waits until the api-manager has written nothing but Lease renewals and Events for
+# $SETTLE_QUIET s (its first pass over the new workload is done), at most $SETTLE_MAX s, reading
+# the audit log from its end on; prints how long that took and the writes it saw. At 5,000 nodes
+# the first pass over 10,000 new mirrors takes minutes, and an idle minute inside it measures
+# the pass, not the steady state (the fresh step measures a first pass from its first poll).
+settle() {
+  python3 - "$1" "$SETTLE_QUIET" "$SETTLE_MAX" <<'PY'
+import json, sys, time
+path, quiet, limit = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+start = last = time.time()
+writes, buf = 0, ""
+with open(path) as f:
+    f.seek(0, 2)
+    while True:
+        chunk = f.read()
+        buf += chunk
+        *done, buf = buf.split("\n")
+        for line in done:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            ref = ev.get("objectRef") or {}
+            if (ev.get("stage") == "ResponseComplete" and "api-manager" in ev.get("userAgent", "")
+                    and ev.get("verb") in WRITES and ref.get("resource") not in ("leases", "events")):
+                writes += 1
+                last = time.time()
+        now = time.time()
+        if now - last >= quiet or now - start >= limit:
+            break
+        if not chunk:
+            time.sleep(1)
+print(json.dumps({"seconds": round(time.time() - start, 1), "writes": writes,
+                  "timed_out": time.time() - last < quiet}))
+PY
+}
+
 # A fresh api-manager on the full cluster whose mirrors are deleted, as on a first install: its
 # apiserver writes are counted (by the report, from the audit log) from its first StorageOS poll
 # on, in the first $FRESH_FIRST_PASS s and in the $FRESH_IDLE s after. Its first poll is the
@@ -444,8 +490,8 @@ EOF
   step "n=$n: workload: $pods pods ($((pods / 2)) on StorageOS PVCs), $volumes volumes, $namespaces namespaces"
   "$TOOL" workload --sim "$SIM" --nodes "$n" --pods "$pods" --volumes "$volumes" --namespaces "$namespaces" >"$DIR/workload.json"
 
-  step "n=$n: settling 15 s, then the idle minute (RSS, CPU, writes, StorageOS requests)"
-  sleep 15
+  step "n=$n: settling (15 s without an api-manager write, at most ${SETTLE_MAX} s), then the idle minute (RSS, CPU, writes, StorageOS requests)"
+  settle "$audit" >"$DIR/settle.json"
   local op_pid am_pid
   op_pid=$(cat "$DIR/operator.pid")
   am_pid=$(cat "$DIR/api-manager.pid")

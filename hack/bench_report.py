@@ -185,6 +185,7 @@ def collect(out):
                 "nodes": n,
                 "workload": load(os.path.join(d, "workload.json"), {}),
                 "idle": idle_j,
+                "settle": load(os.path.join(d, "settle.json"), {}) or {},
                 "end": load(os.path.join(d, "end.json"), {}),
                 "writes_per_min": dict(writes),
                 "reads_per_min": dict(reads),
@@ -229,6 +230,9 @@ def table(machine, sizes):
 
     row("pods / StorageOS volumes / namespaces", "",
         lambda s: f"{s['workload'].get('pods', '–')} / {s['workload'].get('volumes', '–')} / {s['workload'].get('namespaces', '–')}")
+    row("api-manager settled (15 s without a write) after the workload, s (its writes)", "",
+        lambda s: (f"{fmt(s['settle'].get('seconds'))} ({s['settle'].get('writes', '–')}"
+                   + (", timed out" if s["settle"].get("timed_out") else "") + ")") if s.get("settle") else "–")
     row("operator VmRSS (VmHWM), MiB", "≤ 20 / 30 / 40",
         lambda s: f"{fmt(proc(s, 'operator', 'vmrss_kib'))} ({fmt(proc(s, 'operator', 'vmhwm_kib'))})")
     row("api-manager VmRSS (VmHWM), MiB", "≤ 20 / 30 / 40",
