@@ -104,34 +104,39 @@ impl Applier {
             Err(e) => return Err(e),
         };
         let what = describe(&key);
-        let live = api.get_opt(&key.name).await.map_err(|source| Error::Api {
-            verb: "read",
-            what: what.clone(),
-            source,
-        })?;
         let mut params = PatchParams::apply(FIELD_MANAGER).force();
         params.dry_run = self.dry_run;
-        let result = api.patch(&key.name, &params, &Patch::Apply(obj)).await;
-        let applied = match result {
-            Ok(o) => o,
-            // A dry run of an object in a namespace the same dry run "created": it would be
-            // created.
-            Err(kube::Error::Api(e)) if self.dry_run && live.is_none() && e.code == 404 => {
-                return Ok(Outcome::Created);
+        let mut attempt = 1;
+        loop {
+            let live = api.get_opt(&key.name).await.map_err(|source| Error::Api {
+                verb: "read",
+                what: what.clone(),
+                source,
+            })?;
+            let applied = match api.patch(&key.name, &params, &Patch::Apply(obj)).await {
+                Ok(o) => o,
+                // A dry run of an object in a namespace the same dry run "created": it would be
+                // created.
+                Err(kube::Error::Api(e)) if self.dry_run && live.is_none() && e.code == 404 => {
+                    return Ok(Outcome::Created);
+                }
+                Err(source) => {
+                    return Err(Error::Api {
+                        verb: "apply",
+                        what,
+                        source,
+                    });
+                }
+            };
+            match outcome(live.as_ref(), &applied, self.dry_run) {
+                Some(outcome) => return Ok(outcome),
+                // Written by someone else between the read and the dry run (an operator putting
+                // its CA into a webhook configuration): read again, so a change of theirs is not
+                // reported as one of ours.
+                None if attempt < DRY_RUN_ATTEMPTS => attempt += 1,
+                None => return Ok(Outcome::Configured),
             }
-            Err(source) => {
-                return Err(Error::Api {
-                    verb: "apply",
-                    what,
-                    source,
-                });
-            }
-        };
-        Ok(match live {
-            None => Outcome::Created,
-            Some(live) if same(&live, &applied, self.dry_run) => Outcome::Unchanged,
-            Some(_) => Outcome::Configured,
-        })
+        }
     }
 
     /// Deletes the object `obj` names (foreground), or in a dry run only checks it exists.
@@ -171,6 +176,25 @@ pub fn describe(key: &ObjectKey) -> String {
         Some((group, _)) => format!("{kind}.{group}/{}", key.name),
         None => format!("{kind}/{}", key.name),
     }
+}
+
+/// How often a dry run is compared again when the object changed between the read and it.
+const DRY_RUN_ATTEMPTS: u32 = 3;
+
+/// What applying did, from the object read just before and the apply's answer; `None` when a
+/// dry run was answered from another version of the object than the one read, so the two cannot
+/// be compared.
+fn outcome(live: Option<&DynamicObject>, applied: &DynamicObject, dry_run: bool) -> Option<Outcome> {
+    let Some(live) = live else {
+        return Some(Outcome::Created);
+    };
+    if same(live, applied, dry_run) {
+        return Some(Outcome::Unchanged);
+    }
+    if dry_run && live.resource_version() != applied.resource_version() {
+        return None;
+    }
+    Some(Outcome::Configured)
 }
 
 /// Whether applying changed nothing: the same resourceVersion (a real apply that wrote nothing),
@@ -233,5 +257,24 @@ mod tests {
         dry.metadata.resource_version = Some("5".into());
         assert!(!same(&live, &dry, true));
         assert!(same(&live, &dry, false));
+    }
+
+    #[test]
+    fn a_dry_run_answered_from_a_newer_object_is_compared_again() {
+        let live = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "resourceVersion": "5"}, "data": {"a": "1"}}));
+        // Another writer added a key between the read and the dry run: the dry run answers with
+        // their resourceVersion, and the difference is not the plugin's.
+        let theirs = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "resourceVersion": "7"}, "data": {"a": "1", "b": "2"}}));
+        assert_eq!(outcome(Some(&live), &theirs, true), None);
+        // The same answer from a real apply is a change (it wrote, or someone did).
+        assert_eq!(outcome(Some(&live), &theirs, false), Some(Outcome::Configured));
+        // A dry run from the version read that differs would change the object.
+        let mut ours = theirs.clone();
+        ours.metadata.resource_version = Some("5".into());
+        assert_eq!(outcome(Some(&live), &ours, true), Some(Outcome::Configured));
+        assert_eq!(outcome(Some(&live), &live, true), Some(Outcome::Unchanged));
+        assert_eq!(outcome(None, &live, true), Some(Outcome::Created));
     }
 }
