@@ -141,7 +141,7 @@ impl Served {
     /// Webhooks that look things up as the api-manager's ServiceAccount, with its rules.
     async fn as_api_manager(ns: &TestNamespace) -> Self {
         let metrics = WebhookMetrics::register(&mut Registry::default());
-        let lookups = KubeLookups(support::identity::api_manager_client_for(&ns.name).await);
+        let lookups = KubeLookups::new(support::identity::api_manager_client_for(&ns.name).await);
         Self::start(ns, lookups, metrics).await
     }
 
@@ -559,7 +559,12 @@ async fn pvc_webhook_fails_closed_for_encryption_when_it_cannot_read_secrets() {
     let restricted = kube::Client::try_from(config).unwrap();
 
     let mut registry = Registry::default();
-    let served = Served::start(&ns, KubeLookups(restricted), WebhookMetrics::register(&mut registry)).await;
+    let served = Served::start(
+        &ns,
+        KubeLookups::new(restricted),
+        WebhookMetrics::register(&mut registry),
+    )
+    .await;
     let class = format!("{}-sos", ns.name);
     storageos_class(&client, &class, json!({})).await;
     let counted = |registry: &Registry, metric: &str| {
@@ -615,7 +620,7 @@ async fn a_200_character_encrypted_pvc_gets_its_keys_through_real_admission() {
     let mut registry = Registry::default();
     let served = Served::start(
         &ns,
-        KubeLookups(support::identity::api_manager_client_for(&ns.name).await),
+        KubeLookups::new(support::identity::api_manager_client_for(&ns.name).await),
         WebhookMetrics::register(&mut registry),
     )
     .await;
@@ -828,7 +833,7 @@ async fn a_caller_without_the_apiservers_certificate_cannot_make_the_webhook_cre
     let ns = TestNamespace::new("enc-clientauth").await;
     let client = ns.client.clone();
     let metrics = WebhookMetrics::register(&mut Registry::default());
-    let lookups = KubeLookups(support::identity::api_manager_client_for(&ns.name).await);
+    let lookups = KubeLookups::new(support::identity::api_manager_client_for(&ns.name).await);
     let clients = https::ClientAuth::from_pem(&plane_webhook_client_ca()).unwrap();
     let served = Served::start_for(&ns, lookups, metrics, Some(clients)).await;
     let class = format!("{}-sos", ns.name);

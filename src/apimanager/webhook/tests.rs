@@ -214,3 +214,28 @@ async fn user_errors_are_denied_and_own_failures_admit_unchanged() {
     assert_eq!((r["allowed"].as_bool(), failed), (Some(true), 1));
     assert!(r.get("patch").is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn lookups_past_the_bound_wait_for_a_turn_and_all_complete() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let limit = InFlight::new(3);
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let reads = (0..20).map(|i| {
+        let (limit, running, most) = (limit.clone(), running.clone(), most.clone());
+        async move {
+            limit
+                .run(async {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    i
+                })
+                .await
+        }
+    });
+    let done = futures::future::join_all(reads).await;
+    assert_eq!(done, (0..20).collect::<Vec<_>>(), "every read completes");
+    assert_eq!(most.load(Ordering::SeqCst), 3, "never more than the bound at once");
+}

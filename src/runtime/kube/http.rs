@@ -1,5 +1,5 @@
-//! The Kubernetes client's HTTP stack: kube's own, with one change, a bound on each
-//! connection's read buffer.
+//! The Kubernetes client's HTTP stack: kube's own, with two changes: a bound on each
+//! connection's read buffer, and on the idle connections kept.
 //!
 //! hyper grows a connection's read buffer while reads fill it, up to ~400 KiB, and never shrinks
 //! it. A watch's first list pages (hundreds of objects a page) grow it to the top, and a watch
@@ -27,8 +27,13 @@ use tower_http::trace::TraceLayer;
 /// 100 reads of 4 KiB).
 pub const READ_BUFFER_MAX: usize = 64 * 1024;
 
+/// The most idle connections kept for reuse (hyper's default: no limit, each kept 90 s). A burst
+/// of requests opens a connection for each one in flight; past this many, a connection is closed
+/// when its request is done rather than kept with its TLS state and buffers.
+pub const IDLE_CONNECTIONS_MAX: usize = 8;
+
 /// A client for `config`, as `kube::Client::try_from` builds it, with each connection's read
-/// buffer at most [`READ_BUFFER_MAX`].
+/// buffer at most [`READ_BUFFER_MAX`] and at most [`IDLE_CONNECTIONS_MAX`] idle connections.
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     if config.proxy_url.is_some() || config.auth_info.exec.is_some() {
         return kube::Client::try_from(config);
@@ -43,6 +48,7 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let hyper = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
         .http1_max_buf_size(READ_BUFFER_MAX)
+        .pool_max_idle_per_host(IDLE_CONNECTIONS_MAX)
         .build::<_, Body>(connector);
 
     let service = ServiceBuilder::new()
