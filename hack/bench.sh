@@ -278,10 +278,10 @@ proc_stats() {
 }
 
 # Every mirror deleted: the volume mirrors with one delete-collection request per namespace
-# (four at a time), the node mirrors with one for all. `kubectl delete --all` deletes
-# object by object, about 3 a second on a loaded 5,000-node plane, so 10,000 mirrors took a
-# quarter of an hour. A request the loaded apiserver drops is tried again (twice); whatever is
-# left then is deleted object by object.
+# (four at a time, each tried three times), the node mirrors with one for all (below).
+# `kubectl delete --all` deletes object by object, about 3 a second on a loaded 5,000-node
+# plane, so 10,000 mirrors took a quarter of an hour; it deletes only the volume mirrors whose
+# namespace's requests all failed.
 delete_mirrors() {
   local namespaces
   namespaces=$(kc get volumes.api.storageos.com -A -o jsonpath='{range .items[*]}{.metadata.namespace}{"\n"}{end}' | sort -u) ||
@@ -297,7 +297,6 @@ delete_mirrors() {
   for _i in 1 2 3 4 5; do kc delete --raw /apis/api.storageos.com/v1/nodes >/dev/null 2>&1 && break; done
   kc get nodes.api.storageos.com -o name 2>/dev/null | xargs -r -n 250 -P 4 "$KUBECTL" delete --wait=false >/dev/null 2>&1 || true
   kc delete volumes.api.storageos.com --all -A --wait=false >/dev/null 2>&1 || true
-  kc delete nodes.api.storageos.com --all --wait=false >/dev/null 2>&1 || true
 }
 
 # Waits until the api-manager has written nothing but Lease renewals and Events for
@@ -306,10 +305,11 @@ delete_mirrors() {
 # the first pass over 10,000 new mirrors takes minutes, and an idle minute inside it measures
 # the pass, not the steady state (the fresh step measures a first pass from its first poll).
 settle() {
-  python3 - "$1" "$SETTLE_QUIET" "$SETTLE_MAX" <<'PY'
+  python3 - "$ROOT/hack" "$1" "$SETTLE_QUIET" "$SETTLE_MAX" <<'PY'
 import json, sys, time
-path, quiet, limit = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+sys.path.insert(0, sys.argv[1])
+from bench_report import api_manager_write
+path, quiet, limit = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 start = last = time.time()
 writes, buf = 0, ""
 with open(path) as f:
@@ -323,9 +323,7 @@ with open(path) as f:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            ref = ev.get("objectRef") or {}
-            if (ev.get("stage") == "ResponseComplete" and "api-manager" in ev.get("userAgent", "")
-                    and ev.get("verb") in WRITES and ref.get("resource") not in ("leases", "events")):
+            if api_manager_write(ev) and (ev.get("objectRef") or {}).get("resource") != "events":
                 writes += 1
                 last = time.time()
         now = time.time()

@@ -110,6 +110,14 @@ def idle(d):
     return writes, reads, sim
 
 
+def api_manager_write(ev):
+    """Whether an audit event is a completed apiserver write of the api-manager's (Lease renewals
+    apart)."""
+    return (ev.get("stage") == "ResponseComplete" and ev.get("verb") in WRITES
+            and ev.get("userAgent", "").startswith(UA) and component(ev) == "api-manager"
+            and resource(ev) != "leases")
+
+
 def api_manager_writes(audit_path, windows):
     """The api-manager's apiserver writes (Lease renewals apart) in each `(from, to)` window of
     epoch seconds, by verb and resource, from the audit log (stageTimestamp, completed)."""
@@ -117,12 +125,9 @@ def api_manager_writes(audit_path, windows):
     if not windows:
         return out
     for ev in lines(audit_path):
-        if (ev.get("stage") != "ResponseComplete" or ev.get("verb") not in WRITES
-                or not ev.get("userAgent", "").startswith(UA) or component(ev) != "api-manager"):
+        if not api_manager_write(ev):
             continue
         r = resource(ev)
-        if r == "leases":
-            continue
         t = ts(ev["stageTimestamp"])
         for i, (a, b) in enumerate(windows):
             if a <= t < b:

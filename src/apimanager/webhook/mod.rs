@@ -69,15 +69,15 @@ impl KubeLookups {
 
 /// A bound on futures run at once; the rest wait for a turn, first come first served.
 #[derive(Clone)]
-pub struct InFlight(Arc<tokio::sync::Semaphore>);
+struct InFlight(Arc<tokio::sync::Semaphore>);
 
 impl InFlight {
-    pub fn new(limit: usize) -> Self {
+    fn new(limit: usize) -> Self {
         Self(Arc::new(tokio::sync::Semaphore::new(limit)))
     }
 
     /// Runs `work` once fewer than the limit are running.
-    pub async fn run<T>(&self, work: impl Future<Output = T>) -> T {
+    async fn run<T>(&self, work: impl Future<Output = T>) -> T {
         // The semaphore is never closed, so a permit always comes.
         let _permit = self.0.acquire().await.ok();
         work.await
