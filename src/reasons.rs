@@ -223,8 +223,8 @@ reasons! {
         "Phase Pending: a StorageOS volume is degraded or has a replica still syncing; the upgrade starts once every volume is healthy.";
     VOLUMES_UNKNOWN = "VolumesUnknown", ConditionAndEvent, "StorageOSUpgrade",
         "Phase Pending: the StorageOS volumes could not all be read, so whether an upgrade is safe cannot be told; the upgrade waits.";
-    DRAIN_BLOCKED = "DrainBlocked", ConditionAndEvent, "StorageOSUpgrade, Node",
-        "On a StorageOSUpgrade, phase Pending: a cordoned node holds the last copy of a volume (a drain guard's PodDisruptionBudget); the upgrade waits. On a Node, a Normal event: the node holds the last online copy of a volume; a guard pod and PodDisruptionBudget make its evictions wait.";
+    DRAIN_BLOCKED = "DrainBlocked", ConditionAndEvent, "StorageOSUpgrade, Node, PersistentVolumeClaim",
+        "On a StorageOSUpgrade, phase Pending: a cordoned node holds the last copy of a volume (a drain guard's PodDisruptionBudget); the upgrade waits. On a Node, a Normal event: the node holds the last ready copy of volumes the drain policy protects (how many; the node mirror names them); a guard pod and PodDisruptionBudget make its evictions wait. On a PVC: its volume's last ready copy is on that node.";
     DRY_RUN = "DryRun", ConditionAndEvent, "StorageOSUpgrade",
         "Phase Pending: spec.dryRun is true; status.preview says what the upgrade would do, and nothing is touched.";
     INVALID_TIMEOUT = "InvalidTimeout", ConditionAndEvent, "StorageOSUpgrade",
@@ -276,7 +276,9 @@ reasons! {
     OUT_OF_SERVICE_HELD = "OutOfServiceHeld", Event, "StorageOSCluster",
         "Warning: lost nodes are not tainted out of service: too many nodes offline at once, or an upgrade in progress.";
     DRAIN_WAITING = "DrainWaiting", Event, "Node",
-        "Warning: the node is cordoned (a drain) but holds the last online copy of a volume; its evictions are refused until the replicas are ready.";
+        "Warning: the node is cordoned (a drain) but holds the last ready copy of volumes the drain policy protects; its evictions are refused until a copy elsewhere is ready, or until the cluster's maximum hold ends.";
+    DRAIN_HOLD_EXPIRED = "DrainHoldExpired", Event, "Node, PersistentVolumeClaim",
+        "Warning: a drain waited the cluster's spec.nodeMaintenance.maxDrainHold; the node's guard now allows the eviction and the volumes whose last ready copy it holds go offline with it (each PVC has this event).";
     DRAIN_UNBLOCKED = "DrainUnblocked", Event, "Node",
         "Normal: the node holds no last copy any more; its drain guard was removed and a drain proceeds.";
     DELETED = "Deleted", Event, "Node, Namespace",

@@ -73,6 +73,7 @@ async fn metrics_of_both() -> BTreeSet<String> {
     api.login().await.unwrap();
     m.helper.track("list_nodes", api.list_nodes()).await.unwrap();
     m.helper.count("list_nodes", "server");
+    m.helper.set_drain_waiting(&[("node-a".into(), 1)]);
     prometheus_client::encoding::text::encode(&mut text, &api_manager).unwrap();
     exposed(&text)
 }

@@ -298,7 +298,9 @@ fn custom_namespace_moves_every_namespaced_object_and_reference() {
     assert!(find(&objs, "Namespace", "storageos").is_some());
     for o in &objs {
         if let Some(ns) = o["metadata"]["namespace"].as_str() {
-            assert_eq!(ns, "storageos", "{}", o["metadata"]["name"]);
+            // The drain guards keep a namespace of their own wherever StorageOS runs.
+            let own = ns == "storageos-drain-guard" && o["metadata"]["name"] == "storageos:api-manager-drain-guard";
+            assert!(ns == "storageos" || own, "{}: {ns}", o["metadata"]["name"]);
         }
     }
     // The pod mutator's namespaceSelector names kube-system on purpose (it skips it).
@@ -614,4 +616,62 @@ fn automatic_out_of_service_renders_its_flags_and_the_node_patch_role_only_when_
         args.contains(&"--node-out-of-service-cool-down=10m".to_string()),
         "{args:?}"
     );
+}
+
+#[test]
+fn the_drain_gate_renders_its_policy_hold_and_a_restricted_namespace_of_its_own() {
+    use storageos_operator::crd::{DrainPolicy, StorageOSClusterNodeMaintenance as Maintenance};
+    let defaults = objects("defaults");
+    let args = api_manager_args(&defaults);
+    for flag in [
+        "--drain-guard-namespace=storageos-drain-guard",
+        "--drain-policy=BlockIfReplicatedVolumeAtRisk",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag} in {args:?}");
+    }
+    assert!(
+        !args.iter().any(|a| a.starts_with("--drain-max-hold")),
+        "no hold by default"
+    );
+    // The guards' namespace: Pod Security restricted, and the api-manager's pod and budget
+    // rights there and in no other namespace.
+    let ns = get(&defaults, "Namespace", "storageos-drain-guard");
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    let roles: Vec<&serde_json::Value> = defaults
+        .iter()
+        .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == "storageos:api-manager-drain-guard")
+        .collect();
+    assert_eq!(roles.len(), 1);
+    assert_eq!(roles[0]["metadata"]["namespace"], "storageos-drain-guard");
+    let binding = get(&defaults, "RoleBinding", "storageos:api-manager-drain-guard");
+    assert_eq!(binding["metadata"]["namespace"], "storageos-drain-guard");
+    assert_eq!(binding["subjects"][0]["namespace"], "kube-system");
+    for o in &defaults {
+        let pods = o["rules"].as_array().into_iter().flatten().any(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x == "pods"))
+                && r["verbs"]
+                    .as_array()
+                    .is_some_and(|vs| vs.iter().any(|v| v == "create" || v == "patch"))
+        });
+        if pods && o["kind"] == "Role" {
+            assert_eq!(o["metadata"]["namespace"], "storageos-drain-guard", "{o}");
+        }
+        assert!(!(pods && o["kind"] == "ClusterRole"), "a ClusterRole writes pods: {o}");
+    }
+
+    let tuned = with_spec(|s| {
+        s.node_maintenance = Some(Maintenance {
+            drain_policy: Some(DrainPolicy::BlockLastCopy),
+            max_drain_hold: Some("30m".into()),
+        })
+    });
+    let args = api_manager_args(&tuned);
+    for flag in ["--drain-policy=BlockLastCopy", "--drain-max-hold=30m"] {
+        assert!(args.contains(&flag.to_string()), "{flag} in {args:?}");
+    }
 }

@@ -7,11 +7,13 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::apimanager::controllers::config::{
-    Config, DeleteSyncConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, OutOfServiceConfig,
+    Config, DeleteSyncConfig, DrainConfig, DrainGuardConfig, FencerConfig, LabelSyncConfig, Loop, OutOfServiceConfig,
     SharedVolumeConfig,
 };
 use crate::apimanager::storageos_poll::{MIN_VOLUME_POLL, PollConfig};
+use crate::crd::DrainPolicy;
 use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
+use crate::rbac::components::DRAIN_GUARD_NAMESPACE;
 use crate::render::defaults::{DEFAULT_COOL_DOWN, DEFAULT_OFFLINE_POLLS};
 
 /// Arguments of `storageos-operator api-manager`.
@@ -172,6 +174,19 @@ pub struct ApiManagerArgs {
     /// places no guards (docs/api-manager.md, "Drain gate").
     #[arg(long, env = "DRAIN_GUARD_IMAGE")]
     pub drain_guard_image: Option<String>,
+    /// The namespace of the guard pods and their budgets; the operator makes it (Pod Security
+    /// restricted) and grants pods and budgets there only.
+    #[arg(long, default_value = DRAIN_GUARD_NAMESPACE)]
+    pub drain_guard_namespace: String,
+    /// Which volumes make a node's drain wait: BlockIfReplicatedVolumeAtRisk (volumes with
+    /// replicas that would lose their last ready copy), BlockLastCopy (any last online copy, 0
+    /// replicas included) or AllowAlways (none; the mirrors still show what is at risk).
+    #[arg(long, default_value = "BlockIfReplicatedVolumeAtRisk", value_parser = str::parse::<DrainPolicy>)]
+    pub drain_policy: DrainPolicy,
+    /// The longest a drain of a guarded node waits (from when the node is first seen cordoned);
+    /// then its guard lets the drain proceed. Unset: until it is safe.
+    #[arg(long, value_parser = duration)]
+    pub drain_max_hold: Option<Duration>,
     /// Accepted for compatibility and ignored (a warning names the replacement): use
     /// --log-format console --log-level debug.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
@@ -260,12 +275,19 @@ impl ApiManagerArgs {
                 read_back_for: self.k8s_create_wait_duration,
             },
             maintenance_of: self.storageos_cluster.clone(),
+            drain: DrainConfig {
+                policy: self.drain_policy,
+                max_hold: self.drain_max_hold.filter(|d| !d.is_zero()),
+            },
             drain_guard: self
                 .drain_guard_image
                 .as_deref()
                 .map(str::trim)
                 .filter(|i| !i.is_empty())
-                .map(|image| DrainGuardConfig { image: image.into() }),
+                .map(|image| DrainGuardConfig {
+                    image: image.into(),
+                    namespace: self.drain_guard_namespace.clone(),
+                }),
             out_of_service: self.enable_node_out_of_service.then_some(OutOfServiceConfig {
                 offline_polls: self.node_out_of_service_offline_polls,
                 cool_down: self.node_out_of_service_cool_down,

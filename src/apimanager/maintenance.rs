@@ -5,7 +5,8 @@
 //! `storageos.com/paused-by-upgrade=<upgrade>`. The annotation counts only when it is on the
 //! api-manager's own cluster (`--storageos-cluster`, which the operator renders; every cluster
 //! when unset, as with a Go-rendered api-manager) and names a StorageOSUpgrade that exists in
-//! that cluster's namespace in a phase that holds it (Pausing to Completed). A forged or
+//! that cluster's namespace in a phase that holds it (Pausing to ScalingUp: a finished upgrade
+//! holds nothing, even before it is deleted). A forged or
 //! left-over annotation therefore never switches fencing off; it is logged with its cluster.
 //! The check is a fresh read each time (rare, only before a destructive action), and a failed
 //! read counts as "cannot tell", which callers must treat as "do nothing".
@@ -25,10 +26,12 @@ pub enum Maintenance {
     On { upgrade: String },
 }
 
-/// Whether an upgrade at `phase` holds its cluster in maintenance: from pausing it until the
-/// upgrade is deleted (a completed upgrade keeps the cluster paused until then).
+/// Whether an upgrade at `phase` holds its cluster in maintenance: from pausing it until its
+/// applications are scaled up again. A finished upgrade (`Completed`, `RolledBack`, `Failed`)
+/// holds nothing, whether or not anyone deletes it: fencing resumes and the drain guards it
+/// placed go.
 pub fn holds(phase: UpgradePhase) -> bool {
-    (UpgradePhase::Pausing..=UpgradePhase::Completed).contains(&phase)
+    (UpgradePhase::Pausing..=UpgradePhase::ScalingUp).contains(&phase)
 }
 
 /// The upgrade a cluster's pause annotation names, if it carries a non-empty one.
@@ -48,7 +51,13 @@ pub fn from_clusters(clusters: &[StorageOSCluster], upgrades: &[StorageOSUpgrade
             let live = upgrades
                 .iter()
                 .find(|u| u.namespace().as_deref() == Some(ns.as_str()) && &u.name_any() == upgrade);
-            if !live.is_some_and(|u| holds(u.status.as_ref().and_then(|s| s.phase).unwrap_or_default())) {
+            let phase = live.map(|u| u.status.as_ref().and_then(|s| s.phase).unwrap_or_default());
+            if let Some(phase) = phase.filter(|p| !holds(*p)) {
+                // Finished and not deleted yet (or not started): nothing is held.
+                tracing::debug!(cluster = %format!("{ns}/{}", c.name_any()), %upgrade, ?phase, "the upgrade named by the pause annotation holds nothing");
+                return None;
+            }
+            if live.is_none() {
                 tracing::warn!(
                     cluster = %format!("{ns}/{}", c.name_any()),
                     upgrade = %upgrade,
@@ -185,15 +194,23 @@ mod tests {
             from_clusters(clusters, &[upgrade("storageos", "up1", "ScalingDown")]),
             Maintenance::Off
         );
-        // One that has not paused anything yet, or failed.
-        for phase in ["Pending", "PullingImage", "Failed"] {
+        // One that has not paused anything yet, or finished (failed, completed, rolled back,
+        // refused): a finished upgrade left in place holds nothing.
+        for phase in [
+            "Pending",
+            "PullingImage",
+            "Failed",
+            "Completed",
+            "RolledBack",
+            "Refused",
+        ] {
             assert_eq!(
                 from_clusters(clusters, &[upgrade("tenant", "up1", phase)]),
                 Maintenance::Off,
                 "{phase}"
             );
         }
-        for phase in ["Pausing", "ScalingDown", "UpgradingNodes", "ScalingUp", "Completed"] {
+        for phase in ["Pausing", "ScalingDown", "UpgradingNodes", "RollingBack", "ScalingUp"] {
             assert!(
                 matches!(
                     from_clusters(clusters, &[upgrade("tenant", "up1", phase)]),

@@ -47,6 +47,13 @@ pub struct ApiManagerMetrics {
     mirror: [Histogram; 6],
     nodes: Family<HealthLabel, Gauge>,
     volumes: Family<HealthLabel, Gauge>,
+    drain_waiting: Family<NodeLabel, Gauge>,
+    drain_holds_expired: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabel {
+    node: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -168,6 +175,8 @@ impl ApiManagerMetrics {
             mirror: std::array::from_fn(|_| Histogram::new(buckets())),
             nodes: Family::default(),
             volumes: Family::default(),
+            drain_waiting: Family::default(),
+            drain_holds_expired: Counter::default(),
         };
         set_counts(&m.nodes, &NODE_HEALTHS, std::iter::empty());
         set_counts(&m.volumes, &VOLUME_HEALTHS, std::iter::empty());
@@ -229,10 +238,35 @@ impl ApiManagerMetrics {
             "When the webhook serving certificate in use expires (Unix time)",
             m.cert_expiry.clone(),
         );
+        stos.register(
+            "drain_waiting_seconds",
+            "How long a drain of the node has waited on its drain guard (the node is cordoned and holds the last ready copy of a protected volume), at the leader's last volume read; no series while none waits",
+            m.drain_waiting.clone(),
+        );
+        stos.register(
+            "drain_holds_expired",
+            "Drain guards released because the drain waited the cluster's maximum hold",
+            m.drain_holds_expired.clone(),
+        );
         for ((name, help), h) in MIRROR_METRICS.iter().zip(&m.mirror) {
             stos.register(*name, *help, h.clone());
         }
         m
+    }
+
+    /// The drains waiting on a guard now: (node, seconds waited); every other node's series goes.
+    pub fn set_drain_waiting(&self, waiting: &[(String, i64)]) {
+        self.drain_waiting.clear();
+        for (node, seconds) in waiting {
+            self.drain_waiting
+                .get_or_create(&NodeLabel { node: node.clone() })
+                .set(*seconds);
+        }
+    }
+
+    /// Counts one hold that ended at the maximum.
+    pub fn count_drain_hold_expired(&self) {
+        self.drain_holds_expired.inc();
     }
 
     /// Counts one fencer outcome.

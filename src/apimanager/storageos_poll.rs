@@ -86,6 +86,15 @@ impl VolumeList {
             .map(move |v| (v, names.get(v.namespace_id.as_str()).copied()))
     }
 
+    /// A complete read of `volumes` in `namespaces` (for tests of what reads the list).
+    pub fn of(namespaces: Vec<Namespace>, volumes: Vec<Volume>) -> Self {
+        Self {
+            namespaces,
+            by_namespace: vec![volumes.into()],
+            failed: Vec::new(),
+        }
+    }
+
     /// Whether every namespace was read: only then may absence mean "gone".
     pub fn complete(&self) -> bool {
         self.failed.is_empty()

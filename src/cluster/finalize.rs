@@ -20,7 +20,9 @@ use super::ownership::{FINALIZER, children_selector, owned_kinds};
 use super::status::phase;
 use crate::crd::FORCE_DELETE_ANNOTATION;
 use crate::crd::StorageOSCluster;
+use crate::rbac::components::DRAIN_GUARD_NAMESPACE;
 use crate::reasons::{self, Reason};
+use crate::runtime::kube::apply::ObjectKey;
 use crate::runtime::{kube::cache, kube::conditions, kube::finalizer};
 
 use crate::storageos::kube::{is_storageos_volume, storageos_claims};
@@ -143,6 +145,15 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
         for key in &children {
             ctx.applier.delete(key).await?;
         }
+        // The drain guards' namespace is the cluster's alone (unlike the operand namespace):
+        // it goes with the guards in it, so no guard outlives the api-manager that removes them.
+        let guards = ObjectKey {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            namespace: None,
+            name: DRAIN_GUARD_NAMESPACE.into(),
+        };
+        ctx.applier.delete_ours(&guards).await?;
         tracing::info!(cluster = %name, deleted = children.len(), "deleted cluster objects; the namespace is kept");
     } else {
         tracing::info!(cluster = %name, "deleting a cluster that was never active; nothing to clean up");

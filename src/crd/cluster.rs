@@ -131,6 +131,11 @@ pub struct StorageOSClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_out_of_service: Option<StorageOSClusterNodeOutOfService>,
 
+    /// How node drains meet StorageOS volumes: which volumes make a drain wait, and for how
+    /// long at most (docs/api-manager.md, "Drain gate"). Unset: the defaults of each field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_maintenance: Option<StorageOSClusterNodeMaintenance>,
+
     /// Disable telemetry, version checks and crash reports on every StorageOS node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disable_telemetry: Option<bool>,
@@ -189,6 +194,74 @@ pub struct StorageOSClusterNodeOutOfService {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = validation::cool_down()))]
     pub cool_down: Option<String>,
+}
+
+/// The drain gate's settings (the api-manager's Go image has no drain gate and ignores them).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageOSClusterNodeMaintenance {
+    /// Which volumes make a node's drain wait. `BlockIfReplicatedVolumeAtRisk` (the default):
+    /// only a volume that asked for replicas (`storageos.com/replicas` of 1 or more) and whose
+    /// last ready copy is on the node (its replicas still syncing, or the only ready replica
+    /// while the master is offline); a volume with 0 replicas is shown as unprotected and never
+    /// makes a drain wait. `BlockLastCopy`: any volume whose last online copy is on the node, 0
+    /// replicas included. `AllowAlways`: no drain ever waits (the mirrors still show what is at
+    /// risk). A volume whose PersistentVolume no longer exists never makes a drain wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_policy: Option<DrainPolicy>,
+
+    /// The longest a drain waits on StorageOS: counted from when the guarded node is first seen
+    /// cordoned, after it the guard lets the drain proceed (a Warning event names what is then
+    /// at risk). A whole number of s, m or h, for example 30m. Unset: the drain waits until it
+    /// is safe (an alert fires when it waits long).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = validation::max_drain_hold()))]
+    pub max_drain_hold: Option<String>,
+}
+
+/// Which volumes make a node's drain wait (see [`StorageOSClusterNodeMaintenance::drain_policy`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DrainPolicy {
+    /// Only volumes that asked for replicas and would lose their last ready copy.
+    #[default]
+    BlockIfReplicatedVolumeAtRisk,
+    /// Any volume that would lose its last online copy, 0 replicas included.
+    BlockLastCopy,
+    /// Never: drains proceed, the mirrors show what is at risk.
+    AllowAlways,
+}
+
+impl DrainPolicy {
+    /// Every policy, as the CRD spells it.
+    pub const ALL: [DrainPolicy; 3] = [
+        DrainPolicy::BlockIfReplicatedVolumeAtRisk,
+        DrainPolicy::BlockLastCopy,
+        DrainPolicy::AllowAlways,
+    ];
+
+    /// The name the CRD and the api-manager's `--drain-policy` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainPolicy::BlockIfReplicatedVolumeAtRisk => "BlockIfReplicatedVolumeAtRisk",
+            DrainPolicy::BlockLastCopy => "BlockLastCopy",
+            DrainPolicy::AllowAlways => "AllowAlways",
+        }
+    }
+}
+
+impl std::fmt::Display for DrainPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DrainPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
+            format!("unknown drain policy {s:?}: use BlockIfReplicatedVolumeAtRisk, BlockLastCopy or AllowAlways")
+        })
+    }
 }
 
 /// Settings of the api-manager.

@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Free","type":"string","jsonPath":".status.capacity.free","description":"Free capacity, in whole GiB."}"#,
     printcolumn = r#"{"name":"Last-Online","type":"date","jsonPath":".status.lastSeenOnline","description":"The last poll that saw the node online (set once it is not)."}"#,
     printcolumn = r#"{"name":"Eligible","type":"boolean","jsonPath":".status.eligible","description":"Whether StorageOS can run on the node (its OS and architecture).","priority":1}"#,
-    printcolumn = r#"{"name":"Safe-To-Drain","type":"boolean","jsonPath":".status.safeToDrain","description":"Whether draining or rebooting the node keeps an online copy of every volume (unset until a complete volume read)."}"#,
+    printcolumn = r#"{"name":"Safe-To-Drain","type":"boolean","jsonPath":".status.safeToDrain","description":"Whether draining or rebooting the node keeps a ready copy of every volume the drain policy protects (unset until a complete volume read)."}"#,
+    printcolumn = r#"{"name":"Unprotected","type":"integer","jsonPath":".status.unprotectedCount","description":"Volumes with 0 replicas whose only copy is on the node: a drain or the loss of the node takes them offline."}"#,
+    printcolumn = r#"{"name":"Drain-Policy","type":"string","jsonPath":".status.drainPolicy","description":"The cluster's spec.nodeMaintenance.drainPolicy, which decides Safe-To-Drain and whether a drain waits.","priority":1}"#,
     doc = "A StorageOS node as the StorageOS API reports it; written by the api-manager, read-only for users."
 )]
 pub struct NodeMirrorSpec {}
@@ -57,18 +59,40 @@ pub struct NodeMirrorStatus {
     /// When StorageOS registered the node (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
-    /// Whether draining or rebooting the node keeps an online copy of every volume: false when
-    /// it holds the last online copy of one (a master without a ready replica elsewhere). Unset
-    /// until the api-manager has read every volume.
+    /// The cluster's drain policy (`spec.nodeMaintenance.drainPolicy`): which volumes count for
+    /// `safeToDrain` and make a drain wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_policy: Option<String>,
+    /// Whether draining or rebooting the node keeps a ready copy of every volume the drain
+    /// policy protects: false when it holds the last ready copy of one (a master whose replicas
+    /// are still syncing, or the only ready replica while the master is offline). Unset until the
+    /// api-manager has read every volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safe_to_drain: Option<bool>,
-    /// The PVCs (`namespace/name`) whose last online copy is on the node, sorted, at most
-    /// [`DRAIN_BLOCKED_SHOWN`].
+    /// The PVCs (`namespace/name`) whose last ready copy is on the node and that the drain
+    /// policy protects, sorted, at most [`DRAIN_BLOCKED_SHOWN`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drain_blocked_by: Vec<String>,
     /// How many volumes block a drain (all of them, also beyond those named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_blocked_count: Option<i64>,
+    /// The PVCs with 0 replicas whose only copy is on the node, sorted, at most
+    /// [`DRAIN_BLOCKED_SHOWN`]: unprotected, they go offline with the node (and make a drain
+    /// wait only under `BlockLastCopy`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unprotected: Vec<String>,
+    /// How many volumes with 0 replicas have their only copy on the node (set once every volume
+    /// was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unprotected_count: Option<i64>,
+    /// Volumes (by PV name) whose last copy is on the node but that no PVC uses any more (their
+    /// PVC deleted, their PersistentVolume released or deleted): they never make a drain wait.
+    /// Sorted, at most [`DRAIN_BLOCKED_SHOWN`]; delete them in StorageOS when they are not wanted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphaned: Vec<String>,
+    /// How many such orphaned volumes there are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphaned_count: Option<i64>,
     /// Whether StorageOS can run on this node, from the Kubernetes Node's `kubernetes.io/os` and
     /// `kubernetes.io/arch` (linux, amd64); unset while that Node is not known. The
     /// StorageOSCluster's NodesEligible condition also checks the kernel.
@@ -111,6 +135,7 @@ pub struct NodeCapacity {
     printcolumn = r#"{"name":"Health","type":"string","jsonPath":".status.health","description":"healthy, syncing, degraded (fewer ready replicas than wanted) or unavailable (master not online)."}"#,
     printcolumn = r#"{"name":"Master","type":"string","jsonPath":".status.master.node","description":"The node holding the master."}"#,
     printcolumn = r#"{"name":"Replicas","type":"string","jsonPath":".status.replicasReady","description":"Ready replicas out of those wanted."}"#,
+    printcolumn = r#"{"name":"Unprotected","type":"boolean","jsonPath":".status.unprotected","description":"0 replicas: the volume goes offline with its node.","priority":1}"#,
     printcolumn = r#"{"name":"Attached","type":"string","jsonPath":".status.attachment.type","description":"host, nfs or detached."}"#,
     printcolumn = r#"{"name":"Attached-On","type":"string","jsonPath":".status.attachment.node","description":"The node it is attached on."}"#,
     printcolumn = r#"{"name":"Size","type":"string","jsonPath":".status.size"}"#,
@@ -137,6 +162,11 @@ pub struct VolumeMirrorStatus {
     pub master: VolumeMaster,
     /// Replicas wanted (label `storageos.com/replicas`).
     pub replicas_wanted: i32,
+    /// True for a volume with 0 replicas: its only copy is the master, so a drain or the loss of
+    /// its node takes it offline, and (unless the drain policy is `BlockLastCopy`) no drain
+    /// waits for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unprotected: bool,
     /// `ready/wanted`, for `kubectl get`.
     pub replicas_ready: String,
     /// Every replica.

@@ -40,6 +40,14 @@ pub fn cool_down() -> Value {
     }])
 }
 
+/// `nodeMaintenance.maxDrainHold`: a whole number with a unit.
+pub fn max_drain_hold() -> Value {
+    json!([{
+        "rule": "self.matches('^[0-9]+(s|m|h)$')",
+        "message": "nodeMaintenance.maxDrainHold must be a whole number with a unit, for example 30m or 2h"
+    }])
+}
+
 /// The Kubernetes Service types.
 pub fn service_type() -> Value {
     json!([{

@@ -74,11 +74,17 @@ pub const API_MANAGER: &[Rule] = &[
     rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"]).named(&[API_MANAGER_LEASE]),
 ];
 
-/// The Role `storageos:api-manager-drain-guard`, bound in the api-manager's own namespace only:
+/// The namespace of the drain gate's guard pods and budgets: the operator makes it (Pod
+/// Security `restricted`) and grants the api-manager pods and budgets there and nowhere else, so
+/// the api-manager never writes pods in the operand namespace (often `kube-system`, where the
+/// privileged StorageOS node pods run).
+pub const DRAIN_GUARD_NAMESPACE: &str = "storageos-drain-guard";
+
+/// The Role `storageos:api-manager-drain-guard`, bound in [`DRAIN_GUARD_NAMESPACE`] only:
 /// the drain gate's guard pods and their PodDisruptionBudgets (docs/api-manager.md, "Drain
 /// gate"). Written by server-side apply (`patch`, and `create` for a new one), watched, deleted
 /// when the node is safe. Namespaced on purpose: pod create anywhere would let the api-manager
-/// run any pod in any namespace.
+/// run any pod in any namespace, and in the operand namespace patch the privileged node pods.
 pub const API_MANAGER_DRAIN_GUARD: &[Rule] = &[
     rule(&[""], &["pods"], &["get", "list", "watch", "create", "patch", "delete"]),
     rule(

@@ -81,8 +81,10 @@ pub const OWN: &[Rule] = &[
     )
     .named(&[WEBHOOK_CONFIG]),
     rule(&["monitoring.coreos.com"], &["servicemonitors"], MANAGE),
-    // The operand namespace is applied, never deleted.
+    // The operand namespace is applied, never deleted; the drain guards' namespace is deleted
+    // with the cluster.
     rule(&[""], &["namespaces"], &["get", "create", "patch"]),
+    rule(&[""], &["namespaces"], &["delete"]).named(&[components::DRAIN_GUARD_NAMESPACE]),
     // Membership (Nodes), node pods (status, upgrade restarts, Job pods and their logs),
     // volumes in use (delete protection, apps to scale down during an upgrade).
     rule(&[""], &["nodes"], &["get", "list", "watch"]),

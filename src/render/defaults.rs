@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, ResourceRequirements, Toleration};
 
-use crate::crd::StorageOSClusterSpec;
+use crate::crd::{DrainPolicy, StorageOSClusterSpec};
 
 /// Namespace of the operands when `spec.namespace` is empty.
 pub const DEFAULT_NAMESPACE: &str = "kube-system";
@@ -104,6 +104,10 @@ pub struct Resolved {
     pub disable_fencing: bool,
     /// `spec.nodeOutOfService` when `automatic`: the offline polls and the cool-down.
     pub node_out_of_service: Option<(u16, String)>,
+    /// `spec.nodeMaintenance.drainPolicy`, defaulted.
+    pub drain_policy: DrainPolicy,
+    /// `spec.nodeMaintenance.maxDrainHold` when set (a whole number of s, m or h).
+    pub max_drain_hold: Option<String>,
     /// No telemetry, version checks or crash reports.
     pub disable_telemetry: bool,
     /// Disable TCMU.
@@ -243,6 +247,15 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
                         .unwrap_or_else(|| DEFAULT_COOL_DOWN.into()),
                 )
             }),
+        drain_policy: spec
+            .node_maintenance
+            .as_ref()
+            .and_then(|m| m.drain_policy)
+            .unwrap_or_default(),
+        max_drain_hold: spec
+            .node_maintenance
+            .as_ref()
+            .and_then(|m| non_empty(m.max_drain_hold.as_ref())),
         disable_telemetry: spec.disable_telemetry.unwrap_or(false),
         disable_tcmu: spec.disable_tcmu.unwrap_or(false),
         force_tcmu: spec.force_tcmu.unwrap_or(false),

@@ -74,6 +74,17 @@ pub fn pruning(cluster: &str, cluster_namespace: &str) -> Labels {
     ])
 }
 
+/// Pod Security `restricted`, enforced, warned and audited: the drain guards' namespace, where
+/// nothing privileged ever runs.
+pub fn restricted_namespace() -> Labels {
+    set(&[
+        ("pod-security.kubernetes.io/enforce", "restricted"),
+        ("pod-security.kubernetes.io/enforce-version", "latest"),
+        ("pod-security.kubernetes.io/warn", "restricted"),
+        ("pod-security.kubernetes.io/audit", "restricted"),
+    ])
+}
+
 /// The Go operator's default app labels with `component`.
 fn app(cluster: &str, component: &str) -> Labels {
     set(&[

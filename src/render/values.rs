@@ -13,6 +13,7 @@ use super::inputs::{FORWARDED_NODE_ENV, Inputs, forwarded_to_api_manager};
 use super::labels::{self, Labels};
 use super::scheduling::{affinity, helper_tolerations, merge_tolerations, node_tolerations, spread_over_hosts};
 use super::secrets;
+use crate::rbac::components::DRAIN_GUARD_NAMESPACE;
 
 /// Name of the scheduler the extender runs as, and the api-manager sets on StorageOS pods.
 pub const SCHEDULER_NAME: &str = "storageos-scheduler";
@@ -143,6 +144,11 @@ fn api_manager_command(r: &Resolved, image: &str, go_image: bool) -> (Vec<String
     // api-manager has no drain gate.
     if !go_image {
         args.push(format!("--drain-guard-image={image}"));
+        args.push(format!("--drain-guard-namespace={DRAIN_GUARD_NAMESPACE}"));
+        args.push(format!("--drain-policy={}", r.drain_policy));
+        if let Some(hold) = &r.max_drain_hold {
+            args.push(format!("--drain-max-hold={hold}"));
+        }
     }
     (command, args)
 }
@@ -356,6 +362,11 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, E
         "openshift": openshift,
         "fencing": !r.disable_fencing,
         "nodeOutOfService": r.node_out_of_service.is_some(),
+        // The drain gate's guards, in a namespace of their own (the Go api-manager has none).
+        "drainGuard": (!go_api_manager).then(|| json!({
+            "namespace": DRAIN_GUARD_NAMESPACE,
+            "labels": with_common(&labels::restricted_namespace()),
+        })),
         "serviceMonitor": inputs.service_monitor_crd,
         "operator": {"namespace": inputs.operator_namespace, "selector": crate::rbac::operator::selector()},
         "rbac": crate::rbac::components::template_values(),

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::apimanager::storageos_poll::PollConfig;
+use crate::crd::DrainPolicy;
 
 /// Every controller's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,8 @@ pub struct Config {
     /// The StorageOSCluster (namespace, name) whose pause annotation means maintenance; `None`:
     /// any cluster's.
     pub maintenance_of: Option<(String, String)>,
+    /// The drain gate's rule (shown on the mirrors, enforced by the guards).
+    pub drain: DrainConfig,
     /// The drain gate's guards; `None` when no guard image is given (the gate is then only
     /// shown, not enforced).
     pub drain_guard: Option<DrainGuardConfig>,
@@ -47,6 +50,17 @@ pub struct OutOfServiceConfig {
 pub struct DrainGuardConfig {
     /// The image the guard pods run (`storageos-operator drain-guard`).
     pub image: String,
+    /// The namespace they and their budgets live in.
+    pub namespace: String,
+}
+
+/// The drain gate's rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainConfig {
+    /// Which volumes make a drain wait.
+    pub policy: DrainPolicy,
+    /// The longest a drain waits; `None`: until it is safe.
+    pub max_hold: Option<Duration>,
 }
 
 /// The fencer's settings.

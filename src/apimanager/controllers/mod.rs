@@ -40,7 +40,7 @@ use crate::storageos;
 /// The name events are reported under, as in the Go api-manager.
 pub const EVENT_SOURCE: &str = "storageos-api-manager";
 
-pub use config::{Config, DrainGuardConfig, Loop};
+pub use config::{Config, DrainConfig, DrainGuardConfig, Loop};
 
 /// What every controller shares.
 pub struct Context {

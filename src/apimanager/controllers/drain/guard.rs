@@ -5,8 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
+
 use sha2::{Digest, Sha256};
 
 /// `app.kubernetes.io/component` of every guard pod and budget.
@@ -20,12 +22,27 @@ pub const NODE_ANNOTATION: &str = "storageos.com/drain-guard-node";
 pub const BLOCKED_BY_ANNOTATION: &str = "storageos.com/drain-blocked-by";
 /// The field manager of the guards (the api-manager's).
 pub const FIELD_MANAGER: &str = crate::apimanager::controllers::mirror::FIELD_MANAGER;
+/// The budget's annotation saying since when a drain of the node has waited on the guard (RFC
+/// 3339), set from the first read that sees the node cordoned.
+pub const WAITING_SINCE_ANNOTATION: &str = "storageos.com/drain-waiting-since";
+/// The budget's annotation saying when the guard's hold ended (the cluster's maximum hold): the
+/// budget allows the eviction from then until the node is uncordoned.
+pub const RELEASED_ANNOTATION: &str = "storageos.com/drain-hold-released";
 /// How many blockers an annotation lists before "(+N more)".
 const ANNOTATED: usize = 20;
-/// How many blockers an event names before "(+N more)".
-const NAMED_IN_EVENTS: usize = 5;
 /// The longest node name used as it is in names and labels (a label value holds 63).
 const MAX_PLAIN: usize = 40;
+
+/// A guard as it should be.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Want {
+    /// Why the node is guarded: PVCs (`namespace/name`) or the upgrade under way.
+    pub blockers: Vec<String>,
+    /// Since when a drain has waited (the node is cordoned).
+    pub waiting_since: Option<DateTime<Utc>>,
+    /// When the hold ended.
+    pub released: Option<DateTime<Utc>>,
+}
 
 /// The label selector of every guard pod and budget (`kubectl get pods,pdb -l ...`).
 pub fn guard_selector() -> String {
@@ -77,20 +94,36 @@ fn listed(blockers: &[String], n: usize) -> String {
 /// `maxUnavailable` budget from the scale of the pods' controller, which a guard pod has not
 /// (its controller is this budget); `minAvailable` counts the pods, so the budget is healthy and
 /// allows 0 disruptions. `IfHealthyBudget`: a guard that is not Ready still cannot be evicted.
-pub fn budget(namespace: &str, node: &str, blockers: &[String], owner: &OwnerReference) -> Value {
+/// A released hold (`want.released`) is `minAvailable: 0`: the eviction is allowed.
+pub fn budget(namespace: &str, node: &str, want: &Want, owner: &OwnerReference) -> Value {
     let selector: BTreeMap<String, String> = labels(node)
         .into_iter()
         .filter(|(k, _)| k == NODE_LABEL || k == "app.kubernetes.io/component")
         .collect();
+    let mut metadata = metadata(namespace, node, &want.blockers, owner);
+    let stamp = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    if let Some(since) = &want.waiting_since {
+        metadata["annotations"][WAITING_SINCE_ANNOTATION] = json!(stamp(since));
+    }
+    if let Some(released) = &want.released {
+        metadata["annotations"][RELEASED_ANNOTATION] = json!(stamp(released));
+    }
     json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": metadata(namespace, node, blockers, owner),
+        "metadata": metadata,
         "spec": {
-            "minAvailable": 1,
+            "minAvailable": if want.released.is_some() { 0 } else { 1 },
             "selector": {"matchLabels": selector},
             "unhealthyPodEvictionPolicy": "IfHealthyBudget",
         }
     })
+}
+
+/// A time the budget's annotations hold, parsed (None when absent or not RFC 3339).
+pub fn annotated_time(value: Option<&String>) -> Option<DateTime<Utc>> {
+    value
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc))
 }
 
 /// The metadata a guard's pod and budget share.
@@ -138,22 +171,74 @@ pub fn pod(namespace: &str, node: &str, blockers: &[String], image: &str, budget
     })
 }
 
+/// How many volumes `blockers` lists, as events say it (the names stay on the mirror: events
+/// on a Node are read in `default`, by people who may not see the PVCs' namespaces).
+fn counted(blockers: &[String]) -> String {
+    let upgrades = blockers.iter().filter(|b| b.starts_with("StorageOSUpgrade ")).count();
+    let volumes = blockers.len() - upgrades;
+    let mut parts = Vec::new();
+    if volumes > 0 {
+        parts.push(format!("{volumes} volume{}", if volumes == 1 { "" } else { "s" }));
+    }
+    if upgrades > 0 {
+        parts.push("the StorageOSUpgrade under way".to_string());
+    }
+    parts.join(" and ")
+}
+
+/// Where the volumes holding `node` are listed.
+fn listed_at(node: &str) -> String {
+    format!("`kubectl get nodes.api.storageos.com {node} -o yaml` lists them (status.drainBlockedBy)")
+}
+
 /// The note of the event saying the node is guarded.
 pub fn blocked_note(node: &str, blockers: &[String], namespace: &str) -> String {
     note(format!(
-        "draining node {node} now would take the last online copy of {}: evictions from it wait (PodDisruptionBudget {namespace}/{}) until StorageOS reports the replicas elsewhere ready",
-        listed(blockers, NAMED_IN_EVENTS),
-        name(node)
+        "draining node {node} now would take the last ready copy of {}: evictions from it wait (PodDisruptionBudget {namespace}/{}) until StorageOS reports a ready copy elsewhere; {}",
+        counted(blockers),
+        name(node),
+        listed_at(node),
     ))
 }
 
-/// The note of the event saying a drain (the node is cordoned) waits for the guard;
-/// `blocked_by` is the guard's annotation.
-pub fn waiting_note(node: &str, blocked_by: &str, namespace: &str) -> String {
+/// The note of the event saying a drain (the node is cordoned) waits for the guard.
+pub fn waiting_note(node: &str, blockers: &[String], namespace: &str, hold_ends: Option<DateTime<Utc>>) -> String {
+    let until = match hold_ends {
+        Some(t) => format!(
+            "until StorageOS reports a ready copy elsewhere, or at most until {} (the cluster's spec.nodeMaintenance.maxDrainHold)",
+            t.to_rfc3339_opts(SecondsFormat::Secs, true)
+        ),
+        None => "until StorageOS reports a ready copy elsewhere (no spec.nodeMaintenance.maxDrainHold is set)".into(),
+    };
     note(format!(
-        "node {node} is cordoned, but its evictions are refused by PodDisruptionBudget {namespace}/{}: it holds the last online copy of {blocked_by}; the drain proceeds once StorageOS reports the replicas elsewhere ready",
+        "node {node} is cordoned, but its evictions are refused by PodDisruptionBudget {namespace}/{}: it holds the last ready copy of {}; the drain waits {until}; {}",
         name(node),
+        counted(blockers),
+        listed_at(node),
     ))
+}
+
+/// The note of the Node's event saying its hold ended and the drain may proceed.
+pub fn released_note(node: &str, blockers: &[String], waited: &str) -> String {
+    note(format!(
+        "the drain of node {node} waited {waited}, the cluster's spec.nodeMaintenance.maxDrainHold: its guard now allows the eviction, and {} whose last ready copy is on {node} go offline with it (their PVCs have events saying so); {}",
+        counted(blockers),
+        listed_at(node),
+    ))
+}
+
+/// The note of the event on a PVC whose volume's last ready copy is on a guarded node.
+pub fn pvc_blocked_note(node: &str) -> String {
+    format!(
+        "the last ready copy of this volume is on node {node}: a drain of {node} waits until StorageOS reports a ready copy elsewhere"
+    )
+}
+
+/// The note of the event on a PVC whose volume is at risk since its node's hold ended.
+pub fn pvc_released_note(node: &str, waited: &str) -> String {
+    format!(
+        "the drain of node {node} waited {waited} (the cluster's maximum hold) and now proceeds: this volume's last ready copy is on {node}, so the volume is offline while the node is"
+    )
 }
 
 /// An event note within the apiserver's limit.
@@ -163,5 +248,5 @@ fn note(text: String) -> String {
 
 /// The note of the event saying the guard is gone.
 pub fn unblocked_note(node: &str) -> String {
-    format!("node {node} holds no last copy of a volume any more: its drain guard was removed")
+    format!("node {node} holds no last copy of a volume a drain must wait for any more: its drain guard was removed")
 }

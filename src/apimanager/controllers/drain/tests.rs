@@ -49,20 +49,116 @@ fn with_the_master_down_the_only_ready_replica_is_the_last_copy() {
     );
 }
 
+mod views {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::apimanager::storageos_poll::VolumeList;
+    use crate::crd::DrainPolicy;
+    use crate::storageos::models::{LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, LABEL_REPLICAS, Namespace};
+
+    /// A CSI volume of PVC `app/<pvc>` (PV `pv-<pvc>`) with `wanted` replicas.
+    fn csi(pvc: &str, wanted: usize, master: &str, replicas: &[(&str, &str)]) -> Volume {
+        let mut v = volume(master, Health::Online, replicas);
+        v.name = format!("pv-{pvc}");
+        v.namespace_id = "ns-app".into();
+        v.labels = [
+            (LABEL_CSI_PVC_NAMESPACE, "app".to_string()),
+            (LABEL_CSI_PVC_NAME, pvc.to_string()),
+            (LABEL_REPLICAS, wanted.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        v
+    }
+
+    fn list(volumes: Vec<Volume>) -> VolumeList {
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "id": "ns-app", "name": "app", "labels": {}, "version": "1",
+            "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap();
+        VolumeList::of(vec![ns], volumes)
+    }
+
+    /// Every PVC is bound to its PV but `gone`.
+    fn bound_but<'a>(gone: &'a [&'a str]) -> impl Fn(&str, &str, &str) -> bool + 'a {
+        move |_, pvc, pv| !gone.contains(&pvc) && pv == format!("pv-{pvc}")
+    }
+
+    fn names(set: Option<&BTreeSet<String>>) -> Vec<&str> {
+        set.map(|s| s.iter().map(String::as_str).collect()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_volume_without_replicas_never_guards_its_node_by_default_and_is_shown_unprotected() {
+        let l = list(vec![
+            csi("scratch", 0, "a", &[]),
+            csi("db", 1, "a", &[("b", "syncing")]),
+            csi("safe", 1, "a", &[("b", "ready")]),
+        ]);
+        let v = view(&l, DrainPolicy::BlockIfReplicatedVolumeAtRisk, bound_but(&[]));
+        assert_eq!(names(v.at_risk.get("a")), ["app/db"]);
+        assert_eq!(names(v.unprotected.get("a")), ["app/scratch"]);
+        assert!(v.orphaned.is_empty());
+        // BlockLastCopy: the 0-replica volume blocks too (and is still shown unprotected).
+        let v = view(&l, DrainPolicy::BlockLastCopy, bound_but(&[]));
+        assert_eq!(names(v.at_risk.get("a")), ["app/db", "app/scratch"]);
+        assert_eq!(names(v.unprotected.get("a")), ["app/scratch"]);
+        // AllowAlways: the view is the default one (what Safe-To-Drain shows); no guard is placed.
+        let v = view(&l, DrainPolicy::AllowAlways, bound_but(&[]));
+        assert_eq!(names(v.at_risk.get("a")), ["app/db"]);
+        assert!(!guards(DrainPolicy::AllowAlways));
+        assert!(guards(DrainPolicy::BlockIfReplicatedVolumeAtRisk) && guards(DrainPolicy::BlockLastCopy));
+    }
+
+    #[test]
+    fn a_volume_no_pvc_uses_never_blocks_under_any_policy_and_is_shown_orphaned() {
+        let l = list(vec![csi("old", 1, "a", &[("b", "syncing")]), csi("old0", 0, "a", &[])]);
+        for policy in DrainPolicy::ALL {
+            let v = view(&l, policy, bound_but(&["old", "old0"]));
+            assert!(v.at_risk.is_empty(), "{policy}: {v:?}");
+            assert!(v.unprotected.is_empty(), "{policy}");
+            assert_eq!(names(v.orphaned.get("a")), ["pv-old", "pv-old0"], "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_replica_count_label_below_the_replicas_held_still_counts_them() {
+        let mut v = csi("db", 0, "a", &[("b", "syncing")]);
+        assert_eq!(replicas_wanted(&v), 1);
+        v.replicas.clear();
+        assert_eq!(replicas_wanted(&v), 0);
+    }
+}
+
 mod plans {
     use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+    use std::time::Duration;
+
+    use chrono::{DateTime, Utc};
+
     use super::super::guard;
-    use super::super::plan::{Inputs, Plan, Upgrade, plan};
+    use super::super::plan::{Inputs, Placed, Plan, Upgrade, Want, plan, waiting};
 
     /// The cluster of these tests: StorageOS nodes id-a..id-c named a..c, all in Kubernetes.
     struct World {
         blocking: BTreeMap<String, BTreeSet<String>>,
         names: HashMap<String, String>,
         k8s: BTreeSet<String>,
-        guarded: BTreeMap<String, Option<String>>,
+        cordoned: BTreeSet<String>,
+        guarded: BTreeMap<String, Placed>,
         upgrade: Upgrade,
         complete: bool,
+        max_hold: Option<Duration>,
+        enforce: bool,
+        now: DateTime<Utc>,
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
     }
 
     fn world() -> World {
@@ -73,9 +169,13 @@ mod plans {
                 .map(|n| (format!("id-{n}"), n.to_string()))
                 .collect(),
             k8s: ["a", "b", "c"].iter().map(|n| n.to_string()).collect(),
+            cordoned: BTreeSet::new(),
             guarded: BTreeMap::new(),
             upgrade: Upgrade::Off,
             complete: true,
+            max_hold: None,
+            enforce: true,
+            now: at("2026-11-29T10:00:00Z"),
         }
     }
 
@@ -87,7 +187,13 @@ mod plans {
         }
         fn guard(mut self, node: &str, pvcs: &[&str]) -> Self {
             let pvcs: Vec<String> = pvcs.iter().map(|p| p.to_string()).collect();
-            self.guarded.insert(node.into(), Some(guard::blocked_by(&pvcs)));
+            self.guarded.insert(
+                node.into(),
+                Placed {
+                    blocked_by: Some(guard::blocked_by(&pvcs)),
+                    ..Placed::default()
+                },
+            );
             self
         }
         fn plan(&self) -> Plan {
@@ -96,9 +202,30 @@ mod plans {
                 complete: self.complete,
                 node_names: &self.names,
                 k8s_nodes: &self.k8s,
+                cordoned: &self.cordoned,
                 upgrade: &self.upgrade,
                 guarded: &self.guarded,
+                max_hold: self.max_hold,
+                enforce: self.enforce,
+                now: self.now,
             })
+        }
+        /// The guards as they stand once `p` is written (what the next read sees).
+        fn written(mut self, p: &Plan) -> Self {
+            for (node, w) in &p.apply {
+                self.guarded.insert(
+                    node.clone(),
+                    Placed {
+                        blocked_by: Some(guard::blocked_by(&w.blockers)),
+                        waiting_since: w.waiting_since,
+                        released: w.released,
+                    },
+                );
+            }
+            for node in &p.remove {
+                self.guarded.remove(node);
+            }
+            self
         }
     }
 
@@ -113,7 +240,7 @@ mod plans {
     fn an_unsafe_node_gets_a_guard_naming_its_pvcs_and_a_safe_one_loses_its_guard() {
         let p = world().blocks("id-a", &["app/data"]).guard("b", &["app/old"]).plan();
         assert_eq!(nodes(&p), (vec!["a"], vec!["b"]));
-        assert_eq!(p.apply["a"], vec!["app/data".to_string()]);
+        assert_eq!(p.apply["a"].blockers, vec!["app/data".to_string()]);
     }
 
     #[test]
@@ -125,7 +252,7 @@ mod plans {
             .guard("a", &["app/data"]);
         assert_eq!(nodes(&w.plan()), (vec!["a"], vec![]));
         let mut half = world().blocks("id-a", &["app/data"]);
-        half.guarded.insert("a".into(), None);
+        half.guarded.insert("a".into(), Placed::default());
         assert_eq!(
             nodes(&half.plan()),
             (vec!["a"], vec![]),
@@ -155,8 +282,103 @@ mod plans {
         w.upgrade = Upgrade::On("up1 (StorageOSCluster storageos/c)".into());
         let p = w.plan();
         assert_eq!(nodes(&p), (vec!["a", "b", "c"], vec![]));
-        assert_eq!(p.apply["a"].len(), 2, "the PVC and the upgrade: {:?}", p.apply["a"]);
-        assert!(p.apply["b"][0].contains("StorageOSUpgrade up1"), "{:?}", p.apply["b"]);
+        assert_eq!(
+            p.apply["a"].blockers.len(),
+            2,
+            "the PVC and the upgrade: {:?}",
+            p.apply["a"]
+        );
+        assert!(
+            p.apply["b"].blockers[0].contains("StorageOSUpgrade up1"),
+            "{:?}",
+            p.apply["b"]
+        );
+    }
+
+    #[test]
+    fn allow_always_places_no_guard_and_removes_those_in_place() {
+        let mut w = world().blocks("id-a", &["app/data"]).guard("b", &["app/old"]);
+        w.upgrade = Upgrade::On("up1".into());
+        w.enforce = false;
+        let p = w.plan();
+        assert_eq!(nodes(&p), (vec![], vec!["b"]));
+    }
+
+    #[test]
+    fn a_cordoned_guarded_node_waits_at_most_the_maximum_hold_then_its_guard_is_released() {
+        let mut w = world().blocks("id-a", &["app/data"]);
+        w.max_hold = Some(Duration::from_secs(60));
+        // Placed while the node is schedulable: not waiting.
+        let p = w.plan();
+        assert_eq!(p.apply["a"].waiting_since, None);
+        assert!(p.now_waiting.is_empty());
+        let mut w = w.written(&p);
+        assert_eq!(w.plan(), Plan::default(), "idle");
+        // Cordoned (a drain): waiting from now, once.
+        w.cordoned.insert("a".into());
+        let p = w.plan();
+        assert_eq!(p.apply["a"].waiting_since, Some(w.now));
+        assert_eq!(p.now_waiting, BTreeSet::from(["a".to_string()]));
+        assert_eq!(
+            waiting(&p.apply, w.now + chrono::Duration::seconds(30)),
+            vec![("a".into(), 30)]
+        );
+        let mut w = w.written(&p);
+        let start = w.now;
+        w.now = start + chrono::Duration::seconds(59);
+        assert_eq!(w.plan(), Plan::default(), "still within the hold");
+        // At the end of the hold: released, once; the budget then allows the eviction.
+        w.now = start + chrono::Duration::seconds(60);
+        let p = w.plan();
+        assert_eq!(p.apply["a"].released, Some(w.now));
+        assert_eq!(p.apply["a"].waiting_since, Some(start));
+        assert_eq!(p.now_released, BTreeSet::from(["a".to_string()]));
+        assert!(waiting(&p.apply, w.now).is_empty(), "a released hold waits no more");
+        let mut w = w.written(&p);
+        w.now = start + chrono::Duration::seconds(600);
+        assert_eq!(w.plan(), Plan::default(), "released stays released while cordoned");
+        // Uncordoned: guarded again, with no hold.
+        w.cordoned.clear();
+        let p = w.plan();
+        assert_eq!(
+            p.apply["a"],
+            Want {
+                blockers: vec!["app/data".into()],
+                waiting_since: None,
+                released: None
+            }
+        );
+    }
+
+    #[test]
+    fn without_a_maximum_hold_a_cordoned_node_waits_until_safe() {
+        let mut w = world().blocks("id-a", &["app/data"]);
+        w.cordoned.insert("a".into());
+        let p = w.plan();
+        let mut w = w.written(&p);
+        w.now += chrono::Duration::days(30);
+        assert_eq!(w.plan(), Plan::default());
+        // Safe again: the guard goes.
+        w.blocking.clear();
+        assert_eq!(nodes(&w.plan()), (vec![], vec!["a"]));
+    }
+
+    #[test]
+    fn a_released_guard_whose_pod_was_evicted_is_not_placed_again() {
+        let mut w = world().blocks("id-a", &["app/data"]);
+        w.cordoned.insert("a".into());
+        w.max_hold = Some(Duration::from_secs(60));
+        let since = w.now - chrono::Duration::seconds(120);
+        // Its pod gone (the drain evicted it): the budget alone shows the guard.
+        w.guarded.insert(
+            "a".into(),
+            Placed {
+                blocked_by: Some("app/data".into()),
+                waiting_since: Some(since),
+                released: Some(since + chrono::Duration::seconds(60)),
+            },
+        );
+        assert_eq!(w.plan(), Plan::default());
     }
 
     #[test]
@@ -186,6 +408,7 @@ mod guards {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::super::guard;
+    use super::super::plan::Want;
 
     fn owner(kind: &str) -> OwnerReference {
         OwnerReference {
@@ -200,8 +423,12 @@ mod guards {
     #[test]
     fn the_budget_selects_exactly_its_guard_pod_and_allows_no_eviction() {
         let pvcs = vec!["app/data".to_string()];
+        let want = Want {
+            blockers: pvcs.clone(),
+            ..Want::default()
+        };
         let budget: PodDisruptionBudget =
-            serde_json::from_value(guard::budget("storageos", "node-a", &pvcs, &owner("Node"))).unwrap();
+            serde_json::from_value(guard::budget("storageos", "node-a", &want, &owner("Node"))).unwrap();
         let pod: Pod = serde_json::from_value(guard::pod(
             "storageos",
             "node-a",
@@ -249,7 +476,50 @@ mod guards {
         let many: Vec<String> = (0..30).map(|i| format!("app/pvc-{i}")).collect();
         assert!(guard::blocked_by(&many).ends_with("(+10 more)"));
         let note = guard::blocked_note("node-a", &many, "storageos");
-        assert!(note.contains("app/pvc-4 (+25 more)"), "{note}");
+        assert!(note.contains("30 volumes"), "{note}");
+        assert!(guard::guard_selector().contains("app.kubernetes.io/component=drain-guard"));
+    }
+
+    #[test]
+    fn node_events_count_the_pvcs_and_never_name_them() {
+        let blockers = vec![
+            "tenant-a/secret-project".to_string(),
+            "StorageOSUpgrade up1 (under way)".to_string(),
+        ];
+        let since = "2026-11-29T10:00:00Z".parse().ok();
+        for note in [
+            guard::blocked_note("node-a", &blockers, "storageos-drain-guard"),
+            guard::waiting_note("node-a", &blockers, "storageos-drain-guard", since),
+            guard::waiting_note("node-a", &blockers, "storageos-drain-guard", None),
+            guard::released_note("node-a", &blockers, "30m0s"),
+        ] {
+            assert!(!note.contains("tenant-a") && !note.contains("secret-project"), "{note}");
+            assert!(note.contains("1 volume and the StorageOSUpgrade under way"), "{note}");
+            assert!(note.contains("nodes.api.storageos.com node-a"), "{note}");
+        }
+        assert!(guard::waiting_note("node-a", &blockers, "ns", since).contains("2026-11-29T10:00:00Z"));
+    }
+
+    #[test]
+    fn a_released_budget_allows_the_eviction_and_keeps_its_times() {
+        let since: chrono::DateTime<chrono::Utc> = "2026-11-29T10:00:00Z".parse().unwrap();
+        let want = Want {
+            blockers: vec!["app/data".into()],
+            waiting_since: Some(since),
+            released: Some(since + chrono::Duration::minutes(1)),
+        };
+        let budget: PodDisruptionBudget =
+            serde_json::from_value(guard::budget("ns", "node-a", &want, &owner("Node"))).unwrap();
+        assert_eq!(
+            budget.spec.unwrap().min_available,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
+        );
+        let a = budget.metadata.annotations.unwrap();
+        assert_eq!(
+            guard::annotated_time(a.get(guard::WAITING_SINCE_ANNOTATION)),
+            Some(since)
+        );
+        assert_eq!(guard::annotated_time(a.get(guard::RELEASED_ANNOTATION)), want.released);
         assert!(guard::guard_selector().contains("app.kubernetes.io/component=drain-guard"));
     }
 }

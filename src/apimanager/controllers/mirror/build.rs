@@ -1,14 +1,14 @@
 //! The build step of the mirror (pure): the status of each `api.storageos.com` object from a
 //! StorageOS node or volume, and which objects to write or delete.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::cached::{CachedMirror, NodeSeen, OwnersDigest};
-use crate::crd::DRAIN_BLOCKED_SHOWN;
+use crate::crd::{DRAIN_BLOCKED_SHOWN, DrainPolicy};
 use crate::crd::{
     NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
     VolumeReplica,
@@ -82,58 +82,96 @@ pub fn node_status(
         labels: n.labels.to_map(),
         version: n.version.to_string(),
         created_at: Some(timestamp(n.created_at)),
-        safe_to_drain: match drain {
-            Drain::Unknown => None,
-            Drain::Safe => Some(true),
-            Drain::Blocked(_) => Some(false),
-        },
-        drain_blocked_by: match drain {
-            Drain::Blocked(by) => by.shown.to_vec(),
-            _ => Vec::new(),
-        },
-        drain_blocked_count: match drain {
-            Drain::Blocked(by) => Some(i64::try_from(by.count).unwrap_or(i64::MAX)),
-            _ => None,
-        },
+        drain_policy: Some(drain.policy.to_string()),
+        safe_to_drain: drain.of_node.map(|d| d.at_risk.count == 0),
+        drain_blocked_by: drain.of_node.map(|d| d.at_risk.shown.to_vec()).unwrap_or_default(),
+        drain_blocked_count: drain
+            .of_node
+            .filter(|d| d.at_risk.count > 0)
+            .map(|d| d.at_risk.count_i64()),
+        unprotected: drain.of_node.map(|d| d.unprotected.shown.to_vec()).unwrap_or_default(),
+        unprotected_count: drain.of_node.map(|d| d.unprotected.count_i64()),
+        orphaned: drain.of_node.map(|d| d.orphaned.shown.to_vec()).unwrap_or_default(),
+        orphaned_count: drain
+            .of_node
+            .filter(|d| d.orphaned.count > 0)
+            .map(|d| d.orphaned.count_i64()),
         // Set from the Kubernetes Node by [`with_eligibility`].
         eligible: None,
         ineligible_because: None,
     }
 }
 
-/// What the last complete volume read says about draining a node.
+/// What the last complete volume read says about draining a node, under the cluster's policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drain<'a> {
-    /// No complete volume read yet.
-    Unknown,
-    /// No volume has its last online copy there.
-    Safe,
-    /// Volumes have their last online copy there.
-    Blocked(&'a Blocked),
+pub struct Drain<'a> {
+    /// The cluster's drain policy (shown on every node mirror).
+    pub policy: DrainPolicy,
+    /// `None` before a complete volume read; then what the node holds.
+    pub of_node: Option<&'a NodeDrain>,
 }
 
-/// What a node mirror shows of the volumes whose last online copy a node holds: how many, and
-/// the first [`DRAIN_BLOCKED_SHOWN`] by name. The mirror keeps this between polls, not the whole
-/// set: a `BTreeSet` per node (a ~0.3 KiB B-tree node even for one volume) and every volume's
-/// name were ~2 MB at 5,000 volumes, held for these two figures.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Blocked {
+#[cfg(test)]
+impl Drain<'static> {
+    /// Before any complete volume read, under the default policy.
+    pub const UNKNOWN: Drain<'static> = Drain {
+        policy: DrainPolicy::BlockIfReplicatedVolumeAtRisk,
+        of_node: None,
+    };
+}
+
+/// What a node mirror shows of the volumes whose last copy a node holds: how many of each kind,
+/// and the first [`DRAIN_BLOCKED_SHOWN`] by name. The mirror keeps this between polls, not the
+/// whole sets: a `BTreeSet` per node (a ~0.3 KiB B-tree node even for one volume) and every
+/// volume's name were ~2 MB at 5,000 volumes, held for these figures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeDrain {
+    /// Volumes the policy protects (a drain waits for them).
+    pub at_risk: Summary,
+    /// Volumes with 0 replicas.
+    pub unprotected: Summary,
+    /// Volumes no PVC uses any more.
+    pub orphaned: Summary,
+}
+
+/// How many, and the first few names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
     pub count: usize,
     pub shown: Box<[String]>,
 }
 
-impl Blocked {
-    /// The summary of every node in `blocking` (by StorageOS node ID, as `drain::blocking` gives).
-    pub fn by_node(blocking: BTreeMap<String, BTreeSet<String>>) -> HashMap<String, Blocked> {
-        blocking
-            .into_iter()
-            .map(|(id, volumes)| {
-                let count = volumes.len();
-                let shown = volumes.into_iter().take(DRAIN_BLOCKED_SHOWN).collect();
-                (id, Blocked { count, shown })
-            })
-            .collect()
+impl Summary {
+    fn of(names: BTreeSet<String>) -> Self {
+        Summary {
+            count: names.len(),
+            shown: names.into_iter().take(DRAIN_BLOCKED_SHOWN).collect(),
+        }
     }
+
+    fn count_i64(&self) -> i64 {
+        i64::try_from(self.count).unwrap_or(i64::MAX)
+    }
+}
+
+/// By StorageOS node ID, volume names (as the drain rule's view has them).
+pub type ByNode = std::collections::BTreeMap<String, BTreeSet<String>>;
+
+/// The state of every node of the drain rule's view (its `at_risk`, `unprotected` and
+/// `orphaned`), by StorageOS node ID; a node absent from the map holds nothing
+/// ([`NodeDrain::default`]).
+pub fn by_node(at_risk: ByNode, unprotected: ByNode, orphaned: ByNode) -> HashMap<String, NodeDrain> {
+    let mut out: HashMap<String, NodeDrain> = HashMap::new();
+    for (id, names) in at_risk {
+        out.entry(id).or_default().at_risk = Summary::of(names);
+    }
+    for (id, names) in unprotected {
+        out.entry(id).or_default().unprotected = Summary::of(names);
+    }
+    for (id, names) in orphaned {
+        out.entry(id).or_default().orphaned = Summary::of(names);
+    }
+    out
 }
 
 /// Where a volume's mirror lives: its PVC's namespace and name, and the PV (object) name.
@@ -302,6 +340,7 @@ pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>
             health: v.master.health.as_str().into(),
         },
         replicas_wanted: wanted,
+        unprotected: wanted == 0 && v.replicas.is_empty(),
         replicas_ready: format!("{ready}/{wanted}"),
         replicas,
         attachment: VolumeAttachment {
@@ -317,6 +356,7 @@ pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>
 mod tests {
     use super::*;
     use crate::storageos::models::{Master, Replica};
+    use std::collections::BTreeMap;
 
     fn node(health: Health) -> Node {
         serde_json::from_value(serde_json::json!({
@@ -334,7 +374,7 @@ mod tests {
     #[test]
     fn node_health_since_and_last_online_change_only_on_transitions() {
         let t1 = at("2026-02-01T10:00:00.5Z");
-        let first = node_status(&node(Health::Online), None, t1, Some(t1), Drain::Unknown);
+        let first = node_status(&node(Health::Online), None, t1, Some(t1), Drain::UNKNOWN);
         assert_eq!(first.health, "online");
         assert_eq!(first.health_since.as_deref(), Some("2026-02-01T10:00:00Z"));
         assert_eq!(first.last_seen_online, None);
@@ -352,7 +392,7 @@ mod tests {
                 Some(&NodeSeen::of(&first)),
                 t2,
                 Some(t2),
-                Drain::Unknown
+                Drain::UNKNOWN
             ),
             first
         );
@@ -364,7 +404,7 @@ mod tests {
             Some(&NodeSeen::of(&first)),
             t3,
             Some(t2),
-            Drain::Unknown,
+            Drain::UNKNOWN,
         );
         assert_eq!(off.health_since.as_deref(), Some("2026-02-01T10:00:10Z"));
         assert_eq!(off.last_seen_online.as_deref(), Some("2026-02-01T10:00:05Z"));
@@ -375,7 +415,7 @@ mod tests {
                 Some(&NodeSeen::of(&off)),
                 t4,
                 Some(t2),
-                Drain::Unknown
+                Drain::UNKNOWN
             ),
             off
         );
@@ -384,7 +424,7 @@ mod tests {
     #[test]
     fn eligibility_comes_from_the_nodes_os_and_arch_labels_once_the_node_is_known() {
         let t = at("2026-01-01T00:00:00Z");
-        let status = node_status(&node(Health::Online), None, t, Some(t), Drain::Unknown);
+        let status = node_status(&node(Health::Online), None, t, Some(t), Drain::UNKNOWN);
         let labels = |arch: &str| {
             Labels::from(BTreeMap::from([
                 ("kubernetes.io/os".to_string(), "linux".to_string()),
@@ -403,24 +443,49 @@ mod tests {
     #[test]
     fn a_node_holding_the_last_copy_of_a_volume_is_not_safe_to_drain() {
         let t = at("2026-02-01T10:00:00Z");
-        let unknown = node_status(&node(Health::Online), None, t, Some(t), Drain::Unknown);
+        let policy = DrainPolicy::BlockIfReplicatedVolumeAtRisk;
+        let status = |of_node| node_status(&node(Health::Online), None, t, Some(t), Drain { policy, of_node });
+        let unknown = status(None);
         assert_eq!((unknown.safe_to_drain, unknown.drain_blocked_count), (None, None));
-        let safe = node_status(&node(Health::Online), None, t, Some(t), Drain::Safe);
-        assert_eq!(safe.safe_to_drain, Some(true));
+        assert_eq!(unknown.drain_policy.as_deref(), Some("BlockIfReplicatedVolumeAtRisk"));
+        let nothing = NodeDrain::default();
+        let safe = status(Some(&nothing));
+        assert_eq!((safe.safe_to_drain, safe.unprotected_count), (Some(true), Some(0)));
         assert!(safe.drain_blocked_by.is_empty());
         let many: BTreeSet<String> = (0..30).rev().map(|i| format!("app/data-{i:02}")).collect();
-        let by_node = Blocked::by_node(BTreeMap::from([("node-id".to_string(), many)]));
-        let blocked = node_status(
-            &node(Health::Online),
-            None,
-            t,
-            Some(t),
-            Drain::Blocked(&by_node["node-id"]),
+        let by_node = by_node(
+            BTreeMap::from([("node-id".to_string(), many)]),
+            BTreeMap::from([("node-id".to_string(), BTreeSet::from(["app/scratch".to_string()]))]),
+            BTreeMap::from([("node-id".to_string(), BTreeSet::from(["pvc-gone".to_string()]))]),
         );
+        let blocked = status(Some(&by_node["node-id"]));
         assert_eq!(blocked.safe_to_drain, Some(false));
         assert_eq!(blocked.drain_blocked_count, Some(30));
         assert_eq!(blocked.drain_blocked_by.len(), DRAIN_BLOCKED_SHOWN, "capped");
         assert_eq!(blocked.drain_blocked_by[0], "app/data-00", "sorted");
+        assert_eq!(
+            (blocked.unprotected_count, blocked.unprotected.as_slice()),
+            (Some(1), ["app/scratch".to_string()].as_slice())
+        );
+        assert_eq!(
+            (blocked.orphaned_count, blocked.orphaned.as_slice()),
+            (Some(1), ["pvc-gone".to_string()].as_slice())
+        );
+    }
+
+    #[test]
+    fn a_node_with_only_unprotected_volumes_is_safe_to_drain_and_shows_them() {
+        let t = at("2026-02-01T10:00:00Z");
+        let unprotected = BTreeMap::from([("node-id".to_string(), BTreeSet::from(["app/scratch".to_string()]))]);
+        let by_node = by_node(BTreeMap::new(), unprotected, BTreeMap::new());
+        let drain = Drain {
+            policy: DrainPolicy::BlockIfReplicatedVolumeAtRisk,
+            of_node: Some(&by_node["node-id"]),
+        };
+        let s = node_status(&node(Health::Online), None, t, Some(t), drain);
+        assert_eq!(s.safe_to_drain, Some(true));
+        assert_eq!(s.unprotected_count, Some(1));
+        assert_eq!(s.drain_blocked_count, None);
     }
 
     fn volume() -> Volume {

@@ -43,7 +43,7 @@ use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
 use crate::runtime::kube::view_store::{self, Listed, View, ViewStore};
 use crate::storageos::models::Health;
-use build::{Blocked, Drain, MirrorPlace, Writes, Written};
+use build::{Drain, MirrorPlace, NodeDrain, Writes, Written};
 use cached::{CachedMirror, CachedNodeMirror, CachedVolume, NodeSeen, StatusDigest};
 
 /// The controller name in logs.
@@ -198,9 +198,9 @@ struct Mirror<'a> {
     last_online: HashMap<String, DateTime<Utc>>,
     /// StorageOS node ID → name, from the last node list read (volumes wait for one).
     node_names: Option<HashMap<String, String>>,
-    /// By StorageOS node ID, the volumes whose last online copy it holds (as many as a mirror
-    /// shows), from the last complete volume read (`None` before one).
-    drain: Option<HashMap<String, Blocked>>,
+    /// By StorageOS node ID, the volumes whose last copy it holds (as many as a mirror shows),
+    /// from the last complete volume read (`None` before one).
+    drain: Option<HashMap<String, NodeDrain>>,
     /// Whether a volume snapshot (complete, partial or failed) has been handled.
     volumes_read: bool,
     /// A node snapshot that came before any volume snapshot: written after the first one.
@@ -253,9 +253,13 @@ impl Mirror<'_> {
             let written = self.written_nodes.get(n.name.as_str());
             // The status it has, as far as known (written and not yet in the cache included).
             let previous = build::known(cached.as_deref(), written, Instant::now()).and_then(|k| k.status);
-            let drain = match &self.drain {
-                None => Drain::Unknown,
-                Some(by_node) => by_node.get(&n.id).map_or(Drain::Safe, Drain::Blocked),
+            let nothing = NodeDrain::default();
+            let drain = Drain {
+                policy: self.ctx.config.drain.policy,
+                of_node: self
+                    .drain
+                    .as_ref()
+                    .map(|by_node| by_node.get(&n.id).unwrap_or(&nothing)),
             };
             let k8s_node = self.caches.k8s_nodes.get(&ObjectRef::new(&n.name));
             let want = build::with_eligibility(
@@ -309,7 +313,12 @@ impl Mirror<'_> {
         let Some(list) = snapshot.ok() else { return };
         // Shown on the node mirrors at the next node poll; only a complete read may say safe.
         if list.complete() {
-            self.drain = Some(Blocked::by_node(drain::blocking(list)));
+            let pvcs = &self.caches.pvcs;
+            let view = drain::view(list, self.ctx.config.drain.policy, |ns, pvc, pv| {
+                pvcs.get(&ObjectRef::new(pvc).within(ns))
+                    .is_some_and(|p| p.bound_pv() == Some(pv))
+            });
+            self.drain = Some(build::by_node(view.at_risk, view.unprotected, view.orphaned));
         }
         let Some(node_names) = self.node_names.as_ref() else {
             tracing::debug!(controller = CONTROLLER, "volume mirrors wait for a node list");
