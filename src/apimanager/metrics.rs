@@ -264,6 +264,14 @@ impl ApiManagerMetrics {
         }
     }
 
+    /// How long the drain of `node` has waited, as `storageos_drain_waiting_seconds` shows it
+    /// (None: no series, nothing waits).
+    pub fn drain_waiting_seconds(&self, node: &str) -> Option<i64> {
+        self.drain_waiting
+            .get(&NodeLabel { node: node.into() })
+            .map(|g| g.get())
+    }
+
     /// Counts one hold that ended at the maximum.
     pub fn count_drain_hold_expired(&self) {
         self.drain_holds_expired.inc();
