@@ -13,6 +13,7 @@ pub mod eval_etcd;
 pub mod install;
 pub mod plan;
 pub mod preflight;
+pub mod private;
 pub mod redact;
 pub mod status;
 pub mod uninstall;

@@ -6,13 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::apply::{self, Applier};
+use super::private;
+use super::redact::REDACTED;
+use super::redact::sources::{self, Learnt};
 use super::wait::{self, Look, Waited};
 use super::{FIELD_MANAGER, progress};
 use crate::cluster::finalize::pods_using_volumes;
@@ -25,8 +27,8 @@ use crate::crd::{Job, StorageOSCluster, StorageOSUpgrade};
     long_about = "Uninstall StorageOS in the safe order: refuse while pods use StorageOS volumes \
     (naming them) unless --force; write recovery manifests (the StorageOSClusters, Upgrades and \
     Jobs ready to apply again, a reference to each credentials Secret with its key names but no \
-    values, each cluster's live children with Secret values redacted, and the operator \
-    Deployment) to --recovery-dir; delete each StorageOSUpgrade and storageos.com Job, then each \
+    values, each cluster's live children, and the operator Deployment; every credential redacted \
+    as `bundle` redacts it; files mode 0600 in a 0700 folder) to --recovery-dir; delete each StorageOSUpgrade and storageos.com Job, then each \
     StorageOSCluster, waiting each time until the operator has finished with it (for a cluster: \
     removed everything it created); then delete the operator's objects and, unless --keep-crds, \
     the CRDs; with --include-etcd, then the evaluation etcd `install --include-etcd` made (and \
@@ -368,72 +370,66 @@ fn yaml_stream(items: impl IntoIterator<Item = Value>) -> String {
         .collect()
 }
 
-/// Writes the recovery manifests into `dir`.
+/// Writes the recovery manifests into `dir` ([`private`] modes), every object and every file
+/// through the bundle's redactor: what they need of a Secret is its name and key names.
 async fn write_recovery(
     client: &Client,
     namespace: &str,
     clusters: &[StorageOSCluster],
     dir: &Path,
 ) -> Result<(), Error> {
+    let Learnt {
+        redactor: r,
+        secrets,
+        children,
+        operator,
+        warnings,
+    } = sources::learn(client, namespace, clusters).await;
+    let stream = |items: Vec<Value>| {
+        yaml_stream(items.into_iter().map(|o| {
+            let mut o = reapplicable(o);
+            r.object(&mut o);
+            o
+        }))
+    };
     let mut files: Vec<(String, String)> = Vec::new();
-    files.push((
-        "storageosclusters.yaml".into(),
-        yaml_stream(super::to_values(clusters).into_iter().map(reapplicable)),
-    ));
+    files.push(("storageosclusters.yaml".into(), stream(super::to_values(clusters))));
     let upgrades = super::list_or_none::<StorageOSUpgrade>(client).await;
-    files.push((
-        "storageosupgrades.yaml".into(),
-        yaml_stream(super::to_values(&upgrades).into_iter().map(reapplicable)),
-    ));
+    files.push(("storageosupgrades.yaml".into(), stream(super::to_values(&upgrades))));
     let jobs = super::list_or_none::<Job>(client).await;
-    files.push((
-        "jobs.yaml".into(),
-        yaml_stream(super::to_values(&jobs).into_iter().map(reapplicable)),
-    ));
+    files.push(("jobs.yaml".into(), stream(super::to_values(&jobs))));
     let mut refs = Vec::new();
-    for c in clusters {
+    for (c, children) in clusters.iter().zip(children) {
         let (ns, name) = (&c.spec.secret_ref_namespace, &c.spec.secret_ref_name);
-        let keys: Vec<String> = Api::<Secret>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .map(|s| crate::render::secrets::contents(&s).into_keys().collect())
+        let keys: Vec<String> = secrets
+            .get(&(ns.clone(), name.clone()))
+            .map(|s| crate::render::secrets::contents(s).into_keys().collect())
             .unwrap_or_default();
         refs.push(json!({
             "cluster": format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()),
             "secret": {"namespace": ns, "name": name, "keys": keys},
             "note": "values are not written here: recreate this Secret with the same credentials before applying the cluster again"
         }));
-        let mut children = super::bundle::children(client, c).await;
-        for child in &mut children {
-            if child["kind"] == "Secret" {
-                crate::render::secrets::redact(child);
-            }
-        }
         files.push((
             format!("children-{}_{}.yaml", c.namespace().unwrap_or_default(), c.name_any()),
-            yaml_stream(children.into_iter().map(reapplicable)),
+            stream(children),
         ));
     }
     files.push(("secret-refs.yaml".into(), yaml_stream(refs)));
-    if let Ok(Some(d)) = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .get_opt(crate::install::NAME)
-        .await
-    {
-        files.push((
-            "operator-deployment.yaml".into(),
-            yaml_stream(super::to_values(&[d]).into_iter().map(reapplicable)),
-        ));
+    if let Some(d) = operator {
+        files.push(("operator-deployment.yaml".into(), stream(super::to_values(&[d]))));
     }
+    files.extend(sources::warnings_file(&warnings));
     files.push((
         "README.txt".into(),
         format!(
             "Written by `kubectl storageos uninstall` at {}.\n\
              To restore: reinstall the operator (kubectl storageos install --skip-cluster -n {namespace}),\n\
              recreate each Secret named in secret-refs.yaml with the same credentials, then\n\
-             kubectl apply -f storageosclusters.yaml. The children-*.yaml files show what the\n\
-             operator had created (it creates them again; Secret values are redacted).\n",
+             kubectl apply -f storageosclusters.yaml. Every credential is redacted ({REDACTED}):\n\
+             put back any that a cluster names inline (such as user:password in\n\
+             spec.kvBackend.address) before applying it. The children-*.yaml files show what the\n\
+             operator had created (it creates them again).\n",
             chrono::Utc::now().to_rfc3339()
         ),
     ));
@@ -441,9 +437,9 @@ async fn write_recovery(
         path: dir.display().to_string(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(fail)?;
+    private::create_dir(dir).map_err(fail)?;
     for (name, content) in files {
-        std::fs::write(dir.join(name), content).map_err(fail)?;
+        private::write(&dir.join(name), &r.text(&content)).map_err(fail)?;
     }
     Ok(())
 }
