@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod connect;
 pub mod eval_etcd;
 pub mod install;
+pub mod namespace;
 pub mod plan;
 pub mod preflight;
 pub mod private;

@@ -1,7 +1,8 @@
 //! `kubectl storageos uninstall`: in the safe order. It refuses while pods use StorageOS volumes
 //! (unless `--force`), writes recovery manifests first, deletes each StorageOSCluster and waits
 //! until the operator has removed what it created (its finalizer), then removes the operator
-//! (the objects of `install`, last created first) and the CRDs.
+//! (the objects of `install`, last created first; its namespace only when `install` created it,
+//! [`super::namespace`]) and the CRDs.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::apply::{self, Applier};
+use super::namespace;
 use super::private;
 use super::redact::REDACTED;
 use super::redact::sources::{self, Learnt};
@@ -32,7 +34,9 @@ use crate::crd::{Job, StorageOSCluster, StorageOSUpgrade};
     StorageOSCluster, waiting each time until the operator has finished with it (for a cluster: \
     removed everything it created); then delete the operator's objects and, unless --keep-crds, \
     the CRDs; with --include-etcd, then the evaluation etcd `install --include-etcd` made (and \
-    only that). Data under /var/lib/storageos on the nodes and in etcd is not touched: reinstalling \
+    only that). A namespace (-n, --etcd-namespace) is deleted only when `install` created it \
+    (labelled storageos.com/created-by=kubectl-storageos); any other is kept, with everything \
+    in it, and the output says so. Data under /var/lib/storageos on the nodes and in etcd is not touched: reinstalling \
     with the same etcd and credentials finds the volumes again."
 )]
 pub struct UninstallArgs {
@@ -105,6 +109,8 @@ pub enum Error {
     Install(#[from] super::install::Error),
     #[error(transparent)]
     Apply(#[from] apply::Error),
+    #[error(transparent)]
+    Namespace(#[from] super::namespace::Error),
 }
 
 fn read(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -167,15 +173,11 @@ pub async fn run(client: &Client, namespace: &str, args: &UninstallArgs) -> Resu
     if !args.keep_crds {
         objects.extend(super::install::crds()?);
     }
+    let mut namespace_deleted = false;
     for obj in objects {
-        let key =
-            crate::runtime::kube::apply::ObjectKey::of(&obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
-        let what = apply::describe(&key);
-        if applier.delete(&obj).await? {
-            println!("{what} deleted{suffix}");
-        }
+        namespace_deleted |= delete_one(client, &mut applier, &obj, suffix).await?;
     }
-    if !args.dry_run {
+    if namespace_deleted && !args.dry_run {
         wait_namespace_gone(client, namespace, args.timeout).await?;
     }
     if args.include_etcd {
@@ -208,15 +210,32 @@ async fn remove_eval_etcd(client: &Client, applier: &mut Applier, args: &Uninsta
             let mut objects = eval_etcd::objects(ns, eval_etcd::IMAGE, None);
             objects.reverse();
             for obj in objects {
-                let key = crate::runtime::kube::apply::ObjectKey::of(&obj)
-                    .map_err(|e| apply::Error::Identity(e.to_string()))?;
-                if applier.delete(&obj).await? {
-                    println!("{} deleted{suffix}", apply::describe(&key));
-                }
+                delete_one(client, applier, &obj, suffix).await?;
             }
         }
     }
     Ok(())
+}
+
+/// Deletes one install object, saying so; a Namespace only when the plugin created it
+/// ([`namespace`]), saying when it keeps one. Returns whether it deleted a Namespace.
+async fn delete_one(client: &Client, applier: &mut Applier, obj: &Value, suffix: &str) -> Result<bool, Error> {
+    let key = crate::runtime::kube::apply::ObjectKey::of(obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
+    if key.kind == "Namespace" {
+        match namespace::removal_of(client, &key.name).await? {
+            namespace::Removal::Absent => return Ok(false),
+            namespace::Removal::Kept => {
+                println!("{}", namespace::kept_line(&key.name));
+                return Ok(false);
+            }
+            namespace::Removal::Delete => {}
+        }
+    }
+    let deleted = applier.delete(obj).await?;
+    if deleted {
+        println!("{} deleted{suffix}", apply::describe(&key));
+    }
+    Ok(deleted && key.kind == "Namespace")
 }
 
 /// Waits until the operator's namespace is gone, so that an install right after succeeds.
