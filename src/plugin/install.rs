@@ -225,19 +225,7 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
         ));
     }
     for obj in objects {
-        // A namespace is created when absent, never taken over ([`namespace`]).
-        let outcome = if obj["kind"] == "Namespace" {
-            let outcome = namespace::create_if_absent(client, &obj, args.dry_run).await?;
-            if outcome == Outcome::Unchanged {
-                progress(format!(
-                    "namespace {} exists: used as it is, its labels (Pod Security included) unchanged",
-                    obj["metadata"]["name"].as_str().unwrap_or_default()
-                ));
-            }
-            outcome
-        } else {
-            applier.apply(&obj).await?
-        };
+        let outcome = apply_install_object(client, &mut applier, &obj, args.dry_run).await?;
         report(&obj, outcome);
     }
     if let Some((cluster, file_secret)) = wanted {
@@ -269,6 +257,27 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
         summary(&outcomes, args.dry_run);
     }
     Ok(())
+}
+
+/// Applies one of the operator's (or the evaluation etcd's) objects; a Namespace is created
+/// when absent and otherwise left as it is, never taken over ([`namespace`]).
+pub async fn apply_install_object(
+    client: &Client,
+    applier: &mut Applier,
+    obj: &Value,
+    dry_run: bool,
+) -> Result<Outcome, Error> {
+    if obj["kind"] != "Namespace" {
+        return Ok(applier.apply(obj).await?);
+    }
+    let outcome = namespace::create_if_absent(client, obj, dry_run).await?;
+    if outcome == Outcome::Unchanged {
+        progress(format!(
+            "namespace {} exists: used as it is, its labels (Pod Security included) unchanged",
+            obj["metadata"]["name"].as_str().unwrap_or_default()
+        ));
+    }
+    Ok(outcome)
 }
 
 /// `kind.group/name outcome`, as kubectl prints it.
