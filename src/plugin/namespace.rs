@@ -77,8 +77,13 @@ pub async fn create_if_absent(client: &Client, obj: &Value, dry_run: bool) -> Re
         dry_run,
         field_manager: Some(FIELD_MANAGER.into()),
     };
+    let api = Api::<Namespace>::all(client.clone());
+    // Read first, so a second install writes nothing.
+    if api.get_opt(&name).await.map_err(|e| fail("read", e))?.is_some() {
+        return Ok(Outcome::Unchanged);
+    }
     // A create, not an apply: if someone made it since, it is theirs and stays untouched.
-    match Api::<Namespace>::all(client.clone()).create(&params, &ns).await {
+    match api.create(&params, &ns).await {
         Ok(_) => Ok(Outcome::Created),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::Unchanged),
         Err(source) => Err(fail("create", source)),
