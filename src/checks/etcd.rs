@@ -59,6 +59,13 @@ impl Tls {
 /// Prefix of the key the check writes and removes.
 pub const PREFIX: &str = "/storageos-preflight/";
 
+/// The most of an etcd answer that is read: a `/health` or v3 gateway answer is a few hundred
+/// bytes, and an endless body must not fill the operator's memory.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The most of an answer quoted in an error: it ends up in a condition message.
+const QUOTED: usize = 256;
+
 /// Why an endpoint is not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -137,11 +144,12 @@ pub async fn check(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Resu
                 .await
                 .map_err(|e| fail(without_url(&e)))?;
             let status = resp.status();
-            let text = resp.text().await.map_err(|e| fail(without_url(&e)))?;
+            let text = read_capped(resp).await.map_err(|e| fail(without_url(&e)))?;
             if !status.is_success() {
-                return Err(fail(format!("HTTP {status}: {}", text.trim())));
+                return Err(fail(format!("HTTP {status}: {}", quoted(&text))));
             }
-            serde_json::from_str::<Value>(&text).map_err(|e| fail(format!("not an etcd answer ({e}): {text}")))
+            serde_json::from_str::<Value>(&text)
+                .map_err(|e| fail(format!("not an etcd answer ({e}): {}", quoted(&text))))
         }
     };
     call(
@@ -174,9 +182,14 @@ pub async fn check(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Resu
 }
 
 /// An HTTP client for etcd: with `tls`, etcd's certificate must be signed by its CA and the
-/// client presents its certificate.
+/// client presents its certificate. No redirects and no proxy from `*_PROXY`: whoever answers
+/// at the address (or its DNS) must not send the probe elsewhere, such as a cloud metadata
+/// endpoint whose answer would be quoted into the cluster's status.
 fn http_client(timeout: Duration, tls: Option<&Tls>) -> Result<reqwest::Client, Error> {
-    let mut builder = reqwest::Client::builder().timeout(timeout);
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
     if let Some(tls) = tls {
         let pem = |what, e: reqwest::Error| Error::TlsPem {
             what,
@@ -205,15 +218,33 @@ pub async fn health(endpoint: &str, timeout: Duration, tls: Option<&Tls>) -> Res
         .await
         .map_err(|e| fail(without_url(&e)))?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|e| fail(without_url(&e)))?;
+    let text = read_capped(resp).await.map_err(|e| fail(without_url(&e)))?;
     let healthy = serde_json::from_str::<Value>(&text)
         .ok()
         .is_some_and(|v| v["health"].as_str() == Some("true"));
     if status.is_success() && healthy {
         Ok(())
     } else {
-        Err(fail(format!("HTTP {status}: {}", text.trim())))
+        Err(fail(format!("HTTP {status}: {}", quoted(&text))))
     }
+}
+
+/// At most [`MAX_BODY`] bytes of an answer, as text; the rest is never read.
+async fn read_capped(mut resp: reqwest::Response) -> Result<String, reqwest::Error> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        let room = MAX_BODY.saturating_sub(bytes.len());
+        bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if bytes.len() >= MAX_BODY {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// An answer as an error quotes it: trimmed and short.
+fn quoted(text: &str) -> String {
+    crate::text::truncated(text.trim(), QUOTED)
 }
 
 /// A reqwest error as its causes (the caller names the endpoint): `tcp connect error: Connection
@@ -250,5 +281,13 @@ mod tests {
             assert!(parse_endpoints(bad).is_err(), "{bad} accepted");
         }
         assert!(matches!(parse_endpoints(" , "), Err(Error::NoEndpoints)));
+    }
+
+    #[tokio::test]
+    async fn no_more_than_max_body_of_an_answer_is_read() {
+        let huge = axum::http::Response::new(vec![b'x'; 10 << 20]);
+        let text = read_capped(reqwest::Response::from(huge)).await.unwrap();
+        assert_eq!(text.len(), MAX_BODY);
+        assert!(quoted(&text).len() <= QUOTED);
     }
 }

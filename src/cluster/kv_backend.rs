@@ -17,6 +17,10 @@ use crate::render::Resolved;
 /// The condition type.
 pub const CONDITION: &str = "KVBackendReachable";
 
+/// The longest message the check reports: it goes into the condition and an event, and quotes
+/// what etcd (or whoever answers at its address) said.
+pub const MESSAGE_LIMIT: usize = 1000;
+
 /// How long one endpoint may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -79,7 +83,7 @@ impl Outcome {
         Self {
             reachable: false,
             reason,
-            message,
+            message: crate::text::truncated(&message, MESSAGE_LIMIT),
             cert_not_after,
         }
     }
@@ -143,7 +147,10 @@ pub async fn check(resolved: &Resolved, tls_secret: Option<&Secret>, now: DateTi
     Outcome {
         reachable: true,
         reason: reasons::ETCD_HEALTHY,
-        message: format!("etcd answers healthy at {}{valid}", endpoints.join(", ")),
+        message: crate::text::truncated(
+            &format!("etcd answers healthy at {}{valid}", endpoints.join(", ")),
+            MESSAGE_LIMIT,
+        ),
         cert_not_after: not_after,
     }
 }
@@ -289,6 +296,76 @@ mod tests {
         assert!(
             out.message
                 .contains(&format!("http://127.0.0.1:{port}: health check failed")),
+            "{}",
+            out.message
+        );
+    }
+
+    /// A server on loopback that answers its first request with `head` and then `body_len`
+    /// bytes of body (a client that stops reading ends it); returns its URL and whether it was
+    /// asked.
+    async fn answer(head: String, body_len: usize) -> (String, tokio::task::JoinHandle<bool>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return false;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(head.as_bytes()).await;
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut left = body_len;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if s.write_all(&chunk[..n]).await.is_err() {
+                    break;
+                }
+                left -= n;
+            }
+            true
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed() {
+        let (elsewhere, asked_elsewhere) = answer(
+            "HTTP/1.1 200 OK\r\ncontent-length: 17\r\n\r\n{\"health\":\"true\"}".into(),
+            0,
+        )
+        .await;
+        let (url, asked) = answer(
+            format!(
+                "HTTP/1.1 302 Found\r\nlocation: {elsewhere}/health\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            ),
+            0,
+        )
+        .await;
+        let r = resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops", "kvBackend": {"address": url}}));
+        let out = check(&r, None, Utc::now()).await;
+        assert!(asked.await.unwrap());
+        assert!(!out.reachable, "{out:?}");
+        assert!(out.message.contains("HTTP 302"), "{}", out.message);
+        let followed = tokio::time::timeout(Duration::from_millis(300), asked_elsewhere).await;
+        assert!(followed.is_err(), "the probe followed the redirect");
+    }
+
+    #[tokio::test]
+    async fn a_large_body_leaves_a_short_message() {
+        let size = 10 << 20;
+        let (url, _) = answer(
+            format!("HTTP/1.1 500 Internal Server Error\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n"),
+            size,
+        )
+        .await;
+        let r = resolved(json!({"secretRefName": "s", "secretRefNamespace": "ops", "kvBackend": {"address": url}}));
+        let out = check(&r, None, Utc::now()).await;
+        assert_eq!(out.reason, reasons::ETCD_UNREACHABLE, "{out:?}");
+        assert!(out.message.len() < 1024, "{} bytes", out.message.len());
+        assert!(
+            out.message.contains("HTTP 500") && out.message.contains("xxx"),
             "{}",
             out.message
         );

@@ -5,14 +5,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams, LogParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::pinned_kind;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::private;
 use super::redact::Redactor;
+use super::redact::sources::{self, Learnt};
 use crate::cluster::ownership::{children_selector, owned_kinds, selector};
 use crate::crd::{Job, StorageOSCluster, StorageOSNode, StorageOSUpgrade, StorageOSVolume};
 use crate::render::{self, DefaultImages, Inputs, labels};
@@ -29,9 +31,15 @@ use crate::render::{self, DefaultImages, Inputs, labels};
     StorageOS node pods; the Nodes (labels, taints, nodeInfo, capacity, conditions); and the \
     nodes.api.storageos.com and volumes.api.storageos.com mirrors.\n\n\
     Redacted: every Secret value; every field, annotation and env var whose name looks like a \
-    credential (password, token, secret, key, certificate material); last-applied-configuration \
-    annotations; and, in every file including the logs, every credential value (password, key, \
-    certificate) of the Secrets the clusters name, as it is and base64-encoded."
+    credential (password, token, secret, key, certificate material), and the value after such a \
+    flag in args; last-applied-configuration annotations; and, in every file including the logs \
+    and diff.txt (which compares redacted copies): every credential value of the Secrets the \
+    clusters name, of their CSI copies, of the webhook keys and of the volume and namespace keys, \
+    the value of every credential-named env var of the operator Deployment, and the userinfo of \
+    spec.kvBackend.address, each as it is, JSON-escaped, URL-encoded and base64-encoded (also as \
+    user:password); URL userinfo, bearer tokens, JWTs and name=value with a credential name \
+    wherever they appear. A Secret that cannot be read is a warning, printed and written to \
+    warnings.txt. The archive and its files are mode 0600, its folders 0700."
 )]
 pub struct BundleArgs {
     /// The archive to write (default: storageos-bundle-<UTC time>.tar.gz here).
@@ -87,29 +95,20 @@ fn yaml(v: &impl serde::Serialize) -> String {
 
 /// Everything the bundle holds, redacted.
 pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result<Files, Error> {
-    let mut r = Redactor::default();
     let mut files = Files::new();
     let lp = ListParams::default();
     let clusters = super::list_or_none::<StorageOSCluster>(client).await;
 
-    // Learn every Secret the clusters name before anything is written.
-    let mut secrets: BTreeMap<(String, String), Secret> = BTreeMap::new();
-    for c in &clusters {
-        let mut refs = vec![(c.spec.secret_ref_namespace.clone(), c.spec.secret_ref_name.clone())];
-        if let Some((name, ns)) = render::defaults::etcd_tls_secret_ref(&c.spec) {
-            refs.push((ns, name));
-        }
-        for (ns, name) in refs {
-            if let Ok(Some(s)) = Api::<Secret>::namespaced(client.clone(), &ns).get_opt(&name).await {
-                r.learn(&s);
-                secrets.insert((ns, name), s);
-            }
-        }
-    }
-    let operand_namespaces: Vec<String> = clusters
-        .iter()
-        .map(|c| c.spec.namespace.clone().unwrap_or_else(|| "kube-system".into()))
-        .collect();
+    // Learn every credential before anything is written.
+    let Learnt {
+        redactor: r,
+        secrets,
+        children: live_children,
+        operator,
+        warnings,
+    } = sources::learn(client, namespace, &clusters).await;
+    files.extend(sources::warnings_file(&warnings));
+    let operand_namespaces: Vec<String> = clusters.iter().map(sources::operand_namespace).collect();
 
     // Versions.
     let version = client
@@ -117,11 +116,6 @@ pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result
         .await
         .map(|v| v.git_version)
         .unwrap_or_else(|e| format!("unknown ({e})"));
-    let operator = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .get_opt(crate::install::NAME)
-        .await
-        .ok()
-        .flatten();
     let operator_env = operator.as_ref().map(container_env).unwrap_or_default();
     let mut versions = format!(
         "kubectl-storageos: {}\nkubernetes: {version}\noperator image: {}\n",
@@ -172,14 +166,8 @@ pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result
     );
 
     // Each cluster: live children, desired objects, the difference.
-    for c in &clusters {
+    for (c, live) in clusters.iter().zip(live_children) {
         let dir = format!("clusters/{}_{}", c.namespace().unwrap_or_default(), c.name_any());
-        let live = children(client, c).await;
-        let mut live_values: Vec<Value> = live.clone();
-        for o in &mut live_values {
-            r.object(o);
-        }
-        files.insert(format!("{dir}/live.yaml"), yaml(&live_values));
         let mut inputs = Inputs::new(
             c.clone(),
             operator_env
@@ -197,14 +185,10 @@ pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result
         match render::build(&inputs) {
             Ok(objects) => {
                 let desired: Vec<Value> = objects.iter().filter_map(|o| o.to_value().ok()).collect();
-                let mut shown = desired.clone();
-                for o in &mut shown {
-                    r.object(o);
-                }
-                files.insert(format!("{dir}/desired.yaml"), yaml(&shown));
-                files.insert(format!("{dir}/diff.txt"), diff(&desired, &live));
+                files.extend(cluster_files(&r, &dir, Some(desired), live));
             }
             Err(e) => {
+                files.extend(cluster_files(&r, &dir, None, live));
                 files.insert(format!("{dir}/desired.yaml"), format!("# render failed: {e}\n"));
             }
         }
@@ -313,6 +297,21 @@ pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result
     Ok(files.into_iter().map(|(k, v)| (k, r.text(&v))).collect())
 }
 
+/// A cluster's `live.yaml`, `desired.yaml` and `diff.txt` under `dir`: both sides redacted
+/// before they are compared, so a live-only field (an env var, an argument) shows in the diff
+/// only as redacted as everywhere else.
+fn cluster_files(r: &Redactor, dir: &str, desired: Option<Vec<Value>>, mut live: Vec<Value>) -> Files {
+    let mut files = Files::new();
+    live.iter_mut().for_each(|o| r.object(o));
+    if let Some(mut desired) = desired {
+        desired.iter_mut().for_each(|o| r.object(o));
+        files.insert(format!("{dir}/desired.yaml"), yaml(&desired));
+        files.insert(format!("{dir}/diff.txt"), diff(&desired, &live));
+    }
+    files.insert(format!("{dir}/live.yaml"), yaml(&live));
+    files
+}
+
 /// The container env of a Deployment's first container, values only.
 fn container_env(d: &Deployment) -> BTreeMap<String, String> {
     d.spec
@@ -419,23 +418,45 @@ fn same_quantity(a: &Value, b: &Value) -> bool {
     a.to_string().trim_matches('"') == b.to_string().trim_matches('"')
 }
 
-/// Writes the files as `root/<path>` into a gzip'd tar at `path`.
+/// Writes the files as `root/<path>` into a gzip'd tar at `path`: the archive and every file
+/// in it [`private::FILE_MODE`], every folder in it [`private::DIR_MODE`], so unpacking it
+/// does not hand the cluster's details to other users of the machine.
 pub fn write(path: &std::path::Path, root: &str, files: &Files) -> Result<(), Error> {
     let fail = |source: std::io::Error| Error::Write {
         path: path.display().to_string(),
         source,
     };
-    let file = std::fs::File::create(path).map_err(fail)?;
+    let file = private::create(path).map_err(fail)?;
     let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
     let mtime = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
-    for (name, content) in files {
+    let mut entry = |name: String, mode: u32, content: &[u8]| {
         let mut header = tar::Header::new_gnu();
+        header.set_entry_type(if mode == private::DIR_MODE {
+            tar::EntryType::Directory
+        } else {
+            tar::EntryType::Regular
+        });
         header.set_size(content.len() as u64);
-        header.set_mode(0o644);
+        header.set_mode(mode);
         header.set_mtime(mtime);
         header.set_cksum();
-        tar.append_data(&mut header, format!("{root}/{name}"), content.as_bytes())
-            .map_err(fail)?;
+        tar.append_data(&mut header, name, content)
+    };
+    let mut folders: Vec<String> = files
+        .keys()
+        .flat_map(|name| {
+            let parts: Vec<&str> = name.split('/').collect();
+            (1..parts.len()).map(move |n| parts[..n].join("/"))
+        })
+        .collect();
+    folders.sort();
+    folders.dedup();
+    entry(format!("{root}/"), private::DIR_MODE, b"").map_err(fail)?;
+    for folder in folders {
+        entry(format!("{root}/{folder}/"), private::DIR_MODE, b"").map_err(fail)?;
+    }
+    for (name, content) in files {
+        entry(format!("{root}/{name}"), private::FILE_MODE, content.as_bytes()).map_err(fail)?;
     }
     tar.into_inner().map_err(fail)?.finish().map_err(fail)?;
     Ok(())
@@ -466,6 +487,37 @@ mod tests {
     }
 
     #[test]
+    fn a_live_only_credential_env_appears_in_no_file() {
+        let desired = vec![json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "n"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "env": [
+                {"name": "LOG_LEVEL", "value": "info"}], "args": ["--v=1"]}]}}}})];
+        let mut live = desired.clone();
+        live[0]["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "LOG_LEVEL", "value": "info"}, {"name": "X_TOKEN", "value": "live-only-token-1"}]);
+        live[0]["spec"]["template"]["spec"]["containers"][0]["args"] = json!([
+            "--v=1",
+            "--admin-password",
+            "live-only-pass-2",
+            "--api-key=live-only-key-3"
+        ]);
+        let r = Redactor::default();
+        let files = cluster_files(&r, "clusters/n_s", Some(desired), live);
+        assert_eq!(files.len(), 3);
+        for (name, text) in &files {
+            let text = r.text(text);
+            for leaked in ["live-only-token-1", "live-only-pass-2", "live-only-key-3"] {
+                assert!(!text.contains(leaked), "{name} holds {leaked}: {text}");
+            }
+        }
+        assert!(
+            files["clusters/n_s/diff.txt"].contains("env"),
+            "{}",
+            files["clusters/n_s/diff.txt"]
+        );
+    }
+
+    #[test]
     fn the_archive_holds_the_files_under_one_root() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b.tar.gz");
@@ -475,11 +527,28 @@ mod tests {
         ]);
         write(&path, "root", &files).unwrap();
         let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()));
-        let names: Vec<String> = archive
+        let entries: Vec<(String, u32)> = archive
             .entries()
             .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path().unwrap().display().to_string(), e.header().mode().unwrap())
+            })
             .collect();
-        assert_eq!(names, ["root/a.txt", "root/d/b.txt"]);
+        assert_eq!(
+            entries,
+            [
+                ("root/".to_string(), 0o700),
+                ("root/d/".to_string(), 0o700),
+                ("root/a.txt".to_string(), 0o600),
+                ("root/d/b.txt".to_string(), 0o600)
+            ]
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "the archive itself");
+        }
     }
 }

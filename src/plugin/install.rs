@@ -2,7 +2,8 @@
 //! `storageos_operator::install::build`, exactly what `deploy/operator.yaml` holds, with
 //! `--image` and `-n` applied), the StorageOS credentials Secret (a generated password unless
 //! one is given) and a StorageOSCluster (from flags or `-f FILE`), all server-side applied.
-//! A second run with the same flags changes nothing and says so.
+//! A second run with the same flags changes nothing and says so. Namespaces are created only
+//! when absent, never taken over ([`super::namespace`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, Applier, Outcome, describe};
 use super::wait::{self, Look, Waited};
-use super::{eval_etcd, progress};
+use super::{eval_etcd, namespace, progress};
 use crate::checks::etcd;
 use crate::crd::StorageOSCluster;
 use crate::render::{DEFAULT_OPERATOR_IMAGE, MIN_KUBERNETES};
@@ -33,7 +34,11 @@ pub const SECRET_NAME: &str = "storageos-api";
     StorageOS credentials Secret (a generated password unless --admin-password is given; an existing \
     Secret is kept) and a StorageOSCluster (from --etcd-endpoints, or -f FILE), with server-side \
     apply. --include-etcd also installs an evaluation etcd (one member in a StatefulSet with a \
-    Service, NOT for production) and points the cluster at it. The etcd endpoints are checked first (a put, get and delete; see `preflight`). Running it \
+    Service, NOT for production) and points the cluster at it. The etcd endpoints are checked first (a put, get and delete; see `preflight`). A \
+    namespace (-n, --etcd-namespace) is created only when it is absent, labelled \
+    storageos.com/created-by=kubectl-storageos so that `uninstall` may delete it; an existing one \
+    is used as it is, its labels (Pod Security included) unchanged. kube-system, kube-public and \
+    default are refused as the operator's namespace. Running it \
     again with the same flags changes nothing and says so. --wait waits until the cluster is Running."
 )]
 pub struct InstallArgs {
@@ -122,6 +127,8 @@ pub enum Error {
     Build(#[from] crate::install::Error),
     #[error(transparent)]
     Apply(#[from] apply::Error),
+    #[error(transparent)]
+    Namespace(#[from] namespace::Error),
     #[error("cannot read {what}: {source}")]
     Read {
         what: String,
@@ -138,6 +145,7 @@ pub enum Error {
 
 /// `kubectl storageos install`.
 pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result<(), Error> {
+    namespace::refuse_reserved(namespace)?;
     let version = client.apiserver_version().await.map_err(Error::Version)?;
     if crate::render::parse_k8s_version(&version.git_version).is_ok_and(|v| v < MIN_KUBERNETES) {
         return Err(Error::Kubernetes {
@@ -208,19 +216,17 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
     if !args.dry_run {
         wait_established(client).await?;
     }
-    for obj in operator_objects(&args.image, namespace)? {
-        let outcome = applier.apply(&obj).await?;
-        report(&obj, outcome);
-    }
+    let mut objects = operator_objects(&args.image, namespace)?;
     if args.include_etcd {
-        for obj in eval_etcd::objects(
+        objects.extend(eval_etcd::objects(
             &args.etcd_namespace,
             &args.etcd_image,
             args.etcd_storage_class.as_deref(),
-        ) {
-            let outcome = applier.apply(&obj).await?;
-            report(&obj, outcome);
-        }
+        ));
+    }
+    for obj in objects {
+        let outcome = apply_install_object(client, &mut applier, &obj, args.dry_run).await?;
+        report(&obj, outcome);
     }
     if let Some((cluster, file_secret)) = wanted {
         let (secret, generated) = secret(client, &cluster, file_secret, args).await?;
@@ -251,6 +257,27 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
         summary(&outcomes, args.dry_run);
     }
     Ok(())
+}
+
+/// Applies one of the operator's (or the evaluation etcd's) objects; a Namespace is created
+/// when absent and otherwise left as it is, never taken over ([`namespace`]).
+pub async fn apply_install_object(
+    client: &Client,
+    applier: &mut Applier,
+    obj: &Value,
+    dry_run: bool,
+) -> Result<Outcome, Error> {
+    if obj["kind"] != "Namespace" {
+        return Ok(applier.apply(obj).await?);
+    }
+    let outcome = namespace::create_if_absent(client, obj, dry_run).await?;
+    if outcome == Outcome::Unchanged {
+        progress(format!(
+            "namespace {} exists: used as it is, its labels (Pod Security included) unchanged",
+            obj["metadata"]["name"].as_str().unwrap_or_default()
+        ));
+    }
+    Ok(outcome)
 }
 
 /// `kind.group/name outcome`, as kubectl prints it.

@@ -1,18 +1,22 @@
 //! `kubectl storageos uninstall`: in the safe order. It refuses while pods use StorageOS volumes
 //! (unless `--force`), writes recovery manifests first, deletes each StorageOSCluster and waits
 //! until the operator has removed what it created (its finalizer), then removes the operator
-//! (the objects of `install`, last created first) and the CRDs.
+//! (the objects of `install`, last created first; its namespace only when `install` created it,
+//! [`super::namespace`]) and the CRDs.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::apply::{self, Applier};
+use super::namespace;
+use super::private;
+use super::redact::REDACTED;
+use super::redact::sources::{self, Learnt};
 use super::wait::{self, Look, Waited};
 use super::{FIELD_MANAGER, progress};
 use crate::cluster::finalize::pods_using_volumes;
@@ -25,12 +29,14 @@ use crate::crd::{Job, StorageOSCluster, StorageOSUpgrade};
     long_about = "Uninstall StorageOS in the safe order: refuse while pods use StorageOS volumes \
     (naming them) unless --force; write recovery manifests (the StorageOSClusters, Upgrades and \
     Jobs ready to apply again, a reference to each credentials Secret with its key names but no \
-    values, each cluster's live children with Secret values redacted, and the operator \
-    Deployment) to --recovery-dir; delete each StorageOSUpgrade and storageos.com Job, then each \
+    values, each cluster's live children, and the operator Deployment; every credential redacted \
+    as `bundle` redacts it; files mode 0600 in a 0700 folder) to --recovery-dir; delete each StorageOSUpgrade and storageos.com Job, then each \
     StorageOSCluster, waiting each time until the operator has finished with it (for a cluster: \
     removed everything it created); then delete the operator's objects and, unless --keep-crds, \
     the CRDs; with --include-etcd, then the evaluation etcd `install --include-etcd` made (and \
-    only that). Data under /var/lib/storageos on the nodes and in etcd is not touched: reinstalling \
+    only that). A namespace (-n, --etcd-namespace) is deleted only when `install` created it \
+    (labelled storageos.com/created-by=kubectl-storageos); any other is kept, with everything \
+    in it, and the output says so. Data under /var/lib/storageos on the nodes and in etcd is not touched: reinstalling \
     with the same etcd and credentials finds the volumes again."
 )]
 pub struct UninstallArgs {
@@ -103,6 +109,8 @@ pub enum Error {
     Install(#[from] super::install::Error),
     #[error(transparent)]
     Apply(#[from] apply::Error),
+    #[error(transparent)]
+    Namespace(#[from] super::namespace::Error),
 }
 
 fn read(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -165,15 +173,11 @@ pub async fn run(client: &Client, namespace: &str, args: &UninstallArgs) -> Resu
     if !args.keep_crds {
         objects.extend(super::install::crds()?);
     }
+    let mut namespace_deleted = false;
     for obj in objects {
-        let key =
-            crate::runtime::kube::apply::ObjectKey::of(&obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
-        let what = apply::describe(&key);
-        if applier.delete(&obj).await? {
-            println!("{what} deleted{suffix}");
-        }
+        namespace_deleted |= delete_one(client, &mut applier, &obj, suffix).await?;
     }
-    if !args.dry_run {
+    if namespace_deleted && !args.dry_run {
         wait_namespace_gone(client, namespace, args.timeout).await?;
     }
     if args.include_etcd {
@@ -206,15 +210,32 @@ async fn remove_eval_etcd(client: &Client, applier: &mut Applier, args: &Uninsta
             let mut objects = eval_etcd::objects(ns, eval_etcd::IMAGE, None);
             objects.reverse();
             for obj in objects {
-                let key = crate::runtime::kube::apply::ObjectKey::of(&obj)
-                    .map_err(|e| apply::Error::Identity(e.to_string()))?;
-                if applier.delete(&obj).await? {
-                    println!("{} deleted{suffix}", apply::describe(&key));
-                }
+                delete_one(client, applier, &obj, suffix).await?;
             }
         }
     }
     Ok(())
+}
+
+/// Deletes one install object, saying so; a Namespace only when the plugin created it
+/// ([`namespace`]), saying when it keeps one. Returns whether it deleted a Namespace.
+async fn delete_one(client: &Client, applier: &mut Applier, obj: &Value, suffix: &str) -> Result<bool, Error> {
+    let key = crate::runtime::kube::apply::ObjectKey::of(obj).map_err(|e| apply::Error::Identity(e.to_string()))?;
+    if key.kind == "Namespace" {
+        match namespace::removal_of(client, &key.name).await? {
+            namespace::Removal::Absent => return Ok(false),
+            namespace::Removal::Kept => {
+                println!("{}", namespace::kept_line(&key.name));
+                return Ok(false);
+            }
+            namespace::Removal::Delete => {}
+        }
+    }
+    let deleted = applier.delete(obj).await?;
+    if deleted {
+        println!("{} deleted{suffix}", apply::describe(&key));
+    }
+    Ok(deleted && key.kind == "Namespace")
 }
 
 /// Waits until the operator's namespace is gone, so that an install right after succeeds.
@@ -368,72 +389,66 @@ fn yaml_stream(items: impl IntoIterator<Item = Value>) -> String {
         .collect()
 }
 
-/// Writes the recovery manifests into `dir`.
+/// Writes the recovery manifests into `dir` ([`private`] modes), every object and every file
+/// through the bundle's redactor: what they need of a Secret is its name and key names.
 async fn write_recovery(
     client: &Client,
     namespace: &str,
     clusters: &[StorageOSCluster],
     dir: &Path,
 ) -> Result<(), Error> {
+    let Learnt {
+        redactor: r,
+        secrets,
+        children,
+        operator,
+        warnings,
+    } = sources::learn(client, namespace, clusters).await;
+    let stream = |items: Vec<Value>| {
+        yaml_stream(items.into_iter().map(|o| {
+            let mut o = reapplicable(o);
+            r.object(&mut o);
+            o
+        }))
+    };
     let mut files: Vec<(String, String)> = Vec::new();
-    files.push((
-        "storageosclusters.yaml".into(),
-        yaml_stream(super::to_values(clusters).into_iter().map(reapplicable)),
-    ));
+    files.push(("storageosclusters.yaml".into(), stream(super::to_values(clusters))));
     let upgrades = super::list_or_none::<StorageOSUpgrade>(client).await;
-    files.push((
-        "storageosupgrades.yaml".into(),
-        yaml_stream(super::to_values(&upgrades).into_iter().map(reapplicable)),
-    ));
+    files.push(("storageosupgrades.yaml".into(), stream(super::to_values(&upgrades))));
     let jobs = super::list_or_none::<Job>(client).await;
-    files.push((
-        "jobs.yaml".into(),
-        yaml_stream(super::to_values(&jobs).into_iter().map(reapplicable)),
-    ));
+    files.push(("jobs.yaml".into(), stream(super::to_values(&jobs))));
     let mut refs = Vec::new();
-    for c in clusters {
+    for (c, children) in clusters.iter().zip(children) {
         let (ns, name) = (&c.spec.secret_ref_namespace, &c.spec.secret_ref_name);
-        let keys: Vec<String> = Api::<Secret>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .ok()
-            .flatten()
-            .map(|s| crate::render::secrets::contents(&s).into_keys().collect())
+        let keys: Vec<String> = secrets
+            .get(&(ns.clone(), name.clone()))
+            .map(|s| crate::render::secrets::contents(s).into_keys().collect())
             .unwrap_or_default();
         refs.push(json!({
             "cluster": format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()),
             "secret": {"namespace": ns, "name": name, "keys": keys},
             "note": "values are not written here: recreate this Secret with the same credentials before applying the cluster again"
         }));
-        let mut children = super::bundle::children(client, c).await;
-        for child in &mut children {
-            if child["kind"] == "Secret" {
-                crate::render::secrets::redact(child);
-            }
-        }
         files.push((
             format!("children-{}_{}.yaml", c.namespace().unwrap_or_default(), c.name_any()),
-            yaml_stream(children.into_iter().map(reapplicable)),
+            stream(children),
         ));
     }
     files.push(("secret-refs.yaml".into(), yaml_stream(refs)));
-    if let Ok(Some(d)) = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .get_opt(crate::install::NAME)
-        .await
-    {
-        files.push((
-            "operator-deployment.yaml".into(),
-            yaml_stream(super::to_values(&[d]).into_iter().map(reapplicable)),
-        ));
+    if let Some(d) = operator {
+        files.push(("operator-deployment.yaml".into(), stream(super::to_values(&[d]))));
     }
+    files.extend(sources::warnings_file(&warnings));
     files.push((
         "README.txt".into(),
         format!(
             "Written by `kubectl storageos uninstall` at {}.\n\
              To restore: reinstall the operator (kubectl storageos install --skip-cluster -n {namespace}),\n\
              recreate each Secret named in secret-refs.yaml with the same credentials, then\n\
-             kubectl apply -f storageosclusters.yaml. The children-*.yaml files show what the\n\
-             operator had created (it creates them again; Secret values are redacted).\n",
+             kubectl apply -f storageosclusters.yaml. Every credential is redacted ({REDACTED}):\n\
+             put back any that a cluster names inline (such as user:password in\n\
+             spec.kvBackend.address) before applying it. The children-*.yaml files show what the\n\
+             operator had created (it creates them again).\n",
             chrono::Utc::now().to_rfc3339()
         ),
     ));
@@ -441,9 +456,9 @@ async fn write_recovery(
         path: dir.display().to_string(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(fail)?;
+    private::create_dir(dir).map_err(fail)?;
     for (name, content) in files {
-        std::fs::write(dir.join(name), content).map_err(fail)?;
+        private::write(&dir.join(name), &r.text(&content)).map_err(fail)?;
     }
     Ok(())
 }

@@ -128,7 +128,7 @@ pub async fn run(client: &Client, namespace: &str, args: &UpgradeArgs) -> Result
         let mut objects = super::install::crds()?;
         objects.extend(super::install::operator_objects(&args.operator_image, namespace)?);
         for obj in &objects {
-            let outcome = applier.apply(obj).await?;
+            let outcome = super::install::apply_install_object(client, &mut applier, obj, args.dry_run).await?;
             super::install::print_outcome(obj, outcome, args.dry_run);
         }
         return Ok(());

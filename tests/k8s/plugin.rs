@@ -96,6 +96,30 @@ fn plane_etcd() -> String {
     args[i + 1].clone()
 }
 
+/// The CRDs, no StorageOSCluster, and a kubeconfig acting as [`PLUGIN_USER`] in `dir`; with the
+/// admin's client. Take [`support::cluster_lock`] first.
+async fn no_cluster_and_a_plugin_user(dir: &Path) -> (kube::Client, PathBuf) {
+    let admin = support::client().await;
+    support::install_crds(&admin).await;
+    support::wait_no_clusters(&admin, Duration::from_secs(120)).await;
+    let kubeconfig = plugin_kubeconfig(dir).await;
+    (admin, kubeconfig)
+}
+
+/// Deletes namespace `name` if another test left it (`kubectl apply -f deploy/operator.yaml`
+/// makes `storageos-operator`), and waits until it is gone: `install` then creates it, marked
+/// as the plugin's, and `uninstall` may delete it.
+async fn no_namespace(name: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(support::client().await);
+    let _ = namespaces.delete(name, &DeleteParams::default()).await;
+    wait_for(
+        &format!("namespace {name} to be gone"),
+        Duration::from_secs(120),
+        || async { namespaces.get_opt(name).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+}
+
 /// Writes the plugin (as [`PLUGIN_USER`]) made from `since` on that were not dry runs.
 fn real_writes_since(since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
     identity::audit_events(PLUGIN_USER, since)
@@ -311,6 +335,7 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
     let etcd = plane_etcd();
     let password = format!("pw-{}-{}", support::suffix(), support::suffix());
     let _cleanup = InstalledCluster;
+    no_namespace(install::NAMESPACE).await;
 
     // A dry run first: it says what it would create and writes nothing.
     let since = chrono::Utc::now();
@@ -549,11 +574,16 @@ async fn bundle_is_complete_and_redacted(kubeconfig: &Path, dir: &Path, password
     let archive = dir.join("bundle.tar.gz");
     let out = plugin_ok(kubeconfig, &["bundle", "-o", archive.to_str().unwrap()]);
     assert!(out.contains("wrote"), "{out}");
+    let archive_mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&archive).unwrap().permissions());
+    assert_eq!(archive_mode & 0o777, 0o600);
     let mut files = std::collections::BTreeMap::new();
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&archive).unwrap()));
     for entry in tar.entries().unwrap() {
         let mut entry = entry.unwrap();
         let path = entry.path().unwrap().display().to_string();
+        let mode = entry.header().mode().unwrap();
+        let folder = entry.header().entry_type().is_dir();
+        assert_eq!(mode, if folder { 0o700 } else { 0o600 }, "{path}");
         let mut text = String::new();
         std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
         let (_, inner) = path.split_once('/').unwrap();
@@ -817,11 +847,10 @@ async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
 async fn include_etcd_installs_an_evaluation_etcd_and_uninstall_removes_only_that() {
     use k8s_openapi::api::apps::v1::StatefulSet;
     let _lock = support::cluster_lock();
-    let admin = support::client().await;
-    support::install_crds(&admin).await;
-    support::wait_no_clusters(&admin, Duration::from_secs(120)).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = plugin_kubeconfig(dir.path()).await;
+    let (admin, kubeconfig) = no_cluster_and_a_plugin_user(dir.path()).await;
+    no_namespace(install::NAMESPACE).await;
+    no_namespace("storageos-etcd").await;
 
     let out = plugin(&kubeconfig, &["install", "--include-etcd", "--skip-cluster"]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
@@ -1000,5 +1029,132 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// The plugin takes only namespaces it made: `install -n` an existing namespace leaves its
+/// labels (Pod Security included) as they were, `uninstall` leaves it and what is in it, and
+/// the same for `--etcd-namespace`; `kube-system` is refused as the operator's namespace.
+#[tokio::test]
+async fn install_and_uninstall_leave_a_namespace_they_did_not_create() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    let _lock = support::cluster_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let (admin, kubeconfig) = no_cluster_and_a_plugin_user(dir.path()).await;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+
+    // Two namespaces made as `kubectl create ns` makes them, each labelled and with a ConfigMap.
+    let (operator_ns, etcd_ns) = (
+        support::TestNamespace::new("theirs").await,
+        support::TestNamespace::new("theirs-etcd").await,
+    );
+    for ns in [&operator_ns, &etcd_ns] {
+        namespaces
+            .patch(
+                &ns.name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"labels": {
+                    "team": "platform", "pod-security.kubernetes.io/enforce": "privileged"}}})),
+            )
+            .await
+            .unwrap();
+        ns.api::<ConfigMap>()
+            .create(
+                &PostParams::default(),
+                &support::from_json(json!({"metadata": {"name": "keep-me"}, "data": {"a": "b"}})),
+            )
+            .await
+            .unwrap();
+    }
+    let labels_of = |name: String| {
+        let namespaces = namespaces.clone();
+        async move { namespaces.get(&name).await.unwrap().metadata.labels.unwrap_or_default() }
+    };
+    let before = labels_of(operator_ns.name.clone()).await;
+
+    let out = plugin(&kubeconfig, &["install", "-n", "kube-system", "--skip-cluster"]);
+    assert!(!out.status.success(), "install -n kube-system went ahead");
+    assert!(
+        stderr(&out).contains("refusing to install the operator into namespace kube-system"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = plugin(
+        &kubeconfig,
+        &[
+            "install",
+            "-n",
+            &operator_ns.name,
+            "--skip-cluster",
+            "--include-etcd",
+            "--etcd-namespace",
+            &etcd_ns.name,
+        ],
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("namespace/{} unchanged", operator_ns.name)),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("used as it is"), "{}", stderr(&out));
+    assert_eq!(
+        labels_of(operator_ns.name.clone()).await,
+        before,
+        "install relabelled the namespace"
+    );
+    let etcd_labels = labels_of(etcd_ns.name.clone()).await;
+    assert_eq!(etcd_labels["pod-security.kubernetes.io/enforce"], "privileged");
+    assert!(!etcd_labels.contains_key("storageos.com/created-by"), "{etcd_labels:?}");
+    assert!(
+        Api::<Deployment>::namespaced(admin.clone(), &operator_ns.name)
+            .get_opt(install::NAME)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    let recovery = dir.path().join("recovery");
+    let out = plugin_ok(
+        &kubeconfig,
+        &[
+            "uninstall",
+            "-n",
+            &operator_ns.name,
+            "--include-etcd",
+            "--etcd-namespace",
+            &etcd_ns.name,
+            "--keep-crds",
+            "--recovery-dir",
+            recovery.to_str().unwrap(),
+        ],
+    );
+    for ns in [&operator_ns, &etcd_ns] {
+        assert!(
+            out.contains(&format!(
+                "namespace/{} kept: kubectl storageos did not create it",
+                ns.name
+            )),
+            "{out}"
+        );
+        let live = namespaces.get(&ns.name).await.unwrap();
+        assert!(
+            live.metadata.deletion_timestamp.is_none(),
+            "{} is being deleted",
+            ns.name
+        );
+        assert!(ns.api::<ConfigMap>().get_opt("keep-me").await.unwrap().is_some());
+    }
+    assert!(out.contains("deployment.apps/storageos-operator deleted"), "{out}");
+    assert!(out.contains("statefulset.apps/storageos-etcd deleted"), "{out}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&recovery), 0o700);
+        for entry in std::fs::read_dir(&recovery).unwrap() {
+            let path = entry.unwrap().path();
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
     }
 }
