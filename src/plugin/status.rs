@@ -129,7 +129,7 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
     // StorageOS's view.
     let nodes = super::list_or_none::<StorageOSNode>(client).await;
     out.push_str(&format!("\nStorageOS nodes ({})\n", nodes.len()));
-    let rows: Vec<[String; 4]> = nodes
+    let rows: Vec<[String; 6]> = nodes
         .iter()
         .map(|n| {
             let s = n.status.clone().unwrap_or_default();
@@ -139,14 +139,19 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
             let cap = s.capacity.clone().unwrap_or_default();
             [
                 n.name_any(),
-                s.health,
-                s.health_since.unwrap_or_default(),
+                s.health.clone(),
+                s.health_since.clone().unwrap_or_default(),
                 format!("{} free of {}", cap.free, cap.total),
+                drain_column(&s),
+                s.unprotected_count.map_or_else(|| "?".into(), |c| c.to_string()),
             ]
         })
         .collect();
     if !rows.is_empty() {
-        out.push_str(&indent(&columns(&["NAME", "HEALTH", "SINCE", "CAPACITY"], &rows)));
+        out.push_str(&indent(&columns(
+            &["NAME", "HEALTH", "SINCE", "CAPACITY", "DRAIN", "UNPROTECTED"],
+            &rows,
+        )));
     }
     let volumes = super::list_or_none::<StorageOSVolume>(client).await;
     let unhealthy: Vec<[String; 4]> = volumes
@@ -163,8 +168,12 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
             })
         })
         .collect();
+    let unprotected = volumes
+        .iter()
+        .filter(|v| v.status.as_ref().is_some_and(|s| s.unprotected))
+        .count();
     out.push_str(&format!(
-        "\nVolumes: {} in all, {} not healthy\n",
+        "\nVolumes: {} in all, {} not healthy, {unprotected} unprotected (0 replicas: offline with their node, and no drain waits for them)\n",
         volumes.len(),
         unhealthy.len()
     ));
@@ -203,6 +212,16 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
         out.push_str(&format!("  {p}\n"));
     }
     Ok(out)
+}
+
+/// What a node mirror says of draining the node: `safe`, `waits (N volumes)`, or `?` before
+/// the api-manager has read every volume.
+fn drain_column(s: &crate::crd::NodeMirrorStatus) -> String {
+    match s.safe_to_drain {
+        None => "?".into(),
+        Some(true) => "safe".into(),
+        Some(false) => format!("waits ({} volumes)", s.drain_blocked_count.unwrap_or(0)),
+    }
 }
 
 /// Whether `t` is at or after `since`.

@@ -197,10 +197,16 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     .await;
     assert!(holder.drain_blocked_count >= Some(1));
     let table = kubectl_get(&["nodes.api.storageos.com"]);
+    // The last two columns: Safe-To-Drain, then Unprotected (volumes with 0 replicas there).
+    let cells = row(&table, NODES[0]);
     assert_eq!(
-        row(&table, NODES[0]).last().map(String::as_str),
+        cells.iter().rev().nth(1).map(String::as_str),
         Some("false"),
         "the Safe-To-Drain column: {table}"
+    );
+    assert!(
+        cells.last().is_some_and(|c| c.parse::<u32>().is_ok()),
+        "the Unprotected column: {table}"
     );
     assert_eq!(
         nodes.get(NODES[2]).await.unwrap().status.unwrap().safe_to_drain,
