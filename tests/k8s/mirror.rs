@@ -237,14 +237,15 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     let on_flapped = per_node;
     let blocked_by_all = || async {
         for name in NODES {
-            let count = nodes.get(name).await.ok()?.status?.drain_blocked_count?;
+            // 0 replicas: unprotected (under the default drain policy no drain waits for them).
+            let count = nodes.get(name).await.ok()?.status?.unprotected_count?;
             (count >= i64::try_from(per_node).unwrap()).then_some(())?;
         }
         let mirrored = volumes.list(&Default::default()).await.ok()?;
         (mirrored.items.iter().filter(|v| v.status.is_some()).count() > per_node * NODES.len()).then_some(())
     };
     wait_for(
-        "every flap volume mirrored and every node blocked by its volumes",
+        "every flap volume mirrored and every node showing its unprotected volumes",
         SETTLE,
         blocked_by_all,
     )
