@@ -560,11 +560,26 @@ async fn a_drain_of_the_real_node_waits_on_a_running_guard(client: &Client) {
     let health = format!("/_sim/volumes/{}/{pv}/replicas/health", ns.name);
     sim_control(client, reqwest::Method::PUT, &health, json!({"health": "syncing"})).await;
     let blocked = format!("{}/data", ns.name);
+    // The volume is in use (a PVC bound to its PV): an orphan would never hold a drain.
+    let objects = support::ClusterObjects::default();
+    objects
+        .pv(client, &pv, "storageos-drain-test", &ns.name, "data", true)
+        .await;
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = support::from_json(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "storageos-drain-test", "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}}
+    }));
+    ns.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>()
+        .create(&kube::api::PostParams::default(), &claim)
+        .await
+        .unwrap();
 
     // The guard runs: a real container of the operator's image, Ready, unprivileged.
     let name = guard::name(NODE);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "kube-system");
+    // Guards live in their own namespace (Pod Security restricted), not the operand one.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "storageos-drain-guard");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "storageos-drain-guard");
     let pod = wait_for(
         "the guard pod Ready on the real node",
         Duration::from_secs(120),

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PatchParams};
 use kube::runtime::controller::Action;
@@ -22,6 +22,7 @@ use crate::crd::FORCE_DELETE_ANNOTATION;
 use crate::crd::StorageOSCluster;
 use crate::rbac::components::DRAIN_GUARD_NAMESPACE;
 use crate::reasons::{self, Reason};
+use crate::render::labels;
 use crate::runtime::kube::apply::ObjectKey;
 use crate::runtime::{kube::cache, kube::conditions, kube::finalizer};
 
@@ -153,7 +154,20 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
             namespace: None,
             name: DRAIN_GUARD_NAMESPACE.into(),
         };
-        ctx.applier.delete_ours(&guards).await?;
+        // Only when its labels name this cluster: another cluster's (one waiting its turn, or a
+        // replacement) keeps it.
+        let labelled = Api::<Namespace>::all(ctx.client.clone())
+            .get_metadata_opt(DRAIN_GUARD_NAMESPACE)
+            .await
+            .step("read the drain guards' namespace")?
+            .and_then(|n| n.metadata.labels)
+            .is_some_and(|l| {
+                let own = labels::pruning(&name, &cluster.namespace().unwrap_or_default());
+                own.iter().all(|(k, v)| l.get(k) == Some(v))
+            });
+        if labelled {
+            ctx.applier.delete_ours(&guards).await?;
+        }
         tracing::info!(cluster = %name, deleted = children.len(), "deleted cluster objects; the namespace is kept");
     } else {
         tracing::info!(cluster = %name, "deleting a cluster that was never active; nothing to clean up");

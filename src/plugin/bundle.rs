@@ -6,16 +6,14 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, DynamicObject, ListParams, LogParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::pinned_kind;
+use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::private;
 use super::redact::Redactor;
 use super::redact::sources::{self, Learnt};
-use crate::cluster::ownership::{children_selector, owned_kinds, selector};
+use crate::cluster::ownership::selector;
 use crate::crd::{Job, StorageOSCluster, StorageOSNode, StorageOSUpgrade, StorageOSVolume};
 use crate::render::{self, DefaultImages, Inputs, labels};
 
@@ -325,32 +323,7 @@ fn container_env(d: &Deployment) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The live children of a cluster (every kind it may own, by its label selector).
-pub async fn children(client: &Client, c: &StorageOSCluster) -> Vec<Value> {
-    let sel = children_selector(c);
-    let mut out = Vec::new();
-    for kind in owned_kinds() {
-        let (group, version) = kind.api_version.split_once('/').unwrap_or(("", kind.api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind.kind);
-        // A kind the cluster does not serve (ServiceMonitor without prometheus-operator).
-        let Ok((ar, _)) = pinned_kind(client, &gvk).await else {
-            continue;
-        };
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        if let Ok(list) = api.list(&ListParams::default().labels(&sel)).await {
-            for mut o in list.items {
-                o.types = Some(kube::core::TypeMeta {
-                    api_version: kind.api_version.to_string(),
-                    kind: kind.kind.to_string(),
-                });
-                if let Ok(v) = serde_json::to_value(&o) {
-                    out.push(v);
-                }
-            }
-        }
-    }
-    out
-}
+pub use super::children::children;
 
 /// Where the live objects differ from the desired ones: missing objects, and every field the
 /// operator sets whose live value is different. Secrets are compared by presence only.

@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod bundle;
+pub mod children;
 pub mod connect;
 pub mod eval_etcd;
 pub mod install;

@@ -129,6 +129,7 @@ pub async fn plan(client: &kube::Client, args: &PlanArgs, k8s_version: &str) -> 
 
     let mut entries = Vec::new();
     let mut wanted = Vec::new();
+    let mut new_namespaces = std::collections::BTreeSet::new();
     for object in &plan.objects {
         let mut value = object.to_value().map_err(|_| {
             crate::runtime::kube::apply::Error::from(crate::runtime::kube::object::Malformed("a serialisable object"))
@@ -140,12 +141,22 @@ pub async fn plan(client: &kube::Client, args: &PlanArgs, k8s_version: &str) -> 
         {
             value["metadata"]["ownerReferences"] = Value::Array(vec![owner]);
         }
+        // In a namespace this plan creates (the drain guards' on a first install or an
+        // adoption), the apiserver cannot dry-run anything yet: the object is created.
+        if key.namespace.as_ref().is_some_and(|n| new_namespaces.contains(n)) {
+            entries.push(diff::entry(key.to_string(), &key.kind, None, &value));
+            wanted.push(key);
+            continue;
+        }
         let api: Api<DynamicObject> = match &key.namespace {
             Some(n) => Api::namespaced_with(client.clone(), n, &key.api_resource()),
             None => Api::all_with(client.clone(), &key.api_resource()),
         };
         let live = api.get_opt(&key.name).await.map_err(kube(format!("read {key}")))?;
         let live = live.map(serde_json::to_value).transpose().map_err(Error::Print)?;
+        if key.kind == "Namespace" && live.is_none() {
+            new_namespaces.insert(key.name.clone());
+        }
         let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
         let after = match api.patch(&key.name, &params, &Patch::Apply(&value)).await {
             Ok(after) => after,

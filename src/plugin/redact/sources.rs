@@ -105,7 +105,7 @@ pub async fn learn(client: &Client, namespace: &str, clusters: &[StorageOSCluste
             operand_namespace(c),
             crate::rbac::components::API_MANAGER_WEBHOOK_SECRET.to_string(),
         ));
-        let children = super::super::bundle::children(client, c).await;
+        let children = super::super::children::children(client, c).await;
         for s in children.iter().filter(|o| o["kind"] == "Secret") {
             if let Ok(s) = serde_json::from_value::<Secret>(s.clone()) {
                 out.redactor.learn(&s);
