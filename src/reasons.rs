@@ -258,6 +258,14 @@ reasons! {
     UPGRADE_COMPLETE = "UpgradeComplete", Event, "StorageOSUpgrade",
         "Normal: StorageOS runs the new image; delete the upgrade to leave maintenance.";
 
+    // OLM's OperatorCondition (the operator, under OLM only).
+    STORAGEOS_UPGRADE_UNDER_WAY = "StorageOSUpgradeUnderWay", Condition, "OperatorCondition",
+        "Upgradeable=False: a StorageOSUpgrade holds its cluster (pausing to scaling up, rolling back included); OLM waits before it replaces the operator.";
+    STORAGEOS_CLUSTER_DEGRADED = "StorageOSClusterDegraded", Condition, "OperatorCondition",
+        "Upgradeable=False: a StorageOSCluster is Degraded; OLM waits before it replaces the operator.";
+    UPGRADE_SAFE = "UpgradeSafe", Condition, "OperatorCondition",
+        "Upgradeable=True: no StorageOSUpgrade holds a cluster and no StorageOSCluster is Degraded.";
+
     // The api-manager.
     FENCED = "Fenced", Event, "Pod",
         "Warning: the pod's node is offline in StorageOS, so the pod was deleted to start elsewhere.";

@@ -559,7 +559,6 @@ async fn a_drain_of_the_real_node_waits_on_a_running_guard(client: &Client) {
     .await;
     let health = format!("/_sim/volumes/{}/{pv}/replicas/health", ns.name);
     sim_control(client, reqwest::Method::PUT, &health, json!({"health": "syncing"})).await;
-    let blocked = format!("{}/data", ns.name);
     // The volume is in use (a PVC bound to its PV): an orphan would never hold a drain.
     let objects = support::ClusterObjects::default();
     objects
@@ -609,7 +608,9 @@ async fn a_drain_of_the_real_node_waits_on_a_running_guard(client: &Client) {
         },
     )
     .await;
-    support::wait_event(client, "default", NODE, "DrainBlocked", &blocked).await;
+    // The Node's event (in `default`) counts the volumes; only the PVC's own names the node.
+    support::wait_event(client, "default", NODE, "DrainBlocked", "1 volume").await;
+    support::wait_event(client, &ns.name, "data", "DrainBlocked", NODE).await;
 
     // `kubectl drain` (of the guard alone: the operator's own pods on this one real node have
     // nowhere else to go) waits on the budget; the node is cordoned meanwhile.
@@ -634,7 +635,7 @@ async fn a_drain_of_the_real_node_waits_on_a_running_guard(client: &Client) {
         "the drain finished while the node held the last copy: {text}"
     );
     assert!(text.contains("disruption budget"), "{text}");
-    support::wait_event(client, "default", NODE, "DrainWaiting", &blocked).await;
+    support::wait_event(client, "default", NODE, "DrainWaiting", "1 volume").await;
     assert_eq!(
         pods.get_opt(&name).await.unwrap().map(|p| p.uid()),
         Some(pod.uid()),

@@ -31,7 +31,7 @@ pub enum Maintenance {
 /// holds nothing, whether or not anyone deletes it: fencing resumes and the drain guards it
 /// placed go.
 pub fn holds(phase: UpgradePhase) -> bool {
-    (UpgradePhase::Pausing..=UpgradePhase::ScalingUp).contains(&phase)
+    phase.holds_cluster()
 }
 
 /// The upgrade a cluster's pause annotation names, if it carries a non-empty one.

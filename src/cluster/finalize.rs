@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PatchParams};
+use kube::api::{Api, ListParams, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -154,17 +154,27 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
             namespace: None,
             name: DRAIN_GUARD_NAMESPACE.into(),
         };
-        // Only when its labels name this cluster: another cluster's (one waiting its turn, or a
-        // replacement) keeps it.
-        let labelled = Api::<Namespace>::all(ctx.client.clone())
+        // Only when the operator made it and no other StorageOSCluster remains: another cluster
+        // (one waiting its turn, or a replacement) keeps it. Its labels name whichever cluster
+        // applied it last, so they cannot tell.
+        let made_by_us = Api::<Namespace>::all(ctx.client.clone())
             .get_metadata_opt(DRAIN_GUARD_NAMESPACE)
             .await
             .step("read the drain guards' namespace")?
             .and_then(|n| n.metadata.labels)
             .is_some_and(|l| {
-                let own = labels::pruning(&name, &cluster.namespace().unwrap_or_default());
-                own.iter().all(|(k, v)| l.get(k) == Some(v))
+                let (k, v) = labels::MANAGED_BY;
+                l.get(k).map(String::as_str) == Some(v)
             });
+        let uid = cluster.uid();
+        let others = Api::<StorageOSCluster>::all(ctx.client.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .step("list the StorageOSClusters that may share the drain guards' namespace")?
+            .items
+            .into_iter()
+            .any(|c| c.metadata.uid != uid && c.metadata.deletion_timestamp.is_none());
+        let labelled = made_by_us && !others;
         if labelled {
             ctx.applier.delete_ours(&guards).await?;
         }

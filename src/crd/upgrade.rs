@@ -88,6 +88,15 @@ pub enum UpgradePhase {
     Refused,
 }
 
+impl UpgradePhase {
+    /// Whether an upgrade at this phase holds its cluster in maintenance: from pausing it until
+    /// its applications are scaled up again (rolling back included). A finished upgrade
+    /// (`Completed`, `RolledBack`, `Failed`) holds nothing, whether or not anyone deletes it.
+    pub fn holds_cluster(self) -> bool {
+        (UpgradePhase::Pausing..=UpgradePhase::ScalingUp).contains(&self)
+    }
+}
+
 /// Observed state of an upgrade.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,7 @@
 //! `storageos-operator run`: health, metrics and the validating webhook on every replica,
 //! controllers on the leader.
 
+pub mod upgradeable;
 pub mod webhook;
 
 use std::path::PathBuf;
@@ -212,11 +213,20 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             .with_storageos(ctx.api_clients.clone(), endpoint),
     );
     tracing::info!(identity = %identity, trusted_namespaces = %trusted, "starting controllers");
+    // Under OLM only: OLM names the operator's OperatorCondition in the Deployment's environment.
+    let operator_condition = std::env::var(upgradeable::ENV).ok().filter(|n| !n.is_empty());
+    let olm = async {
+        if let Some(name) = operator_condition {
+            let namespace = args.leader_election_namespace.clone();
+            upgradeable::run(client.clone(), namespace, name, trusted.clone(), signal::shutdown()).await;
+        }
+    };
     let controllers = async {
         tokio::join!(
             cluster::run(ctx, signal::shutdown()),
             job::run(jobs, signal::shutdown()),
-            upgrade::run(upgrades, signal::shutdown())
+            upgrade::run(upgrades, signal::shutdown()),
+            olm
         );
     };
     tokio::select! {

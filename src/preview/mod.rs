@@ -154,8 +154,18 @@ pub async fn plan(client: &kube::Client, args: &PlanArgs, k8s_version: &str) -> 
         };
         let live = api.get_opt(&key.name).await.map_err(kube(format!("read {key}")))?;
         let live = live.map(serde_json::to_value).transpose().map_err(Error::Print)?;
-        if key.kind == "Namespace" && live.is_none() {
+        // A namespace still being deleted (a cluster's, just deleted) is one the plan creates
+        // again: nothing in it can be dry-run before it is gone.
+        let terminating = live
+            .as_ref()
+            .is_some_and(|l| l.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()));
+        if key.kind == "Namespace" && (live.is_none() || terminating) {
             new_namespaces.insert(key.name.clone());
+        }
+        if key.kind == "Namespace" && terminating {
+            entries.push(diff::entry(key.to_string(), &key.kind, None, &value));
+            wanted.push(key);
+            continue;
         }
         let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
         let after = match api.patch(&key.name, &params, &Patch::Apply(&value)).await {

@@ -370,6 +370,24 @@ async fn nothing_is_fenced_during_an_upgrade() {
     fencer.abort();
 }
 
+impl World {
+    /// Starts the fencer, takes `lost` offline and waits until its pod and attachment `va` are
+    /// fenced, with no FencingSuspended event: whatever pause the test set up holds nothing.
+    async fn fenced_without_suspension(&self, lost: &str, va: &str) -> tokio::task::JoinHandle<()> {
+        let ctx = support::api_manager_context(&self.sim, FLAGS).await;
+        let fencer = tokio::spawn(fencing::run(ctx.clone()));
+        self.polled().await;
+        self.sim.set_health(lost, Health::Offline).unwrap();
+        wait_for("the pod to be fenced", Duration::from_secs(20), || async {
+            (!self.pod_exists("app").await && !self.attachment_exists(va).await).then_some(())
+        })
+        .await;
+        let suspended = events(&self.client, "default", Some("Node"), lost, "FencingSuspended").await;
+        assert!(suspended.is_empty(), "{suspended:?}");
+        fencer
+    }
+}
+
 /// A pause annotation on a Pending duplicate cluster in a tenant's namespace, naming no upgrade
 /// there, does not suspend fencing: the pod on the lost node is fenced and no
 /// FencingSuspended event is sent.
@@ -392,22 +410,43 @@ async fn a_forged_pause_annotation_does_not_suspend_fencing() {
         .await
         .unwrap();
 
-    let ctx = support::api_manager_context(&w.sim, FLAGS).await;
-    let fencer = tokio::spawn(fencing::run(ctx.clone()));
-    w.polled().await;
-    w.sim.set_health(&lost, Health::Offline).unwrap();
-    wait_for("the pod to be fenced", Duration::from_secs(20), || async {
-        (!w.pod_exists("app").await && !w.attachment_exists(&va).await).then_some(())
-    })
-    .await;
-    let suspended = events(&w.client, "default", Some("Node"), &lost, "FencingSuspended").await;
-    assert!(suspended.is_empty(), "{suspended:?}");
+    let fencer = w.fenced_without_suspension(&lost, &va).await;
     fencer.abort();
     end_maintenance(&w.ns).await;
     let _ =
         w.ns.api::<StorageOSCluster>()
             .delete("forged", &kube::api::DeleteParams::default())
             .await;
+}
+
+/// A StorageOSUpgrade that completed and that nobody deleted (the cluster still carries its
+/// pause annotation) holds nothing: the pod on the lost node is fenced, and no FencingSuspended
+/// event is sent.
+#[tokio::test]
+async fn a_completed_upgrade_left_in_place_does_not_suspend_fencing() {
+    use kube::api::{Patch, PatchParams};
+    use storageos_operator::crd::StorageOSUpgrade;
+
+    let _lock = support::exclusive().await;
+    let (w, lost, pv) = World::one_pod_on_a_node_to_lose("fence-done").await;
+    let va = w.attachment("data", &lost, Some(&pv)).await;
+    start_maintenance(&w.ns, "to-v2").await;
+    w.ns.api::<StorageOSUpgrade>()
+        .patch_status(
+            "to-v2",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Completed", "completed": true}})),
+        )
+        .await
+        .unwrap();
+
+    let fencer = w.fenced_without_suspension(&lost, &va).await;
+    assert!(
+        w.ns.api::<StorageOSUpgrade>().get_opt("to-v2").await.unwrap().is_some(),
+        "the completed upgrade is still there"
+    );
+    fencer.abort();
+    end_maintenance(&w.ns).await;
 }
 
 /// docs/features.md: "if that [maintenance] cannot be read, they wait too". The fencer runs as an

@@ -22,8 +22,9 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::crd::{StorageOSCluster, StorageOSUpgrade, UpgradePhase};
 use storageos_operator::install::{self, olm};
+use storageos_operator::operator::upgradeable;
 use storageos_operator::sim::{self, Simulator};
 use support::identity::{Identity, apply_as_admin as apply};
 use support::install::{ExampleCluster, Operator, kubectl_ok, ready, repo};
@@ -295,11 +296,6 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
         },
     )
     .await;
-    let deployment = Api::<Deployment>::namespaced(admin.clone(), ns)
-        .get(install::NAME)
-        .await
-        .unwrap();
-
     // The operator as the ServiceAccount OLM's permissions were granted to, with exactly the
     // args and env of the Deployment OLM created.
     let who = Identity {
@@ -309,6 +305,20 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
     let kubeconfig = support::identity::kubeconfig_file(dir.path(), who).await;
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let _sync = sim.sync_with_kubernetes(admin.clone());
+    // OLM names the operator's OperatorCondition in the Deployment's environment.
+    let deployment = wait_for(
+        "OLM to name the OperatorCondition in the operator's environment",
+        SETTLE,
+        || async {
+            let d = Api::<Deployment>::namespaced(admin.clone(), ns)
+                .get(install::NAME)
+                .await
+                .ok()?;
+            let env = d.spec.as_ref()?.template.spec.as_ref()?.containers[0].env.clone()?;
+            env.iter().any(|e| e.name == upgradeable::ENV).then_some(d)
+        },
+    )
+    .await;
     let operator = Operator::start(&deployment, ns, &kubeconfig, &sim, dir.path().join("operator.log"));
 
     // The alm-examples as the console offers them, created in the operator's namespace (the only
@@ -343,6 +353,33 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
         },
     )
     .await;
+    // OLM is told the operator may be replaced, then not while a StorageOSUpgrade holds the
+    // cluster (its nodes stay offline on the new image: UpgradingNodes, up to its 10m timeout),
+    // then again once it completed (left in place).
+    wait_upgradeable(&admin, ns, &name, "True", "UpgradeSafe").await;
+    let upgrades: Api<StorageOSUpgrade> = Api::namespaced(admin.clone(), ns);
+    let new_image = "storageos/node:v2.10.0";
+    sim.set_faults(sim::Faults {
+        offline_with_image: Some(new_image.into()),
+        ..sim::Faults::default()
+    });
+    let upgrade: StorageOSUpgrade = serde_json::from_value(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+        "metadata": {"name": "olm-held"}, "spec": {"newImage": new_image, "timeout": "10m"}
+    }))
+    .unwrap();
+    upgrades.create(&PostParams::default(), &upgrade).await.unwrap();
+    let held = wait_upgradeable(&admin, ns, &name, "False", "StorageOSUpgradeUnderWay").await;
+    assert!(held.contains(&format!("{ns}/olm-held")), "{held}");
+    sim.set_faults(sim::Faults::default());
+    wait_for("the upgrade to complete", SETTLE, || async {
+        let phase = upgrades.get("olm-held").await.ok()?.status?.phase?;
+        (phase == UpgradePhase::Completed).then_some(())
+    })
+    .await;
+    wait_upgradeable(&admin, ns, &name, "True", "UpgradeSafe").await;
+    upgrades.delete("olm-held", &DeleteParams::default()).await.unwrap();
+
     // Refusals by RBAC, not the apiserver's refusal to add content (events) to a namespace that
     // an earlier test is deleting while its objects are still listed.
     let log = operator.log();
@@ -381,6 +418,28 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
         (left.is_empty() && deployment.is_none()).then_some(())
     })
     .await;
+}
+
+/// Waits until the OperatorCondition `ns/name` says `Upgradeable` is `status` with `reason`;
+/// returns its message.
+async fn wait_upgradeable(admin: &Client, ns: &str, name: &str, status: &str, reason: &str) -> String {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("operators.coreos.com", "v2", "OperatorCondition"),
+        "operatorconditions",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &ar);
+    wait_for(
+        &format!("the OperatorCondition to say Upgradeable={status} ({reason})"),
+        SETTLE,
+        || async {
+            let oc = api.get(name).await.ok()?;
+            let conditions = oc.data["spec"]["conditions"].as_array()?.clone();
+            let c = conditions.iter().find(|c| c["type"] == upgradeable::UPGRADEABLE)?;
+            (c["status"] == status && c["reason"] == reason)
+                .then(|| c["message"].as_str().unwrap_or_default().to_string())
+        },
+    )
+    .await
 }
 
 /// The Go operator's CSV as package `storageos2` published it (storageosoperator.v2.4.1: its
