@@ -172,7 +172,8 @@ fn the_bundle_crds_are_the_crds_and_the_csv_carries_the_install_rbac() {
         &serde_json::from_value::<Vec<PolicyRule>>(strategy["clusterPermissions"][0]["rules"].clone()).unwrap()
     ));
     // The api-manager's webhooks stay operator-managed; OLM serves only the operator's own,
-    // which refuses a second StorageOSCluster and never blocks (Ignore).
+    // which refuses the kinds outside the watched namespaces and a second StorageOSCluster,
+    // and never blocks (Ignore).
     let hooks = csv["spec"]["webhookdefinitions"].as_array().unwrap();
     assert_eq!(hooks.len(), 1, "{hooks:?}");
     assert_eq!(hooks[0]["type"], "ValidatingAdmissionWebhook");
@@ -181,7 +182,7 @@ fn the_bundle_crds_are_the_crds_and_the_csv_carries_the_install_rbac() {
     assert_eq!(hooks[0]["targetPort"], install::WEBHOOK_PORT);
     assert_eq!(
         hooks[0]["rules"][0]["resources"],
-        serde_json::json!(["storageosclusters"])
+        serde_json::json!(["storageosclusters", "storageosupgrades", "jobs"])
     );
     for (file, _) in storageos_operator::crd::all() {
         assert_eq!(

@@ -299,9 +299,10 @@ fn validating_webhook() -> Value {
     })
 }
 
-/// What the webhook is called for: creating a StorageOSCluster.
+/// What the webhook is called for: creating a StorageOSCluster, StorageOSUpgrade or Job.
 pub fn webhook_rule() -> Value {
-    json!({"apiGroups": ["storageos.com"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["storageosclusters"], "scope": "Namespaced"})
+    json!({"apiGroups": ["storageos.com"], "apiVersions": ["v1"], "operations": ["CREATE"],
+           "resources": crate::rbac::trust::GATED, "scope": "Namespaced"})
 }
 
 impl Install {

@@ -1,6 +1,7 @@
 //! `storageos-operator run`: health, metrics and the validating webhook on every replica,
 //! controllers on the leader.
 
+pub mod caller_gate;
 pub mod upgradeable;
 pub mod webhook;
 
@@ -160,6 +161,10 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         })?;
     health.set_ready();
 
+    // The caller gate, on every install path: in place before anyone relies on it, and again
+    // at each start in case it was removed or changed.
+    tokio::spawn(caller_gate::keep_trying(client.clone()));
+
     // Every replica serves the webhook; it only reads.
     if !args.webhook_addr.is_empty() {
         let listener = webhook::bind(&args.webhook_addr).await?;
@@ -167,6 +172,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             addr: args.webhook_addr.clone(),
             cert_dir: args.webhook_cert_dir.clone(),
             namespace: args.leader_election_namespace.clone(),
+            trusted: args.trusted_namespaces(),
         };
         let client = client.clone();
         tokio::spawn(async move {

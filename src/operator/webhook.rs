@@ -62,6 +62,8 @@ pub struct Settings {
     pub cert_dir: PathBuf,
     /// The operator's namespace: the Service and the Secret live there.
     pub namespace: String,
+    /// The watched namespaces: the kinds are admitted only there.
+    pub trusted: crate::runtime::kube::trusted::TrustedNamespaces,
 }
 
 /// Binds the webhook address (at start, so a taken port stops the process with a clear error).
@@ -76,7 +78,7 @@ pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, Error> {
 
 /// Gets a certificate and serves on `listener` until shutdown.
 pub async fn serve(client: kube::Client, listener: tokio::net::TcpListener, settings: Settings) -> Result<(), Error> {
-    let router = admission::router(client.clone());
+    let router = admission::router(client.clone(), settings.trusted.clone());
     if let Some((cert, key)) = mounted(&settings.cert_dir) {
         let dir = settings.cert_dir.display().to_string();
         let files = |why: String| Error::Files { dir: dir.clone(), why };

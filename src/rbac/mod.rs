@@ -12,6 +12,7 @@
 
 pub mod components;
 pub mod operator;
+pub mod trust;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -97,9 +97,14 @@ pub const OWN: &[Rule] = &[
     ),
     // An upgrade does not start while a drain guard's PodDisruptionBudget blocks a drain.
     rule(&["policy"], &["poddisruptionbudgets"], &["list"]),
-    // Whether the ServiceMonitor CRD exists.
-    rule(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &["get"])
-        .named(&["servicemonitors.monitoring.coreos.com"]),
+    // Whether the ServiceMonitor CRD exists; the StorageOSCluster CRD owns the caller gate.
+    rule(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &["get"]).named(&[
+        "servicemonitors.monitoring.coreos.com",
+        "storageosclusters.storageos.com",
+    ]),
+    // The caller gate admits the operator's own writes of its kinds (finalizers, the pause
+    // annotation); holding it also lets the operator create the ClusterRole that grants it.
+    rule(&[super::trust::GROUP], &[super::trust::RESOURCE], &[super::trust::VERB]),
     rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
 ];
 

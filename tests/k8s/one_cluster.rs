@@ -16,9 +16,10 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Endpoints, Secret, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::crd::{StorageOSCluster, StorageOSUpgrade};
 use storageos_operator::install;
 use storageos_operator::operator::webhook;
+use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
 use support::{TestNamespace, from_json, wait_for};
 
 fn cluster(ns: &str, name: &str) -> StorageOSCluster {
@@ -59,6 +60,8 @@ async fn a_second_storageoscluster_is_refused_at_admission_and_a_down_webhook_bl
     let _lock = support::cluster_lock();
     support::logs();
     let ns = TestNamespace::new("one-cluster").await;
+    // A tenant's namespace, which the operator does not watch.
+    let tenant = TestNamespace::new("one-cluster-tenant").await;
     let admin = ns.client.clone();
     support::install_crds(&admin).await;
     let operator = support::identity::operator_client().await;
@@ -68,7 +71,8 @@ async fn a_second_storageoscluster_is_refused_at_admission_and_a_down_webhook_bl
     // that only this test's creates are sent to it.
     let mut config = serde_json::to_value(install::build("x").unwrap().webhook).unwrap();
     assert_eq!(config["webhooks"][0]["failurePolicy"], "Ignore");
-    config["webhooks"][0]["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": ns.name}});
+    config["webhooks"][0]["namespaceSelector"] = json!({"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "In", "values": [ns.name, tenant.name]}]});
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
     configs
         .patch(
@@ -115,6 +119,7 @@ async fn a_second_storageoscluster_is_refused_at_admission_and_a_down_webhook_bl
         addr: format!("{host}:{port}"),
         cert_dir: std::path::PathBuf::from("/nonexistent/storageos-operator-webhook-certs"),
         namespace: install::NAMESPACE.into(),
+        trusted: TrustedNamespaces::only(&ns.name),
     };
     let server = tokio::spawn(webhook::serve(operator, listener, settings));
 
@@ -128,23 +133,43 @@ async fn a_second_storageoscluster_is_refused_at_admission_and_a_down_webhook_bl
     })
     .await;
 
-    // Other scenarios' clusters go with their namespaces (the webhook counts every namespace).
-    let everywhere: Api<StorageOSCluster> = Api::all(admin.clone());
-    wait_for(
-        "no StorageOSCluster left by another scenario",
-        Duration::from_secs(120),
+    // Outside the watched namespaces nothing is admitted: not a cluster, not an upgrade.
+    let refused = wait_for(
+        "the webhook to refuse a cluster in a namespace it does not watch",
+        Duration::from_secs(60),
         || async {
-            everywhere
-                .list(&Default::default())
+            match tenant
+                .api::<StorageOSCluster>()
+                .create(&PostParams::default(), &cluster(&tenant.name, "early"))
                 .await
-                .unwrap()
-                .items
-                .is_empty()
-                .then_some(())
+            {
+                Err(kube::Error::Api(s)) => Some(s),
+                Ok(_) => {
+                    let _ = tenant
+                        .api::<StorageOSCluster>()
+                        .delete("early", &DeleteParams::default())
+                        .await;
+                    None
+                }
+                Err(e) => panic!("{e}"),
+            }
         },
     )
     .await;
+    assert!(refused.message.contains("NamespaceNotAllowed"), "{refused:?}");
+    assert!(refused.message.contains(&tenant.name), "{refused:?}");
+    let upgrade: StorageOSUpgrade = from_json(json!({
+        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade",
+        "metadata": {"name": "u"}, "spec": {"newImage": "attacker/node:v1"}
+    }));
+    let err = tenant
+        .api::<StorageOSUpgrade>()
+        .create(&PostParams::default(), &upgrade)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NamespaceNotAllowed"), "{err}");
 
+    // Clusters outside the watched namespaces (other scenarios') do not count against this one.
     // The first cluster is created; a second is refused, naming the first and what to do.
     let clusters = ns.api::<StorageOSCluster>();
     clusters

@@ -256,7 +256,21 @@ pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
     for (name, obj) in [("secret", &secret), ("cluster", &cluster), ("job", &job)] {
         let path = dir.path().join(format!("{name}.json"));
         std::fs::write(&path, obj.to_string()).unwrap();
-        kubectl_ok(&["create", "--as=alice", "-f", &path.display().to_string()]);
+        let path = path.display().to_string();
+        if name == "secret" {
+            kubectl_ok(&["create", "--as=alice", "-f", &path]);
+            continue;
+        }
+        // The caller gate refuses her at admission: she lacks create on storageos.com/trust.
+        let out = kubectl(&["create", "--as=alice", "-f", &path]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains(storageos_operator::rbac::trust::REFUSED),
+            "alice's {name} was not refused by the caller gate: {said}"
+        );
+        // Stored all the same (by an administrator, or before the gate was there): outside the
+        // watched namespaces the operator still honours nothing.
+        kubectl_ok(&["create", "-f", &path]);
     }
     let refused = |c: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>| {
         c.unwrap_or_default()

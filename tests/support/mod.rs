@@ -280,6 +280,10 @@ pub async fn install_crds(client: &kube::Client) {
         )
         .await;
     }
+    // The caller gate goes with the kinds, as the operator puts it in place at start.
+    storageos_operator::operator::caller_gate::ensure(client)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// This machine's primary non-loopback IPv4 address. Endpoints may not point at loopback, so a
