@@ -22,6 +22,7 @@ pub mod uninstall;
 pub mod upgrade;
 pub mod version;
 pub mod wait;
+pub mod watched;
 
 use std::path::PathBuf;
 

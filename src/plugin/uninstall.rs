@@ -120,7 +120,26 @@ fn read(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// `kubectl storageos uninstall`.
 pub async fn run(client: &Client, namespace: &str, args: &UninstallArgs) -> Result<(), Error> {
-    let clusters = super::list_or_none::<StorageOSCluster>(client).await;
+    // Only the operator's objects: the StorageOS kinds in the namespaces it watches. A tenant's
+    // elsewhere were never acted on, and its finalizers must not hold the uninstall.
+    let watched = super::watched::of_install(client, namespace).await;
+    let (clusters, other_clusters) =
+        super::watched::split(super::list_or_none::<StorageOSCluster>(client).await, &watched);
+    let (upgrades, other_upgrades) =
+        super::watched::split(super::list_or_none::<StorageOSUpgrade>(client).await, &watched);
+    let (jobs, other_jobs) = super::watched::split(super::list_or_none::<Job>(client).await, &watched);
+    for (kind, names) in [
+        ("StorageOSCluster", &other_clusters),
+        ("StorageOSUpgrade", &other_upgrades),
+        ("Job", &other_jobs),
+    ] {
+        if !names.is_empty() {
+            progress(format!(
+                "skipping {kind}s outside the namespaces the operator watches ({watched}): {}; they were never the operator's, delete them yourself if you mean to",
+                names.join(", ")
+            ));
+        }
+    }
     let pvs = super::list_all::<PersistentVolume>(client)
         .await
         .map_err(read("the PersistentVolumes"))?;
@@ -154,11 +173,11 @@ pub async fn run(client: &Client, namespace: &str, args: &UninstallArgs) -> Resu
 
     // Upgrades and Jobs first (the operator restores what an unfinished upgrade scaled down and
     // releases their finalizers), then each cluster.
-    for u in super::list_or_none::<StorageOSUpgrade>(client).await {
+    for u in upgrades {
         let api = Api::namespaced(client.clone(), &u.namespace().unwrap_or_default());
         delete_and_wait(&api, &u, namespace, args, upgrade_line).await?;
     }
-    for j in super::list_or_none::<Job>(client).await {
+    for j in jobs {
         let api = Api::namespaced(client.clone(), &j.namespace().unwrap_or_default());
         delete_and_wait(&api, &j, namespace, args, |_| "deleting".into()).await?;
     }

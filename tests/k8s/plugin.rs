@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::install;
@@ -788,6 +788,20 @@ async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
         pods.get_opt("app").await.ok()?.is_none().then_some(())
     })
     .await;
+    // A tenant's Job in a namespace the operator does not watch, held by a finalizer of its own:
+    // never the operator's, so uninstall names it, leaves it, and is not held by it.
+    let jobs = ns.api::<storageos_operator::crd::Job>();
+    jobs.create(
+        &PostParams::default(),
+        &support::from_json(json!({
+            "apiVersion": "storageos.com/v1", "kind": "Job",
+            "metadata": {"name": "tenant", "finalizers": ["tenant.example.com/hold"]},
+            "spec": {"image": "busybox", "args": ["true"], "mountPath": "/data",
+                     "hostPath": "/var/lib/storageos", "completionWord": "done"}
+        })),
+    )
+    .await
+    .unwrap();
     let out = plugin(kubeconfig, &args);
     assert!(
         out.status.success(),
@@ -795,6 +809,25 @@ async fn uninstall_refuses_while_a_pod_uses_a_volume_then_removes_everything(
         stdout(&out),
         stderr(&out)
     );
+    assert!(
+        stderr(&out).contains("skipping Jobs outside the namespaces the operator watches")
+            && stderr(&out).contains(&format!("{}/tenant", ns.name)),
+        "{}",
+        stderr(&out)
+    );
+    let left = jobs.get_opt("tenant").await.unwrap();
+    assert!(
+        left.is_some_and(|j| j.metadata.deletion_timestamp.is_none()),
+        "the tenant's Job was touched"
+    );
+    jobs.patch(
+        "tenant",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    jobs.delete("tenant", &DeleteParams::default()).await.unwrap();
     let text = stdout(&out);
     assert!(
         text.contains(&format!("wrote recovery manifests to {}", recovery.display())),
