@@ -77,10 +77,12 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
     if !ctx.trusted.allows(&ns) {
-        // Nothing is rendered, read or deleted for it; a finalizer it carries from a time its
-        // namespace was trusted is released without touching anything.
+        // Nothing is rendered or read for it. Deleted while it carries the finalizer of a time
+        // its namespace was watched, it was the operator's: what the operator made for it
+        // (found by its labels, cluster-scoped RBAC and webhooks included) is deleted as for
+        // any cluster, so nothing is orphaned; without the finalizer there is nothing to do.
         if cluster.metadata.deletion_timestamp.is_some() {
-            return finalize::finalize(cluster, false, ctx).await;
+            return finalize::finalize(cluster, true, ctx).await;
         }
         return not_allowed(cluster, &api, ctx).await;
     }

@@ -208,8 +208,8 @@ pub async fn preview(up: &StorageOSUpgrade, ctx: &Context) -> Result<crate::crd:
 
 /// An upgrade in a namespace the operator does not trust: Ready=False with reason
 /// `NamespaceNotAllowed` and one Warning event, nothing read or changed. When it is deleted, a
-/// finalizer it carries (from a time its namespace was trusted) is released without acting on
-/// its status, which nothing vouches for.
+/// finalizer it carries (from a time its namespace was trusted) is released once its pause and
+/// puller are undone, without acting on its status, which nothing vouches for.
 async fn not_allowed(
     up: &StorageOSUpgrade,
     api: &Api<StorageOSUpgrade>,
@@ -218,6 +218,24 @@ async fn not_allowed(
 ) -> Result<Action, Error> {
     if up.meta().deletion_timestamp.is_some() {
         if finalizer::has(up, FINALIZER) {
+            // Left mid-flight when its namespace stopped being watched: what it did to the
+            // cluster beside it is undone (the pause annotation, so the cluster is reconciled
+            // again once watched, and its puller), never what its status claims to have scaled.
+            let clusters = Api::<StorageOSCluster>::namespaced(ctx.client.clone(), namespace)
+                .list(&kube::api::ListParams::default())
+                .await?;
+            for cluster in clusters.items {
+                if cluster.annotations().get(PAUSED_BY_ANNOTATION) == Some(&up.name_any()) {
+                    let target = UpgradeCluster {
+                        namespace: namespace.to_string(),
+                        name: cluster.name_any(),
+                    };
+                    tracing::info!(upgrade = %key(up), cluster = %cluster.name_any(), "un-pausing the cluster of an upgrade no longer watched");
+                    set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
+                }
+            }
+            ctx.applier.delete_ours(&puller_key(up)).await?;
+            ctx.applier.forget(&puller_key(up));
             finalizer::remove(api, up, FINALIZER, &patch_params()).await?;
         }
         return Ok(Action::await_change());

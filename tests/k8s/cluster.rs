@@ -25,6 +25,7 @@ use serde_json::json;
 use storageos_operator::cluster::{self, Context};
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
+use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
 use storageos_operator::sim::{self, Simulator};
 use support::{TestNamespace, from_json, wait_for};
 
@@ -620,7 +621,6 @@ async fn missing_etcd_tls_source_never_prunes_the_copy_and_long_names_delete() {
 #[tokio::test]
 async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused() {
     use storageos_operator::reasons::NAMESPACE_NOT_ALLOWED;
-    use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
 
     let _lock = support::cluster_lock();
     let ns = TestNamespace::new("trusted").await;
@@ -729,5 +729,61 @@ async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused()
         tenants.get_opt("storageos").await.ok()?.is_none().then_some(())
     })
     .await;
+    operator.abort();
+}
+
+/// A cluster whose namespace stopped being watched and is then deleted leaves nothing behind:
+/// its cluster-scoped children (the ClusterRoleBindings naming its operand ServiceAccounts
+/// among them) go with it, as they would had it stayed watched.
+#[tokio::test]
+async fn a_cluster_deleted_after_its_namespace_stopped_being_watched_leaves_nothing_behind() {
+    let _lock = support::cluster_lock();
+    let ns = TestNamespace::new("trust-lost").await;
+    let client = ns.client.clone();
+    support::install_crds(&client).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let _sync = sim.sync_with_kubernetes(client.clone());
+    let operator_client = support::operator_client().await;
+    let watching = |namespace: &str| {
+        let ctx = Context::new(
+            operator_client.clone(),
+            support::operator::operator_config(sim.url(), None),
+            ReconcileMetrics::register(&mut Registry::default()),
+            None,
+        )
+        .with_trusted_namespaces(TrustedNamespaces::only(namespace));
+        tokio::spawn(cluster::run(Arc::new(ctx), std::future::pending()))
+    };
+    let operator = watching(&ns.name);
+    secret(&ns).await;
+    let clusters: Api<StorageOSCluster> = ns.api();
+    clusters
+        .create(&PostParams::default(), &from_json(cluster_json(&ns.name, "storageos")))
+        .await
+        .unwrap();
+    wait_for("the cluster's ClusterRoleBindings", SETTLE, || async {
+        let named = support::cluster_role_bindings_naming(&client, &ns.name).await;
+        (!named.is_empty()).then_some(())
+    })
+    .await;
+
+    // The operator restarts watching another namespace only; then the cluster is deleted.
+    operator.abort();
+    let _ = operator.await;
+    let operator = watching("storageos-operator");
+    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the cluster to be deleted", SETTLE, || async {
+        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let named = support::cluster_role_bindings_naming(&client, &ns.name).await;
+    assert!(named.is_empty(), "orphaned: {named:?}");
+    assert!(
+        ns.api::<DaemonSet>()
+            .get_opt("storageos-daemonset")
+            .await
+            .unwrap()
+            .is_none()
+    );
     operator.abort();
 }
