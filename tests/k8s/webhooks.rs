@@ -698,7 +698,7 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
         .filter(|o| o.kind().starts_with("ValidatingAdmissionPolicy"))
         .map(|o| o.to_value().unwrap())
         .collect();
-    assert_eq!(policy.len(), 4, "the two policies and their bindings are rendered");
+    assert_eq!(policy.len(), 6, "the three policies and their bindings are rendered");
     for obj in &policy {
         support::identity::apply_as_admin(&admin, obj).await;
     }
@@ -741,6 +741,41 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
         refused.contains(&format!("StorageClass {secure} asks for encryption")) && refused.contains("retry"),
         "{refused}"
     );
+    // A label value the pvc-mutator cannot read decides nothing: the class's encryption stands.
+    match pvcs
+        .create(
+            &PostParams::default(),
+            &pvc("label-no", &secure, json!({ENCRYPTION: "no"}), json!({})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert!(s.message.contains("asks for encryption"), "{s:?}"),
+        other => panic!("a PVC labelled \"no\" was admitted without keys: {other:?}"),
+    }
+    // Keys named in another namespace (another tenant's Secret) are refused, whatever the class.
+    let foreign = json!({SECRET_NAME_ANNOTATION: "storageos-volume-key-x", SECRET_NAMESPACE_ANNOTATION: "kube-system"});
+    let refused = wait_for(
+        "the policy to refuse a key Secret in another namespace",
+        Duration::from_secs(30),
+        || async {
+            match pvcs
+                .create(
+                    &PostParams::default(),
+                    &pvc("foreign", &plain, json!({}), foreign.clone()),
+                )
+                .await
+            {
+                Err(kube::Error::Api(s)) => Some(s.message),
+                Ok(_) => {
+                    let _ = pvcs.delete("foreign", &DeleteParams::default()).await;
+                    None
+                }
+                Err(_) => None,
+            }
+        },
+    )
+    .await;
+    assert!(refused.contains("must be the namespace of the PVC"), "{refused}");
     let keys = json!({SECRET_NAME_ANNOTATION: "storageos-volume-key-x", SECRET_NAMESPACE_ANNOTATION: ns.name});
     for (name, class, labels, annotations) in [
         ("with-keys", &secure, json!({}), keys.clone()),
