@@ -33,6 +33,9 @@ pub enum Then {
     Wait(Action),
     /// Fail the pass: it is retried with backoff.
     Fail(Error),
+    /// Try again after the action, reporting nothing: a state that ends by itself within
+    /// seconds (a namespace of ours still being deleted when a new cluster applies into it).
+    Retry(Action),
 }
 
 /// The inputs and the plan of the pass, or why there is none.

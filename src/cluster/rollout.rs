@@ -19,6 +19,9 @@ use crate::runtime::kube::apply;
 use crate::runtime::kube::object::FIELD_MANAGER;
 use crate::storageos::CSI_DRIVER;
 
+/// How the apiserver refuses content in a namespace being deleted.
+const NAMESPACE_TERMINATING: &str = "because it is being terminated";
+
 /// Applies the plan and prunes; a refusal (Ready=False naming the objects, then a failed pass)
 /// when an object was not applied. Nothing is pruned then: pruning could delete something still
 /// wanted (a half-applied switch of the CSI strategy, say) until a pass applies everything.
@@ -43,11 +46,19 @@ pub async fn roll_out(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) ->
             message: message.clone(),
         };
         let reason = report.failed_reason();
-        return Ok(Err(Refusal {
-            reason,
-            message,
-            then: Then::Fail(failed),
-        }));
+        // The drain guards' namespace is deleted with the last cluster; a cluster created
+        // right after applies into it while it is still terminating, for a few seconds.
+        // A namespace just gone is the end of that: the next pass creates it again.
+        let transient =
+            |r: &str| r.contains(NAMESPACE_TERMINATING) || (r.contains("namespaces \"") && r.contains("not found"));
+        let then = if report.failures.iter().all(|f| transient(&f.reason)) {
+            Then::Retry(kube::runtime::controller::Action::requeue(
+                std::time::Duration::from_secs(2),
+            ))
+        } else {
+            Then::Fail(failed)
+        };
+        return Ok(Err(Refusal { reason, message, then }));
     }
     let pruned = ctx
         .applier

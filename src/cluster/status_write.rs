@@ -30,9 +30,13 @@ pub async fn refuse(
     ctx: &Context,
     refusal: Refusal,
 ) -> Result<Action, Error> {
+    if let Then::Retry(action) = refusal.then {
+        tracing::info!(cluster = %cluster.name_any(), message = %refusal.message, "trying again shortly");
+        return Ok(action);
+    }
     not_ready(cluster, api, ctx, refusal.reason, refusal.message).await?;
     match refusal.then {
-        Then::Wait(action) => Ok(action),
+        Then::Wait(action) | Then::Retry(action) => Ok(action),
         Then::Fail(e) => Err(e),
     }
 }
