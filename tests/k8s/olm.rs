@@ -358,7 +358,8 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
     // then again once it completed (left in place).
     wait_upgradeable(&admin, ns, &name, "True", "UpgradeSafe").await;
     let upgrades: Api<StorageOSUpgrade> = Api::namespaced(admin.clone(), ns);
-    let new_image = "storageos/node:v2.10.0";
+    // The next minor of the example's node image (v2.4.2): a path StorageOS supports.
+    let new_image = "storageos/node:v2.5.0";
     sim.set_faults(sim::Faults {
         offline_with_image: Some(new_image.into()),
         ..sim::Faults::default()
@@ -369,6 +370,11 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
     }))
     .unwrap();
     upgrades.create(&PostParams::default(), &upgrade).await.unwrap();
+    wait_for("the upgrade to hold the cluster", SETTLE, || async {
+        let phase = upgrades.get("olm-held").await.ok()?.status?.phase?;
+        (phase == UpgradePhase::UpgradingNodes).then_some(())
+    })
+    .await;
     let held = wait_upgradeable(&admin, ns, &name, "False", "StorageOSUpgradeUnderWay").await;
     assert!(held.contains(&format!("{ns}/olm-held")), "{held}");
     sim.set_faults(sim::Faults::default());
