@@ -19,7 +19,7 @@ use super::mirror::build::pvc_of_in;
 use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, attach::decide::users};
 use crate::apimanager::cached_pvc::CachedPvc;
-use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
+use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::storageos::LABEL_REPLICAS;
@@ -152,7 +152,6 @@ pub async fn run(ctx: Arc<Context>) {
         ctx: &ctx,
         kit: ctx.kit(CONTROLLER),
         pvcs: &pvcs,
-        node_names: HashMap::new(),
         seen: HashMap::new(),
     };
     subscription.follow(&mut health).await;
@@ -163,21 +162,14 @@ struct Conditions<'a> {
     ctx: &'a Context,
     kit: ControllerKit,
     pvcs: &'a Store<CachedPvc>,
-    /// StorageOS node ID → name, from the last node list read.
-    node_names: HashMap<String, String>,
     /// By volume ID, the condition last seen.
     seen: HashMap<String, Condition>,
 }
 
 impl OnSnapshot for Conditions<'_> {
+    /// Subscribed so that the nodes are polled; an event names nodes from the latest list.
     const NODES: bool = true;
     const VOLUMES: bool = true;
-
-    async fn nodes(&mut self, snapshot: &NodeSnapshot) {
-        if let Some(nodes) = snapshot.ok() {
-            self.node_names = nodes.iter().map(|n| (n.id.clone(), n.name.to_string())).collect();
-        }
-    }
 
     async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
         // A failed read says nothing; a partial one says nothing of the volumes it missed.
@@ -198,15 +190,23 @@ impl OnSnapshot for Conditions<'_> {
             let ids: std::collections::HashSet<&str> = list.volumes().map(|v| v.id.as_str()).collect();
             self.seen.retain(|id, _| ids.contains(id.as_str()));
         }
+        // The pods of each namespace with a change, listed once for all its volumes.
+        let mut pods: HashMap<String, Option<Vec<Pod>>> = HashMap::new();
         for (v, ns, now) in changed {
-            self.announce(v, ns, now).await;
+            self.announce(v, ns, now, &mut pods).await;
         }
     }
 }
 
 impl Conditions<'_> {
     /// The event of a changed condition, on the PVC bound to the volume and on its pods.
-    async fn announce(&self, v: &Volume, storageos_ns: Option<&str>, c: Condition) {
+    async fn announce(
+        &self,
+        v: &Volume,
+        storageos_ns: Option<&str>,
+        c: Condition,
+        pods: &mut HashMap<String, Option<Vec<Pod>>>,
+    ) {
         self.ctx.metrics.count_volume_condition(c.name());
         let Some((ns, claim)) = pvc_of_in(v, storageos_ns) else {
             tracing::info!(controller = CONTROLLER, volume = %v.name, condition = c.name(), "a volume without a PVC changed condition");
@@ -219,7 +219,13 @@ impl Conditions<'_> {
         else {
             return;
         };
-        let name_of = |id: &str| self.node_names.get(id).cloned().unwrap_or_else(|| id.to_string());
+        let nodes = self.ctx.storageos.latest_nodes();
+        let listed = nodes.as_ref().and_then(|n| n.ok());
+        let name_of = |id: &str| {
+            listed
+                .and_then(|l| l.iter().find(|n| n.id == id))
+                .map_or_else(|| id.to_string(), |n| n.name.to_string())
+        };
         let note = describe(v, c, &name_of);
         let (kind, reason) = match c {
             Condition::Healthy => (EventType::Normal, reasons::VOLUME_CONDITION_NORMAL),
@@ -227,23 +233,20 @@ impl Conditions<'_> {
         };
         tracing::info!(controller = CONTROLLER, pvc = %format!("{ns}/{claim}"), condition = c.name(), "{note}");
         self.kit.event(pvc.as_ref(), kind, reason, note.clone()).await;
-        match Api::<Pod>::namespaced(self.ctx.kube.clone(), &ns)
-            .list(&ListParams::default())
-            .await
-        {
-            Ok(pods) => {
-                let users = users(&pods.items, &claim);
-                for pod in pods.items.iter().filter(|p| {
-                    users
-                        .iter()
-                        .any(|u| !u.deleting && Some(&u.name) == p.metadata.name.as_ref())
-                }) {
-                    let note = format!("PVC {claim}: {note}");
-                    self.kit.event(pod, kind, reason, note).await;
-                }
-            }
-            Err(e) => {
+        if !pods.contains_key(&ns) {
+            let listed = Api::<Pod>::namespaced(self.ctx.kube.clone(), &ns)
+                .list(&ListParams::default())
+                .await;
+            if let Err(e) = &listed {
                 tracing::warn!(controller = CONTROLLER, namespace = %ns, error = %e, "cannot list the pods using the PVC; the event is on the PVC only");
+            }
+            pods.insert(ns.clone(), listed.ok().map(|l| l.items));
+        }
+        let in_ns = pods.get(&ns).and_then(Option::as_deref).unwrap_or_default();
+        for user in users(in_ns, &claim).iter().filter(|u| !u.deleting) {
+            if let Some(pod) = in_ns.iter().find(|p| p.metadata.name.as_ref() == Some(&user.name)) {
+                let note = format!("PVC {claim}: {note}");
+                self.kit.event(pod, kind, reason, note).await;
             }
         }
     }

@@ -35,7 +35,7 @@ use super::snapshot::{OnSnapshot, Subscription};
 use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::maintenance::Maintenance;
-use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
+use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::storageos::models::{Node, Volume};
@@ -92,7 +92,6 @@ pub async fn run(ctx: Arc<Context>) {
             attachments: &attachments,
             k8s_nodes: &k8s_nodes,
             pvcs: &pvcs,
-            nodes: None,
             held: false,
         };
         subscription.follow(&mut recovery).await;
@@ -106,8 +105,6 @@ struct Recovery<'a> {
     attachments: &'a Store<VolumeAttachment>,
     k8s_nodes: &'a Store<NodeState>,
     pvcs: &'a Store<CachedPvc>,
-    /// The last node snapshot (a failed read included: then nothing is done).
-    nodes: Option<Arc<NodeSnapshot>>,
     /// Whether the partition hold was logged.
     held: bool,
 }
@@ -123,17 +120,15 @@ struct Case<'v> {
 }
 
 impl OnSnapshot for Recovery<'_> {
+    /// Subscribed so that the nodes are polled; each volume snapshot reads the latest list.
     const NODES: bool = true;
     const VOLUMES: bool = true;
 
-    async fn nodes(&mut self, snapshot: &NodeSnapshot) {
-        self.nodes = Some(Arc::new(snapshot.clone()));
-    }
-
     async fn volumes(&mut self, snapshot: &VolumeSnapshot) {
-        // Only a complete volume read and a node list that worked say where volumes are.
+        // Only a complete volume read and a node list that worked (the latest: a failed one
+        // says nothing) say where volumes are.
         let Some(list) = snapshot.complete() else { return };
-        let Some(node_snapshot) = self.nodes.clone() else {
+        let Some(node_snapshot) = self.ctx.storageos.latest_nodes() else {
             return;
         };
         let Some(nodes) = node_snapshot.ok() else { return };
