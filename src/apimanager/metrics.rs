@@ -338,6 +338,14 @@ impl ApiManagerMetrics {
             .inc();
     }
 
+    /// How many VolumeAttachments attach recovery deleted for `why`, as
+    /// `storageos_attachments_deleted_total` shows it.
+    pub fn attachments_deleted(&self, why: AttachmentDeleted) -> u64 {
+        self.attachments_deleted
+            .get_or_create(&ReasonOnly { reason: why.label() })
+            .get()
+    }
+
     /// Counts one announced change of a volume's condition (one of [`VOLUME_CONDITIONS`]).
     pub fn count_volume_condition(&self, condition: &'static str) {
         self.volume_conditions.get_or_create(&ConditionOnly { condition }).inc();

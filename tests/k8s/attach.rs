@@ -18,13 +18,15 @@ use crate::fencing::World;
 use crate::out_of_service::set_ready;
 use crate::support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use storageos_operator::apimanager::controllers::{attach, volume_health};
+use storageos_operator::apimanager::controllers::{Context, attach, volume_health};
+use storageos_operator::apimanager::metrics::AttachmentDeleted;
 use storageos_operator::reasons;
 use storageos_operator::sim::{SimHandle, VolumeSeed};
 use storageos_operator::storageos::Health;
@@ -46,13 +48,14 @@ const VOLUME_READ: &str = "GET /v2/namespaces/{id}/volumes/{id}";
 /// The StorageClass of the tests' static PVs (no such class needs to exist to bind).
 const CLASS: &str = "storageos-attach-test";
 
-/// Attach recovery as the api-manager runs it, on `sim`.
-async fn start_recovery(sim: &SimHandle) -> tokio::task::JoinHandle<()> {
+/// Attach recovery as the api-manager runs it, on `sim`; also the controllers' context (its
+/// metrics).
+async fn start_recovery(sim: &SimHandle) -> (tokio::task::JoinHandle<()>, Arc<Context>) {
     let ctx = support::api_manager_context(sim, FLAGS).await;
-    let task = tokio::spawn(attach::run(ctx));
+    let task = tokio::spawn(attach::run(ctx.clone()));
     // Its caches filled and a volume poll or two seen.
     after_polls(sim, VOLUME_POLL, 2).await;
-    task
+    (task, ctx)
 }
 
 /// PVC `claim` bound to a StorageOS PV, with its volume (master on `master`, `replicas`
@@ -167,7 +170,7 @@ async fn an_attachment_storageos_has_detached_goes_within_one_volume_poll_for_an
             .unwrap_or_default()
             .contains_key("storageos.com/fenced")
     );
-    let task = start_recovery(&w.sim).await;
+    let (task, ctx) = start_recovery(&w.sim).await;
 
     let va = attached(&w, "stale", &a, &pv).await;
     let since = w.sim.requests().last().map_or(0, |r| r.seq);
@@ -191,6 +194,7 @@ async fn an_attachment_storageos_has_detached_goes_within_one_volume_poll_for_an
     );
     let on_pod = stale_event(&w, "app", &a).await;
     assert!(message(&on_pod).contains("data"), "{on_pod:?}");
+    assert_eq!(ctx.metrics.attachments_deleted(AttachmentDeleted::Contradicted), 1);
     task.abort();
 }
 
@@ -204,7 +208,7 @@ async fn an_attachment_storageos_confirms_stays_and_goes_once_storageos_detaches
     storageos_attach(&w.sim, &pv, Some(&a)).await;
     // A second pod of the claim on B (it would wait with Multi-Attach): the volume is A's.
     w.pod("app", &b, None, &["data"]).await;
-    let task = start_recovery(&w.sim).await;
+    let (task, _) = start_recovery(&w.sim).await;
     let va = attached(&w, "live", &a, &pv).await;
 
     after_polls(&w.sim, VOLUME_POLL, 4).await;
@@ -231,7 +235,7 @@ async fn a_lost_nodes_attachment_goes_but_not_in_a_partition_nor_during_an_upgra
     storageos_attach(&w.sim, &pv, Some(&a)).await;
     w.pod("app", &a, None, &["data"]).await;
     let va = attached(&w, "lost", &a, &pv).await;
-    let task = start_recovery(&w.sim).await;
+    let (task, ctx) = start_recovery(&w.sim).await;
 
     // A is lost: offline in StorageOS and NotReady, but its pod is still there.
     w.sim.set_health(&a, Health::Offline).unwrap();
@@ -277,6 +281,7 @@ async fn a_lost_nodes_attachment_goes_but_not_in_a_partition_nor_during_an_upgra
     wait_gone(&w, &va).await;
     let e = stale_event(&w, "data", &a).await;
     assert!(message(&e).contains("offline"), "{e:?}");
+    assert_eq!(ctx.metrics.attachments_deleted(AttachmentDeleted::NodeLost), 1);
     task.abort();
 }
 
