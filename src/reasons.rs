@@ -289,6 +289,12 @@ reasons! {
         "Warning: a drain waited the cluster's spec.nodeMaintenance.maxDrainHold; the node's guard now allows the eviction and the volumes whose last ready copy it holds go offline with it (each PVC has this event).";
     DRAIN_UNBLOCKED = "DrainUnblocked", Event, "Node",
         "Normal: the node holds no last copy any more; its drain guard was removed and a drain proceeds.";
+    STALE_ATTACHMENT_DELETED = "StaleAttachmentDeleted", Event, "PersistentVolumeClaim, Pod",
+        "Warning: a VolumeAttachment of the PVC's volume that StorageOS contradicts (its node does not hold the volume, or is offline and NotReady) was deleted so that the pod waiting on another node attaches it.";
+    VOLUME_CONDITION_ABNORMAL = "VolumeConditionAbnormal", Event, "PersistentVolumeClaim, Pod",
+        "Warning: the PVC's StorageOS volume became degraded (a replica not ready or syncing) or unavailable (master offline with no promotable replica).";
+    VOLUME_CONDITION_NORMAL = "VolumeConditionNormal", Event, "PersistentVolumeClaim, Pod",
+        "Normal: the PVC's StorageOS volume is healthy again (master online, every replica ready).";
     DELETED = "Deleted", Event, "Node, Namespace",
         "Normal: the StorageOS node or namespace of this name was deleted with (or without) its Kubernetes object.";
     DELETE_RETRYING = "DeleteRetrying", Event, "Node, Namespace",

@@ -51,6 +51,11 @@ pub struct ApiManagerArgs {
     /// How long a node tainted out of service must be online and Ready before the taint goes.
     #[arg(long, default_value = DEFAULT_COOL_DOWN, value_parser = duration)]
     pub node_out_of_service_cool_down: Duration,
+    /// Delete StorageOS VolumeAttachments that StorageOS contradicts, for every pod
+    /// (`spec.attachRecovery`, which the operator renders; off when the flag is absent, as the
+    /// Go api-manager has no such controller; docs/api-manager.md, "Attach recovery").
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "false", default_missing_value = "true")]
+    pub enable_attach_recovery: bool,
     /// Sync Kubernetes node labels to StorageOS nodes.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, value_parser = go_bool, default_value = "true", default_missing_value = "true")]
     pub enable_node_label_sync: bool,
@@ -288,6 +293,7 @@ impl ApiManagerArgs {
                     image: image.into(),
                     namespace: self.drain_guard_namespace.clone(),
                 }),
+            attach_recovery: self.enable_attach_recovery,
             out_of_service: self.enable_node_out_of_service.then_some(OutOfServiceConfig {
                 offline_polls: self.node_out_of_service_offline_polls,
                 cool_down: self.node_out_of_service_cool_down,
@@ -429,6 +435,27 @@ mod tests {
         );
         assert_eq!((a.node_fencer_workers, a.node_fencer_timeout.as_secs()), (5, 25));
         assert_eq!(a.k8s_create_wait_duration.as_secs(), 20);
+    }
+
+    #[test]
+    fn attach_recovery_is_off_unless_the_operator_renders_it_on() {
+        assert!(
+            !parse("").unwrap().controllers().attach_recovery,
+            "a Go-style command line"
+        );
+        assert!(parse("--enable-attach-recovery").unwrap().controllers().attach_recovery);
+        assert!(
+            parse("--enable-attach-recovery=true")
+                .unwrap()
+                .controllers()
+                .attach_recovery
+        );
+        assert!(
+            !parse("-enable-attach-recovery=false")
+                .unwrap()
+                .controllers()
+                .attach_recovery
+        );
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct ApiManagerMetrics {
     volumes: Family<HealthLabel, Gauge>,
     drain_waiting: Family<NodeLabel, Gauge>,
     drain_holds_expired: Counter,
+    attachments_deleted: Family<ReasonOnly, Counter>,
+    volume_conditions: Family<ConditionOnly, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -82,6 +84,38 @@ fn set_counts<'a>(family: &Family<HealthLabel, Gauge>, known: &[&str], healths: 
 struct OutcomeOnly {
     outcome: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonOnly {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionOnly {
+    condition: &'static str,
+}
+
+/// Why attach recovery deleted a VolumeAttachment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachmentDeleted {
+    /// Its node does not hold the volume in StorageOS and a pod on another node uses its PVC.
+    Contradicted,
+    /// Its node is offline in StorageOS and NotReady (or gone) and no pod of the PVC is left there.
+    NodeLost,
+}
+
+impl AttachmentDeleted {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            AttachmentDeleted::Contradicted => "contradicted",
+            AttachmentDeleted::NodeLost => "node_lost",
+        }
+    }
+}
+
+/// The volume conditions the volume health controller announces on PVCs.
+pub const VOLUME_CONDITIONS: [&str; 3] = ["healthy", "degraded", "unavailable"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionOnly {
@@ -177,6 +211,8 @@ impl ApiManagerMetrics {
             volumes: Family::default(),
             drain_waiting: Family::default(),
             drain_holds_expired: Counter::default(),
+            attachments_deleted: Family::default(),
+            volume_conditions: Family::default(),
         };
         set_counts(&m.nodes, &NODE_HEALTHS, std::iter::empty());
         set_counts(&m.volumes, &VOLUME_HEALTHS, std::iter::empty());
@@ -248,6 +284,24 @@ impl ApiManagerMetrics {
             "Drain guards released because the drain waited the cluster's maximum hold",
             m.drain_holds_expired.clone(),
         );
+        for reason in [AttachmentDeleted::Contradicted, AttachmentDeleted::NodeLost] {
+            let _ = m
+                .attachments_deleted
+                .get_or_create(&ReasonOnly { reason: reason.label() });
+        }
+        stos.register(
+            "attachments_deleted",
+            "VolumeAttachments that StorageOS contradicted, deleted by attach recovery so a waiting pod attaches, by reason",
+            m.attachments_deleted.clone(),
+        );
+        for condition in VOLUME_CONDITIONS {
+            let _ = m.volume_conditions.get_or_create(&ConditionOnly { condition });
+        }
+        stos.register(
+            "volume_condition_changes",
+            "Changes of a volume's condition announced on its PVC (VolumeConditionAbnormal, VolumeConditionNormal), by the condition entered",
+            m.volume_conditions.clone(),
+        );
         for ((name, help), h) in MIRROR_METRICS.iter().zip(&m.mirror) {
             stos.register(*name, *help, h.clone());
         }
@@ -275,6 +329,26 @@ impl ApiManagerMetrics {
     /// Counts one hold that ended at the maximum.
     pub fn count_drain_hold_expired(&self) {
         self.drain_holds_expired.inc();
+    }
+
+    /// Counts one VolumeAttachment deleted by attach recovery.
+    pub fn count_attachment_deleted(&self, why: AttachmentDeleted) {
+        self.attachments_deleted
+            .get_or_create(&ReasonOnly { reason: why.label() })
+            .inc();
+    }
+
+    /// How many VolumeAttachments attach recovery deleted for `why`, as
+    /// `storageos_attachments_deleted_total` shows it.
+    pub fn attachments_deleted(&self, why: AttachmentDeleted) -> u64 {
+        self.attachments_deleted
+            .get_or_create(&ReasonOnly { reason: why.label() })
+            .get()
+    }
+
+    /// Counts one announced change of a volume's condition (one of [`VOLUME_CONDITIONS`]).
+    pub fn count_volume_condition(&self, condition: &'static str) {
+        self.volume_conditions.get_or_create(&ConditionOnly { condition }).inc();
     }
 
     /// Counts one fencer outcome.

@@ -131,6 +131,16 @@ pub struct StorageOSClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_out_of_service: Option<StorageOSClusterNodeOutOfService>,
 
+    /// Delete a StorageOS VolumeAttachment that StorageOS contradicts, so that a pod waiting on
+    /// another node attaches the volume instead of failing with Multi-Attach: one whose node
+    /// does not hold the volume in StorageOS while a pod on another node uses its PVC, or one
+    /// whose node is offline in StorageOS and NotReady (or gone) with no pod of the PVC left on
+    /// it. Never one StorageOS confirms, never on a partial read, while an upgrade is in
+    /// progress or while more than half the StorageOS nodes are offline (docs/api-manager.md,
+    /// "Attach recovery"). The api-manager's Go image ignores it. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach_recovery: Option<bool>,
+
     /// How node drains meet StorageOS volumes: which volumes make a drain wait, and for how
     /// long at most (docs/api-manager.md, "Drain gate"). Unset: the defaults of each field.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -19,7 +19,7 @@ use crate::render::labels;
     about = "One screen on the operator, the cluster, StorageOS nodes and volumes",
     long_about = "One screen on StorageOS: the operator's pods and which one leads; each \
     StorageOSCluster's phase and conditions; its api-manager (and leader) and node pods; the \
-    StorageOS nodes and the volumes that are not healthy, with where their master is (from \
+    StorageOS nodes and the volumes that are not healthy, with their PVCs and where their master is (from \
     nodes.api.storageos.com and volumes.api.storageos.com); pods fenced in the last hour; and \
     everything that is not Ready, with its message. Reads only."
 )]
@@ -154,13 +154,15 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
         )));
     }
     let volumes = super::list_or_none::<StorageOSVolume>(client).await;
-    let unhealthy: Vec<[String; 4]> = volumes
+    let unhealthy: Vec<[String; 5]> = volumes
         .iter()
         .filter_map(|v| {
             let s = v.status.clone()?;
             (s.health != "healthy").then(|| {
+                let ns = v.namespace().unwrap_or_default();
                 [
-                    format!("{}/{}", v.namespace().unwrap_or_default(), v.name_any()),
+                    format!("{ns}/{}", s.pvc),
+                    v.name_any(),
                     s.health,
                     format!("{} ({})", s.master.node, s.master.health),
                     s.replicas_ready,
@@ -179,7 +181,7 @@ pub async fn summary(client: &Client, namespace: &str) -> Result<String, Error> 
     ));
     if !unhealthy.is_empty() {
         out.push_str(&indent(&columns(
-            &["VOLUME", "HEALTH", "MASTER", "REPLICAS"],
+            &["PVC", "VOLUME", "HEALTH", "MASTER", "REPLICAS"],
             &unhealthy,
         )));
     }

@@ -42,8 +42,13 @@ pub const API_MANAGER: &[Rule] = &[
     rule(&[""], &["secrets"], &["get", "create"]),
     rule(&[""], &["secrets"], &["update"]).named(&[API_MANAGER_WEBHOOK_SECRET]),
     rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),
-    // The fencer deletes the StorageOS VolumeAttachments of fenced pods.
-    rule(&["storage.k8s.io"], &["volumeattachments"], &["list", "delete"]),
+    // The fencer deletes the StorageOS VolumeAttachments of fenced pods; attach recovery
+    // watches them and deletes those StorageOS contradicts.
+    rule(
+        &["storage.k8s.io"],
+        &["volumeattachments"],
+        &["list", "watch", "delete"],
+    ),
     // CA injection into the webhook configuration the operator renders.
     // Watched by name, so a re-created configuration gets its CA at once.
     rule(

@@ -104,6 +104,8 @@ pub struct Resolved {
     pub disable_fencing: bool,
     /// `spec.nodeOutOfService` when `automatic`: the offline polls and the cool-down.
     pub node_out_of_service: Option<(u16, String)>,
+    /// `spec.attachRecovery`, defaulted (on).
+    pub attach_recovery: bool,
     /// `spec.nodeMaintenance.drainPolicy`, defaulted.
     pub drain_policy: DrainPolicy,
     /// `spec.nodeMaintenance.maxDrainHold` when set (a whole number of s, m or h).
@@ -247,6 +249,7 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
                         .unwrap_or_else(|| DEFAULT_COOL_DOWN.into()),
                 )
             }),
+        attach_recovery: spec.attach_recovery.unwrap_or(true),
         drain_policy: spec
             .node_maintenance
             .as_ref()

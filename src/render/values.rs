@@ -146,6 +146,7 @@ fn api_manager_command(r: &Resolved, image: &str, go_image: bool) -> (Vec<String
         args.push(format!("--drain-guard-image={image}"));
         args.push(format!("--drain-guard-namespace={DRAIN_GUARD_NAMESPACE}"));
         args.push(format!("--drain-policy={}", r.drain_policy));
+        args.push(format!("--enable-attach-recovery={}", r.attach_recovery));
         if let Some(hold) = &r.max_drain_hold {
             args.push(format!("--drain-max-hold={hold}"));
         }

@@ -336,13 +336,7 @@ async fn node_delete_waits_for_the_upgrade_to_end() {
 /// Deletes a volume through the API, as the CSI driver does when its PV goes.
 async fn delete_volume(sim: &SimHandle, namespace_id: &str, volume_id: &str, version: &str) {
     let http = reqwest::Client::new();
-    let login = http
-        .post(format!("{}/v2/auth/login", sim.url()))
-        .json(&json!({"username": "storageos", "password": "storageos"}))
-        .send()
-        .await
-        .unwrap();
-    let token = login.headers()["authorization"].to_str().unwrap().to_string();
+    let token = support::sim_login(&http, sim).await;
     let resp = http
         .delete(format!(
             "{}/v2/namespaces/{namespace_id}/volumes/{volume_id}?version={version}",

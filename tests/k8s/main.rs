@@ -12,6 +12,7 @@ mod support;
 mod adoption;
 mod apimanager;
 mod apply;
+mod attach;
 mod cluster;
 mod crds;
 mod drain;

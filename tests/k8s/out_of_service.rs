@@ -44,7 +44,7 @@ async fn taint(client: &Client, node: &str, effect: &str) {
 }
 
 /// Writes the Node's Ready condition, with a heartbeat of now.
-async fn set_ready(client: &Client, node: &str, ready: bool) {
+pub(crate) async fn set_ready(client: &Client, node: &str, ready: bool) {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let status = if ready { "True" } else { "False" };
     let patch = json!({"status": {"conditions": [{

@@ -379,6 +379,21 @@ pub async fn sim_on_the_plane() -> (Client, storageos_operator::sim::SimHandle) 
     (client, sim)
 }
 
+/// Logs in to `sim` as the CSI driver does; the `authorization` header to send (`Bearer …`).
+#[allow(dead_code)]
+pub async fn sim_login(http: &reqwest::Client, sim: &storageos_operator::sim::SimHandle) -> String {
+    let login = http
+        .post(format!("{}/v2/auth/login", sim.url()))
+        .json(&serde_json::json!({"username": "storageos", "password": "storageos"}))
+        .send()
+        .await
+        .expect("log in to the simulator");
+    login.headers()["authorization"]
+        .to_str()
+        .expect("an ASCII authorization header")
+        .to_string()
+}
+
 /// Held by a test that needs the cluster-wide "one active StorageOSCluster" to be its own
 /// cluster; released when dropped. Serialises such tests across test binaries and processes.
 pub struct ClusterLock(std::fs::File);

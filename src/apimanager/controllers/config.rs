@@ -32,6 +32,8 @@ pub struct Config {
     /// The drain gate's guards; `None` when no guard image is given (the gate is then only
     /// shown, not enforced).
     pub drain_guard: Option<DrainGuardConfig>,
+    /// Whether VolumeAttachments StorageOS contradicts are deleted (`--enable-attach-recovery`).
+    pub attach_recovery: bool,
     /// The out-of-service controller; `None` when off (the default).
     pub out_of_service: Option<OutOfServiceConfig>,
 }

@@ -4,6 +4,7 @@
 //!
 //! Each controller has an explicit name, used for its reconcile metrics and logs.
 
+pub mod attach;
 pub mod config;
 pub mod delete_sync;
 pub mod drain;
@@ -18,6 +19,7 @@ pub mod out_of_service;
 pub mod pvc_label;
 pub mod shared_volume;
 pub mod snapshot;
+pub mod volume_health;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -199,6 +201,8 @@ pub async fn run(ctx: Arc<Context>) {
         shared_volume::run(ctx.clone()),
         mirror::run(ctx.clone()),
         drain::run(ctx.clone()),
+        attach::run(ctx.clone()),
+        volume_health::run(ctx.clone()),
         out_of_service::run(ctx.clone()),
         node_delete::run(ctx.clone()),
         namespace_delete::run(ctx.clone()),

@@ -368,12 +368,24 @@ impl State {
     }
 
     /// Test knob: sets the health of every replica of a volume (`syncing` while a replica
-    /// catches up, `ready` once it has), as a rebuild does.
+    /// catches up, `ready` once it has), as a rebuild does. A syncing replica reports its
+    /// progress as StorageOS does (the whole volume left at 64 MiB/s); any other health none.
     pub fn set_replica_health(&mut self, namespace: &str, name: &str, health: &str) -> Result<Volume, ApiError> {
+        const THROUGHPUT: u64 = 64 << 20;
         let vi = self.vol_index_by_name(namespace, name)?;
         let v = self.touch(vi);
+        let progress = if health == "syncing" {
+            SyncProgress {
+                bytes_remaining: v.size_bytes,
+                throughput_bytes: THROUGHPUT,
+                estimated_seconds_remaining: v.size_bytes.div_ceil(THROUGHPUT),
+            }
+        } else {
+            SyncProgress::default()
+        };
         for r in &mut v.replicas {
             r.health = health.into();
+            r.sync_progress = progress;
         }
         Ok(v.clone())
     }
