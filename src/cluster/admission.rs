@@ -16,7 +16,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Client, ResourceExt};
 
@@ -130,34 +130,13 @@ async fn validate(State(state): State<Arc<(Client, TrustedNamespaces)>>, Json(re
 
 /// The one-cluster verdict from the clusters in the watched namespaces.
 async fn clusters(client: &Client, trusted: &TrustedNamespaces, namespace: &str, name: &str) -> Verdict {
-    match watched_clusters(client, trusted).await {
+    match trusted.list::<StorageOSCluster>(client).await {
         Ok(list) => verdict(&list, namespace, name, trusted),
         Err(e) => {
             tracing::warn!(error = %e, "cannot list StorageOSClusters; allowing the create");
             Verdict::Warn(format!(
                 "the operator could not check for another StorageOSCluster ({e}); if one exists, this one stays Pending"
             ))
-        }
-    }
-}
-
-/// The StorageOSClusters in the watched namespaces, read one namespace at a time (every
-/// namespace only when all are watched): clusters elsewhere are never read.
-async fn watched_clusters(client: &Client, trusted: &TrustedNamespaces) -> Result<Vec<StorageOSCluster>, kube::Error> {
-    let params = ListParams::default();
-    match trusted {
-        TrustedNamespaces::Any => Ok(Api::<StorageOSCluster>::all(client.clone()).list(&params).await?.items),
-        TrustedNamespaces::Only(names) => {
-            let mut all = Vec::new();
-            for ns in names {
-                all.extend(
-                    Api::<StorageOSCluster>::namespaced(client.clone(), ns)
-                        .list(&params)
-                        .await?
-                        .items,
-                );
-            }
-            Ok(all)
         }
     }
 }

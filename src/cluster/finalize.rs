@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, PatchParams};
+use kube::api::{Api, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -167,11 +167,11 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
                 l.get(k).map(String::as_str) == Some(v)
             });
         let uid = cluster.uid();
-        let others = Api::<StorageOSCluster>::all(ctx.client.clone())
-            .list_metadata(&ListParams::default())
+        let others = ctx
+            .trusted
+            .list::<StorageOSCluster>(&ctx.client)
             .await
             .step("list the StorageOSClusters that may share the drain guards' namespace")?
-            .items
             .into_iter()
             .any(|c| c.metadata.uid != uid && c.metadata.deletion_timestamp.is_none());
         let labelled = made_by_us && !others;

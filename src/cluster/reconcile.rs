@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, ListParams, PatchParams};
+use kube::api::{Api, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -86,16 +86,13 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
         }
         return not_allowed(cluster, &api, ctx).await;
     }
-    let all = Api::<StorageOSCluster>::all(ctx.client.clone())
-        .list(&ListParams::default())
+    // Only a cluster in a trusted namespace can be (or hold back) the active one, and only those
+    // are read: clusters elsewhere never cost a pass anything.
+    let trusted: Vec<StorageOSCluster> = ctx
+        .trusted
+        .list(&ctx.client)
         .await
-        .step("list the StorageOSClusters")?;
-    // Only a cluster in a trusted namespace can be (or hold back) the active one.
-    let trusted: Vec<StorageOSCluster> = all
-        .items
-        .into_iter()
-        .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
-        .collect();
+        .step("list the StorageOSClusters in the watched namespaces")?;
     let is_active = active_cluster(&trusted).is_some_and(|a| same_cluster(a, cluster));
 
     if cluster.metadata.deletion_timestamp.is_some() {

@@ -94,6 +94,34 @@ impl TrustedNamespaces {
         namespace == KUBE_SYSTEM || self.allows_secret_ref(cr_namespace, namespace)
     }
 
+    /// Every `K` in the trusted namespaces, read one namespace at a time (every namespace only
+    /// for `*`): objects elsewhere are never read, however many or large they are. `Err` if any
+    /// read fails: the caller must not act on a partial list.
+    pub async fn list<K>(&self, client: &kube::Client) -> Result<Vec<K>, kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + fmt::Debug,
+    {
+        let params = kube::api::ListParams::default();
+        match self {
+            Self::Any => Ok(kube::Api::<K>::all(client.clone()).list(&params).await?.items),
+            Self::Only(names) => {
+                let mut all = Vec::new();
+                for ns in names {
+                    all.extend(
+                        kube::Api::<K>::namespaced(client.clone(), ns)
+                            .list(&params)
+                            .await?
+                            .items,
+                    );
+                }
+                Ok(all)
+            }
+        }
+    }
+
     /// The Ready=False message of a `kind` in `namespace`, which is not trusted.
     pub fn refusal(&self, kind: &str, namespace: &str) -> String {
         format!(
