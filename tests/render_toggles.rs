@@ -379,6 +379,7 @@ fn a_webhook_client_ca_with_a_go_api_manager_image_is_refused_naming_both_fields
     let mut inputs = render::inputs_from_files(&path, &[], None, "op:v1").unwrap();
     inputs.cluster.spec.api_manager = Some(storageos_operator::crd::StorageOSClusterApiManager {
         webhook_client_ca_config_map: Some("ca".into()),
+        webhook_client_names: None,
     });
     let e = render::build(&inputs).unwrap_err().to_string();
     assert!(

@@ -166,6 +166,11 @@ pub struct ApiManagerArgs {
     /// for the webhook in its admission configuration, so that only the apiserver is.
     #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE")]
     pub webhook_client_ca_file: Option<PathBuf>,
+    /// With `--webhook-client-ca-file`: the names (subject common name or DNS name) a client
+    /// certificate must carry, comma-separated. Unset, any certificate of that CA is served, so
+    /// use a CA dedicated to the webhook (the cluster's CA also signs every kubelet's).
+    #[arg(long, value_delimiter = ',')]
+    pub webhook_client_names: Vec<String>,
     /// Address the webhook server listens on (the Go api-manager used port 9443).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_addr: String,

@@ -255,10 +255,23 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
                 path: path.display().to_string(),
                 why: source.to_string(),
             })?;
-            Some(https::ClientAuth::from_pem(&pem).map_err(|e| Error::ClientCa {
-                path: path.display().to_string(),
-                why: e.to_string(),
-            })?)
+            let names: Vec<String> = args
+                .webhook_client_names
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect();
+            if names.is_empty() {
+                tracing::warn!(ca = %path.display(), "any client certificate of the webhook client CA is served: give --webhook-client-names (spec.webhookClientNames), or use a CA dedicated to the webhook");
+            }
+            Some(
+                https::ClientAuth::from_pem(&pem)
+                    .map_err(|e| Error::ClientCa {
+                        path: path.display().to_string(),
+                        why: e.to_string(),
+                    })?
+                    .with_names(names),
+            )
         }
     };
     let server_slot = slot.clone();

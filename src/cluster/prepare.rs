@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
 use super::context::Context;
-use super::error::Error;
+use super::error::{Error, Step};
 use crate::crd::StorageOSCluster;
 use crate::reasons::{self, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED};
 use crate::render::{self, Inputs, Plan, Resolved};
@@ -51,6 +51,14 @@ pub async fn prepare(cluster: &StorageOSCluster, ctx: &Context) -> Result<Result
         let then = Then::Wait(Action::requeue(Duration::from_secs(15)));
         return Ok(Err(Refusal { reason, message, then }));
     }
+    if let Some(message) = missing_client_ca(ctx, &resolved).await? {
+        let then = Then::Wait(Action::requeue(Duration::from_secs(15)));
+        return Ok(Err(Refusal {
+            reason: reasons::INVALID_SPEC,
+            message,
+            then,
+        }));
+    }
     match render::plan_resolved(&inputs, resolved) {
         Ok(plan) => Ok(Ok((inputs, plan))),
         // An invalid spec: say so and wait for the user to change it.
@@ -60,6 +68,33 @@ pub async fn prepare(cluster: &StorageOSCluster, ctx: &Context) -> Result<Result
             then: Then::Wait(Action::await_change()),
         })),
     }
+}
+
+/// Why the webhook client CA the spec names cannot be used: its ConfigMap (in the operand
+/// namespace) or its key `ca.crt` is missing. The api-manager would not start without it, and
+/// the webhooks would fail.
+async fn missing_client_ca(ctx: &Context, resolved: &Resolved) -> Result<Option<String>, Error> {
+    let Some(name) = &resolved.webhook_client_ca_config_map else {
+        return Ok(None);
+    };
+    let ns = &resolved.namespace;
+    let found = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .step(format!("read ConfigMap {ns}/{name}"))?;
+    let has_key = found
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .is_some_and(|d| d.get("ca.crt").is_some_and(|v| !v.trim().is_empty()));
+    Ok(match (found, has_key) {
+        (None, _) => Some(format!(
+            "spec.apiManager.webhookClientCAConfigMap names ConfigMap {ns}/{name}, which does not exist: create it with the CA of the apiserver's webhook client certificate under key ca.crt (kubectl -n {ns} create configmap {name} --from-file=ca.crt=CA.pem), or unset the field"
+        )),
+        (Some(_), false) => Some(format!(
+            "ConfigMap {ns}/{name} (spec.apiManager.webhookClientCAConfigMap) has no key ca.crt: put the CA of the apiserver's webhook client certificate there"
+        )),
+        (Some(_), true) => None,
+    })
 }
 
 /// Why a cluster in namespace `own` (a trusted one) may not be rendered: a Secret reference or

@@ -288,6 +288,13 @@ pub struct StorageOSClusterApiManager {
     #[serde(rename = "webhookClientCAConfigMap")]
     #[schemars(length(min = 1, max = 253))]
     pub webhook_client_ca_config_map: Option<String>,
+    /// With `webhookClientCAConfigMap`: the names (subject common name or DNS name) the
+    /// apiserver's client certificate carries; a certificate of that CA with any other name (a
+    /// kubelet's, when the CA is the cluster's) is refused. Unset, any certificate of the CA is
+    /// served: then use a CA dedicated to the webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub webhook_client_names: Option<Vec<String>>,
 }
 
 /// Placement of single components.

@@ -98,6 +98,8 @@ pub struct Resolved {
     pub api_manager_tolerations: Vec<Toleration>,
     /// The ConfigMap (key `ca.crt`) of the CA the webhook server requires of its callers.
     pub webhook_client_ca_config_map: Option<String>,
+    /// The names a webhook client certificate must carry (empty: any of the CA).
+    pub webhook_client_names: Vec<String>,
     /// Resources of the node container.
     pub resources: Option<ResourceRequirements>,
     /// No pod-fencer RBAC.
@@ -234,6 +236,14 @@ pub fn resolve(spec: &StorageOSClusterSpec) -> Resolved {
             .as_ref()
             .and_then(|a| a.webhook_client_ca_config_map.clone())
             .filter(|n| !n.is_empty()),
+        webhook_client_names: spec
+            .api_manager
+            .as_ref()
+            .and_then(|a| a.webhook_client_names.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect(),
         resources: spec.resources.clone(),
         disable_fencing: spec.disable_fencing.unwrap_or(false),
         node_out_of_service: spec

@@ -139,6 +139,9 @@ fn api_manager_command(r: &Resolved, image: &str, go_image: bool) -> (Vec<String
     }
     if r.webhook_client_ca_config_map.is_some() {
         args.push(format!("--webhook-client-ca-file={WEBHOOK_CLIENT_CA_DIR}/ca.crt"));
+        if !r.webhook_client_names.is_empty() {
+            args.push(format!("--webhook-client-names={}", r.webhook_client_names.join(",")));
+        }
     }
     // The drain gate's guard pods run the api-manager's own image (`drain-guard`); the Go
     // api-manager has no drain gate.

@@ -8,6 +8,8 @@
 //! connections are limited ([`Limits`]): a TLS handshake and each request's headers must arrive
 //! within a deadline, an idle connection is closed, and at most so many are served at once.
 
+pub mod client_names;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
@@ -137,10 +139,17 @@ fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, Error> {
 /// The CAs whose client certificates the server requires: only a client presenting one it
 /// signed completes the handshake (the apiserver does, when its admission configuration names
 /// a kubeconfig with a client certificate for the webhook).
+/// With names, only certificates of those CAs that carry one of them ([`client_names`]).
 #[derive(Clone)]
-pub struct ClientAuth(Arc<rustls::RootCertStore>);
+pub struct ClientAuth(Arc<rustls::RootCertStore>, Vec<String>);
 
 impl ClientAuth {
+    /// Admits only client certificates whose subject common name or a DNS name is one of
+    /// `names` (none: any certificate of the CAs).
+    pub fn with_names(self, names: Vec<String>) -> Self {
+        Self(self.0, names)
+    }
+
     /// The CA certificates in `pem` (one or more PEM blocks).
     pub fn from_pem(pem: &[u8]) -> Result<Self, Error> {
         let mut roots = rustls::RootCertStore::empty();
@@ -151,7 +160,7 @@ impl ClientAuth {
         if roots.is_empty() {
             return Err(Error::Pem("client CA: no CERTIFICATE block found".into()));
         }
-        Ok(Self(Arc::new(roots)))
+        Ok(Self(Arc::new(roots), Vec::new()))
     }
 }
 
@@ -159,11 +168,18 @@ fn server_config(certs: CertSlot, clients: Option<&ClientAuth>) -> Result<Server
     let builder = ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = match clients {
         None => builder.with_no_client_auth(),
-        Some(ClientAuth(roots)) => {
+        Some(ClientAuth(roots, names)) => {
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
                 .build()
                 .map_err(|e| Error::Pem(format!("client CA: {e}")))?;
-            builder.with_client_cert_verifier(verifier)
+            if names.is_empty() {
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_client_cert_verifier(Arc::new(client_names::NamedClients {
+                    inner: verifier,
+                    names: names.clone(),
+                }))
+            }
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(certs));

@@ -201,15 +201,21 @@ async fn oversized_bodies_and_bodies_beyond_the_byte_budget_are_refused_at_once(
     drop(holders);
 }
 
-#[tokio::test]
-async fn with_client_auth_only_a_client_with_a_certificate_of_the_ca_is_served() {
-    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
-    // The CA the apiserver's webhook client certificate comes from, and that certificate.
+/// A CA of client certificates, as the apiserver's webhook client certificate has.
+fn client_ca() -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca_key = KeyPair::generate().unwrap();
     let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
+    (ca, Issuer::new(ca_params, ca_key))
+}
+
+#[tokio::test]
+async fn with_client_auth_only_a_client_with_a_certificate_of_the_ca_is_served() {
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
+    // The CA the apiserver's webhook client certificate comes from, and that certificate.
+    let (ca, issuer) = client_ca();
     let mut client_params = CertificateParams::new(vec!["kube-apiserver".to_string()]).unwrap();
     client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let client_key = KeyPair::generate().unwrap();
@@ -245,4 +251,50 @@ async fn with_client_auth_only_a_client_with_a_certificate_of_the_ca_is_served()
     let answer = client(Some(id)).get(format!("https://{addr}/")).send().await.unwrap();
     assert_eq!(answer.text().await.unwrap(), "ok");
     assert!(ClientAuth::from_pem(b"not a certificate").is_err());
+}
+
+#[tokio::test]
+async fn a_certificate_of_the_ca_with_another_name_is_refused() {
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
+    // One CA signs the apiserver's webhook client certificate and a kubelet's.
+    let (ca, issuer) = client_ca();
+    let client = |cn: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes()).unwrap()
+    };
+
+    let serving = pki::issue_serving_cert("t", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
+    let slot = CertSlot::new(&serving.cert_pem, &serving.key_pem).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+    let clients = ClientAuth::from_pem(ca.pem().as_bytes())
+        .unwrap()
+        .with_names(vec!["storageos-webhook-client".into()]);
+    tokio::spawn(serve_for(
+        listener,
+        slot,
+        Some(clients),
+        router,
+        std::future::pending(),
+        Limits::default(),
+    ));
+    let call = |id: reqwest::Identity| {
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(serving.ca_pem.as_bytes()).unwrap())
+            .identity(id)
+            .build()
+            .unwrap()
+            .get(format!("https://{addr}/"))
+            .send()
+    };
+    // A kubelet's certificate of the same CA: refused in the handshake.
+    assert!(call(client("system:node:worker-1")).await.is_err());
+    // The certificate the admission configuration names: served.
+    let answer = call(client("storageos-webhook-client")).await.unwrap();
+    assert_eq!(answer.text().await.unwrap(), "ok");
 }
