@@ -240,7 +240,17 @@ impl Drop for TestNamespace {
                 return;
             };
             rt.block_on(async {
-                let api = Api::<Namespace>::all(client().await);
+                let client = client().await;
+                // Pods a test bound to a node it made (and removed) have no kubelet to confirm
+                // their deletion: removed at once, so the namespace goes now, not after the pod
+                // garbage collector's quarantine, and a later test's uninstall does not see them.
+                let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &name);
+                let force = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::background()
+                };
+                let _ = pods.delete_collection(&force, &ListParams::default()).await;
+                let api = Api::<Namespace>::all(client);
                 let _ = api.delete(&name, &DeleteParams::background()).await;
             });
         })
