@@ -117,6 +117,39 @@ fn the_operator_may_create_every_role_the_all_fields_cluster_renders() {
     }
 }
 
+/// The operator may change and delete only the admission objects it renders by name: every
+/// one a golden case renders is named in its rules.
+#[test]
+fn every_admission_object_a_cluster_renders_is_one_the_operator_may_change_by_name() {
+    use storageos_operator::rbac::operator::{ADMISSION_POLICIES, WEBHOOK_CONFIGS};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        for doc in serde_yaml::Deserializer::from_str(&std::fs::read_to_string(&path).unwrap()) {
+            let Ok(v) = <Value as serde::Deserialize>::deserialize(doc) else {
+                continue;
+            };
+            let name = v["metadata"]["name"].as_str().unwrap_or_default();
+            let allowed = match v["kind"].as_str() {
+                Some("MutatingWebhookConfiguration") => WEBHOOK_CONFIGS,
+                Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding") => ADMISSION_POLICIES,
+                _ => continue,
+            };
+            seen += 1;
+            assert!(
+                allowed.contains(&name),
+                "{}: {name} is not in the operator's named rules",
+                path.display()
+            );
+        }
+    }
+    assert!(seen > 0, "no admission object in the goldens");
+}
+
 /// Every file under `dir`, relative to it, sorted.
 fn files_under(dir: &Path) -> Vec<String> {
     let mut out = vec![];
@@ -166,7 +199,7 @@ fn the_bundle_crds_are_the_crds_and_the_csv_carries_the_install_rbac() {
     );
     assert_eq!(
         strategy["deployments"][0]["spec"],
-        serde_json::to_value(i.deployment.spec.unwrap()).unwrap()
+        install::olm::restricted_v2(serde_json::to_value(i.deployment.spec.unwrap()).unwrap())
     );
     assert!(!rbac::has_wildcard(
         &serde_json::from_value::<Vec<PolicyRule>>(strategy["clusterPermissions"][0]["rules"].clone()).unwrap()

@@ -238,11 +238,28 @@ pub fn csv(image: &str) -> Result<Value, Error> {
     csv_from(&install, image)
 }
 
+/// The install Deployment's spec without a fixed user and group: OpenShift's `restricted-v2`
+/// SCC, which admits the operator without a privileged SCC, assigns one from the namespace's
+/// range and refuses any other. The image's numeric user (65532) stands elsewhere, and
+/// `runAsNonRoot` holds either way.
+pub fn restricted_v2(mut deployment_spec: Value) -> Value {
+    if let Some(sc) = deployment_spec
+        .pointer_mut("/template/spec/securityContext")
+        .and_then(Value::as_object_mut)
+    {
+        sc.remove("runAsUser");
+        sc.remove("runAsGroup");
+    }
+    deployment_spec
+}
+
 fn csv_from(install: &Install, image: &str) -> Result<Value, Error> {
-    let deployment_spec = serde_json::to_value(install.deployment.spec.as_ref()).map_err(|source| Error::Typed {
-        what: "Deployment spec",
-        source,
-    })?;
+    let deployment_spec = restricted_v2(
+        serde_json::to_value(install.deployment.spec.as_ref()).map_err(|source| Error::Typed {
+            what: "Deployment spec",
+            source,
+        })?,
+    );
     let alm_examples = serde_json::to_string_pretty(&examples()?).map_err(|source| Error::Typed {
         what: "alm-examples",
         source,
@@ -389,8 +406,11 @@ mod tests {
         let spec = &csv["spec"]["install"]["spec"];
         assert_eq!(
             spec["deployments"][0]["spec"],
-            serde_json::to_value(install.deployment.spec.unwrap()).unwrap()
+            restricted_v2(serde_json::to_value(install.deployment.spec.unwrap()).unwrap())
         );
+        let sc = &spec["deployments"][0]["spec"]["template"]["spec"]["securityContext"];
+        assert!(sc.get("runAsUser").is_none() && sc.get("runAsGroup").is_none(), "{sc}");
+        assert_eq!(sc["runAsNonRoot"], true);
         assert_eq!(
             spec["clusterPermissions"][0]["rules"],
             serde_json::to_value(install.cluster_role.rules.unwrap()).unwrap()

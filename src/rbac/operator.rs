@@ -26,6 +26,19 @@ pub const LEASE: &str = "storageos-operator-lease";
 /// The ValidatingWebhookConfiguration of the install, whose `caBundle` the replicas keep.
 pub const WEBHOOK_CONFIG: &str = "storageos-operator";
 
+/// The MutatingWebhookConfigurations the operator renders (the api-manager's) or removes (the
+/// Go operator's scheduler webhook before v2.4.0).
+pub const WEBHOOK_CONFIGS: &[&str] = &[components::API_MANAGER_WEBHOOK_CONFIG, "storageos-scheduler-webhook"];
+
+/// The ValidatingAdmissionPolicies (and bindings of the same names) the operator renders or
+/// puts in place.
+pub const ADMISSION_POLICIES: &[&str] = &[
+    "storageos-encrypted-pvcs",
+    "storageos-encryption-immutable",
+    "storageos-encryption-key-namespace",
+    super::trust::POLICY,
+];
+
 /// What the apply, watch and prune of a child kind need.
 const MANAGE: &[&str] = &["get", "list", "watch", "create", "patch", "delete"];
 
@@ -64,6 +77,8 @@ pub const OWN: &[Rule] = &[
     ),
     rule(&["storage.k8s.io"], &["storageclasses", "csidrivers"], MANAGE),
     rule(&["networking.k8s.io"], &["ingresses"], MANAGE),
+    // Admission objects: created and watched by kind (Kubernetes cannot limit those by name),
+    // read, changed and deleted only by the names the operator renders or removes.
     rule(
         &["admissionregistration.k8s.io"],
         &[
@@ -71,8 +86,20 @@ pub const OWN: &[Rule] = &[
             "validatingadmissionpolicies",
             "validatingadmissionpolicybindings",
         ],
-        MANAGE,
+        &["list", "watch", "create"],
     ),
+    rule(
+        &["admissionregistration.k8s.io"],
+        &["mutatingwebhookconfigurations"],
+        &["get", "patch", "delete"],
+    )
+    .named(WEBHOOK_CONFIGS),
+    rule(
+        &["admissionregistration.k8s.io"],
+        &["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+        &["get", "patch", "delete"],
+    )
+    .named(ADMISSION_POLICIES),
     // The operator's own webhook: its caBundle, when the replicas issue their certificate.
     rule(
         &["admissionregistration.k8s.io"],
@@ -213,12 +240,26 @@ mod tests {
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
             let plural =
                 kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind)).plural;
-            let needed = vec![PolicyRule {
+            let rule = |verbs: &[&str], names: Option<&[&str]>| PolicyRule {
                 api_groups: Some(vec![group.to_string()]),
-                resources: Some(vec![plural]),
-                verbs: MANAGE.iter().map(|v| v.to_string()).collect(),
+                resources: Some(vec![plural.clone()]),
+                verbs: verbs.iter().map(|v| v.to_string()).collect(),
+                resource_names: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
                 ..Default::default()
-            }];
+            };
+            // Admission objects are changed only by the names the operator renders.
+            let named = match kind {
+                "MutatingWebhookConfiguration" => Some(WEBHOOK_CONFIGS),
+                "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => Some(ADMISSION_POLICIES),
+                _ => None,
+            };
+            let needed = match named {
+                Some(names) => vec![
+                    rule(&["list", "watch", "create"], None),
+                    rule(&["get", "patch", "delete"], Some(names)),
+                ],
+                None => vec![rule(MANAGE, None)],
+            };
             assert!(
                 missing(&held, &needed).is_empty(),
                 "{kind}: {:?}",

@@ -512,9 +512,10 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
         .await
         .unwrap();
     let out = plugin_ok(&kubeconfig, &["status"]);
+    // PVC (namespace/claim), then the volume's own name.
     let volume_line = out
         .lines()
-        .find(|l| l.contains(&format!("{}/pvc-degraded", volumes_ns.name)))
+        .find(|l| l.contains("pvc-degraded") && l.contains(&format!("{}/", volumes_ns.name)))
         .unwrap_or_else(|| panic!("no degraded volume in:\n{out}"));
     assert!(
         volume_line.contains("degraded") && volume_line.contains("kwok-node-1 (online)") && volume_line.contains("1/2"),

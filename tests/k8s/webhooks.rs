@@ -741,17 +741,6 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
         refused.contains(&format!("StorageClass {secure} asks for encryption")) && refused.contains("retry"),
         "{refused}"
     );
-    // A label value the pvc-mutator cannot read decides nothing: the class's encryption stands.
-    match pvcs
-        .create(
-            &PostParams::default(),
-            &pvc("label-no", &secure, json!({ENCRYPTION: "no"}), json!({})),
-        )
-        .await
-    {
-        Err(kube::Error::Api(s)) => assert!(s.message.contains("asks for encryption"), "{s:?}"),
-        other => panic!("a PVC labelled \"no\" was admitted without keys: {other:?}"),
-    }
     // Keys named in another namespace (another tenant's Secret) are refused, whatever the class.
     let foreign = json!({SECRET_NAME_ANNOTATION: "storageos-volume-key-x", SECRET_NAMESPACE_ANNOTATION: "kube-system"});
     let refused = wait_for(
@@ -776,6 +765,18 @@ async fn class_encrypted_pvc_without_api_manager_is_denied() {
     )
     .await;
     assert!(refused.contains("must be the namespace of the PVC"), "{refused}");
+    // A label value the pvc-mutator cannot read is refused, never read as "no", whatever the
+    // class.
+    for class in [&secure, &plain] {
+        let labelled_no = pvc("label-no", class, json!({ENCRYPTION: "no"}), json!({}));
+        match pvcs.create(&PostParams::default(), &labelled_no).await {
+            Err(kube::Error::Api(s)) => assert!(
+                s.message.contains("must be true or false") || s.message.contains("asks for encryption"),
+                "{s:?}"
+            ),
+            other => panic!("a PVC of {class} labelled \"no\" was admitted: {other:?}"),
+        }
+    }
     let keys = json!({SECRET_NAME_ANNOTATION: "storageos-volume-key-x", SECRET_NAMESPACE_ANNOTATION: ns.name});
     for (name, class, labels, annotations) in [
         ("with-keys", &secure, json!({}), keys.clone()),
