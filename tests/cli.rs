@@ -1,6 +1,7 @@
 //! The binary as a kubectl user runs it: connection failures name the server, the kubeconfig and
 //! its context; output directories are created and nothing is written outside them; a closed pipe
-//! ends the output quietly.
+//! ends the output quietly; the plugin takes the Go plugin's flags or refuses them naming the
+//! replacement.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code may fail loudly
 
 use std::io::Read;
@@ -147,4 +148,35 @@ fn the_drain_guard_waits_for_sigterm_and_exits_zero() {
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+#[test]
+fn the_plugin_takes_a_go_flag_with_a_notice_and_refuses_one_naming_the_replacement() {
+    let plugin = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run the plugin")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-kubeconfig").display().to_string();
+    // Parsed: the notice, then the command runs (and stops at the missing kubeconfig).
+    let out = plugin(&["--kubeconfig", &missing, "install", "--skip-stos-cluster", "--dry-run"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("note: --skip-stos-cluster is the Go plugin's spelling; this plugin's is --skip-cluster\n"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no-kubeconfig"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Refused before anything runs, naming what to use.
+    let out = plugin(&["--kubeconfig", &missing, "install", "--stos-version", "v2.5.0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --stos-version is a flag of the Go kubectl-storageos plugin;")
+            && stderr.contains("kubectl storageos upgrade --version VERSION"),
+        "{stderr}"
+    );
 }

@@ -1,14 +1,17 @@
 //! Unit tier: the install manifests (`deploy/operator.yaml`) are up to date with the Rust source,
-//! and no RBAC the project ships or renders uses a wildcard or holds less than it hands out.
+//! no RBAC the project ships or renders uses a wildcard or holds less than it hands out, and the
+//! shipped environment pins no kube-scheduler minor.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use serde_json::Value;
 use storageos_operator::install::{self, operator_yaml};
 use storageos_operator::rbac;
-use storageos_operator::render::DEFAULT_OPERATOR_IMAGE;
+use storageos_operator::render::images::KUBE_SCHEDULER_ENV;
+use storageos_operator::render::{self, DEFAULT_OPERATOR_IMAGE, DefaultImages};
 
 fn repo(path: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -267,6 +270,107 @@ fn helm_chart_and_kustomize_base_are_what_the_manifests_command_writes() {
         assert_eq!(
             documents(&repo(&format!("deploy/{}/crds/{file}", install::helm::CHART_DIR))),
             documents(&repo(&format!("crds/{file}"))),
+        );
+    }
+}
+
+/// The `RELATED_IMAGE_*` values of a pod spec's first container, as the operator reads them.
+fn related_image_env(pod: &Value) -> BTreeMap<String, String> {
+    pod["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?.to_string(), e["value"].as_str()?.to_string())))
+        .filter(|(name, _)| name.starts_with("RELATED_IMAGE_"))
+        .collect()
+}
+
+/// The image of the scheduler extender's kube-scheduler, rendered for `tests/golden/inputs/defaults.yaml`
+/// on Kubernetes `version` by an operator with `env`, and `spec.images.kubeSchedulerContainer`
+/// set to `pin` when given.
+fn scheduler_image(env: &BTreeMap<String, String>, version: &str, pin: Option<&str>) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inputs/defaults.yaml");
+    let mut inputs = render::inputs_from_files(&path, &[], Some(version), "op:v1").unwrap();
+    inputs.default_images = DefaultImages::from_env_map(env);
+    if let Some(pin) = pin {
+        inputs
+            .cluster
+            .spec
+            .images
+            .get_or_insert_default()
+            .kube_scheduler_container = Some(pin.into());
+    }
+    let objects: Vec<Value> = render::build(&inputs)
+        .unwrap()
+        .iter()
+        .map(|o| o.to_value().unwrap())
+        .collect();
+    let scheduler = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "storageos-scheduler")
+        .expect("the scheduler Deployment");
+    scheduler["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn with_the_shipped_environment_the_scheduler_follows_each_kubernetes_minor() {
+    let install = documents(&repo("deploy/operator.yaml"));
+    let deployment = install.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let csv: Value =
+        serde_yaml::from_str(&repo("olm/manifests/storageos-operator.clusterserviceversion.yaml")).unwrap();
+    // The chart's Deployment is operator.yaml's (tests/dist_chart.rs renders it); its template
+    // must not set the variable either.
+    let chart = repo("deploy/helm/storageos-operator/templates/deployment.yaml");
+    assert!(!chart.contains(KUBE_SCHEDULER_ENV), "the chart pins the kube-scheduler");
+    for (source, pod) in [
+        ("deploy/operator.yaml", &deployment["spec"]["template"]["spec"]),
+        (
+            "the CSV",
+            &csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"],
+        ),
+    ] {
+        let env = related_image_env(pod);
+        assert!(env.contains_key("RELATED_IMAGE_STORAGEOS_NODE"), "{source}: {env:?}");
+        for (version, tag) in [
+            ("1.33.2", "v1.33.5"),
+            ("1.34.1", "v1.34.0"),
+            ("1.35.4", "v1.35.0"),
+            ("1.36.3", "v1.36.0"),
+        ] {
+            assert_eq!(
+                scheduler_image(&env, version, None),
+                format!("registry.k8s.io/kube-scheduler:{tag}"),
+                "{source} on Kubernetes {version}"
+            );
+        }
+        // A user's value still pins it: in the operator's environment, or in the CR.
+        let mut pinned = env.clone();
+        pinned.insert(KUBE_SCHEDULER_ENV.into(), "mirror/kube-scheduler:v1.35.2".into());
+        assert_eq!(
+            scheduler_image(&pinned, "1.36.3", None),
+            "mirror/kube-scheduler:v1.35.2"
+        );
+        assert_eq!(
+            scheduler_image(&env, "1.36.3", Some("mirror/kube-scheduler:v1.35.9")),
+            "mirror/kube-scheduler:v1.35.9"
+        );
+    }
+    // Every image the default can be is in the bundle's relatedImages, for mirrors.
+    let related: Vec<&str> = csv["spec"]["relatedImages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["image"].as_str())
+        .collect();
+    for minor in 33..=36 {
+        assert!(
+            related
+                .iter()
+                .any(|i| i.starts_with(&format!("registry.k8s.io/kube-scheduler:v1.{minor}."))),
+            "{related:?}"
         );
     }
 }

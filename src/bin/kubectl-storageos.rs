@@ -1,5 +1,6 @@
-//! `kubectl storageos`: a thin entry point. Parse the command line, run the command in the
-//! library (`storageos_operator::plugin`), print its error and exit non-zero when it fails.
+//! `kubectl storageos`: a thin entry point. Rewrite the Go plugin's flags, parse the command
+//! line, run the command in the library (`storageos_operator::plugin`), print its error and exit
+//! non-zero when it fails.
 
 use std::process::ExitCode;
 
@@ -7,7 +8,18 @@ use clap::Parser;
 use storageos_operator::plugin;
 
 fn main() -> ExitCode {
-    let cli = plugin::Cli::parse();
+    let translated = match plugin::go_flags::translate(std::env::args_os()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            // clap's exit code for a usage error.
+            return ExitCode::from(2);
+        }
+    };
+    for notice in &translated.notices {
+        eprintln!("{notice}");
+    }
+    let cli = plugin::Cli::parse_from(translated.args);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -94,7 +94,7 @@ async fn remove_go_scheduler_policy(client: &Client, namespace: &str) -> Result<
 /// namespace. The Go operator's start-up migration deleted both; an install that began on such
 /// an operator and was never migrated still has them, and the configuration can still intercept
 /// pod creates (with nothing answering).
-const GO_SCHEDULER_WEBHOOK: &str = "storageos-scheduler-webhook";
+pub const GO_SCHEDULER_WEBHOOK: &str = "storageos-scheduler-webhook";
 
 /// The namespace of the Service the legacy scheduler webhook configuration `mwc` calls, when it
 /// has that shape: every webhook calls the Service `storageos-scheduler-webhook`, in one
@@ -107,6 +107,16 @@ fn legacy_scheduler_webhook_namespace(mwc: &MutatingWebhookConfiguration) -> Opt
     });
     let first = namespaces.next()??;
     namespaces.all(|n| n.as_ref() == Some(&first)).then_some(first)
+}
+
+/// Whether the operator starting in `operator_namespace` removes the legacy scheduler webhook
+/// configuration `mwc` before any cluster exists, as the Go operator's start-up migration did:
+/// one with no webhooks (as the Go operator's own e2e suite creates it), or of the Go shape
+/// calling the Service in the operator's namespace. One that calls anything else is someone
+/// else's.
+pub fn legacy_scheduler_webhook_at_start(mwc: &MutatingWebhookConfiguration, operator_namespace: &str) -> bool {
+    mwc.webhooks.as_ref().is_none_or(Vec::is_empty)
+        || legacy_scheduler_webhook_namespace(mwc).as_deref() == Some(operator_namespace)
 }
 
 /// Removes the legacy scheduler webhook (configuration first, so no pod create is sent to a
@@ -245,6 +255,24 @@ mod tests {
                 "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}))
         .unwrap();
         assert_eq!(legacy_scheduler_webhook_namespace(&by_url), None);
+
+        // At start, before any cluster: an empty one, or one calling the operator's namespace.
+        let go = json!({"name": "storageos-scheduler-webhook", "namespace": "storageos-operator"});
+        assert!(legacy_scheduler_webhook_at_start(&mwc(json!([])), "storageos-operator"));
+        let unset: MutatingWebhookConfiguration =
+            serde_json::from_value(json!({"metadata": {"name": GO_SCHEDULER_WEBHOOK}})).unwrap();
+        assert!(legacy_scheduler_webhook_at_start(&unset, "storageos-operator"));
+        assert!(legacy_scheduler_webhook_at_start(
+            &mwc(json!([go.clone()])),
+            "storageos-operator"
+        ));
+        assert!(!legacy_scheduler_webhook_at_start(&mwc(json!([go])), "elsewhere"));
+        let other = json!({"name": "my-webhook", "namespace": "storageos-operator"});
+        assert!(!legacy_scheduler_webhook_at_start(
+            &mwc(json!([other])),
+            "storageos-operator"
+        ));
+        assert!(!legacy_scheduler_webhook_at_start(&by_url, "storageos-operator"));
     }
 
     fn cluster(labels: serde_json::Value) -> StorageOSCluster {

@@ -7,6 +7,7 @@
 pub mod check;
 mod cluster;
 mod contract;
+mod formats;
 mod job;
 mod mirror;
 mod upgrade;
@@ -21,15 +22,19 @@ pub use upgrade::*;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-/// Every CRD the operator serves, in a stable order, with the file name it has under `crds/`.
+/// Every CRD the operator serves, in a stable order, with the file name it has under `crds/`;
+/// only with `format`s the apiserver knows ([`formats`]).
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
-    vec![
+    let crds = vec![
         ("storageos.com_storageosclusters.yaml", StorageOSCluster::crd()),
         ("storageos.com_storageosupgrades.yaml", StorageOSUpgrade::crd()),
         ("storageos.com_jobs.yaml", Job::crd()),
         ("api.storageos.com_nodes.yaml", StorageOSNode::crd()),
         ("api.storageos.com_volumes.yaml", StorageOSVolume::crd()),
-    ]
+    ];
+    crds.into_iter()
+        .map(|(file, crd)| (file, formats::known_only(crd)))
+        .collect()
 }
 
 /// The CRDs as one multi-document YAML stream, as `storageos-operator crds` prints it.

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde_json::{Value, json};
 
-use crate::render::images::{API_MANAGER_ENV, BUILTIN_IMAGES};
+use crate::render::images::{API_MANAGER_ENV, shipped_env_images};
 use crate::{crd, rbac};
 
 pub mod helm;
@@ -117,7 +117,8 @@ pub fn labels() -> BTreeMap<String, String> {
 
 /// The environment of the operator container: its namespace and name from the downward API
 /// (leader election), its own image (which runs the api-manager) and every operand image as
-/// `RELATED_IMAGE_*` (what OLM and mirror tools rewrite for disconnected installs).
+/// `RELATED_IMAGE_*` (what OLM and mirror tools rewrite for disconnected installs), but the
+/// kube-scheduler's, which would pin it to one minor ([`shipped_env_images`]).
 pub fn env(image: &str) -> Vec<Value> {
     let mut env = vec![
         json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
@@ -125,11 +126,7 @@ pub fn env(image: &str) -> Vec<Value> {
         json!({"name": "LOG_FORMAT", "value": "json"}),
         json!({"name": "OPERATOR_IMAGE", "value": image}),
     ];
-    env.extend(
-        BUILTIN_IMAGES
-            .iter()
-            .map(|(name, value)| json!({"name": name, "value": value})),
-    );
+    env.extend(shipped_env_images().map(|(name, value)| json!({"name": name, "value": value})));
     // Runs the api-manager; the same image unless a mirror rewrites it.
     env.push(json!({"name": API_MANAGER_ENV, "value": image}));
     env
@@ -332,6 +329,7 @@ impl Install {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use crate::render::images::KUBE_SCHEDULER_ENV;
 
     #[test]
     fn the_deployment_runs_restricted_with_probes_and_every_image() {
@@ -347,9 +345,13 @@ mod tests {
         assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
         assert!(c.liveness_probe.is_some() && c.readiness_probe.is_some());
         let env: Vec<String> = c.env.clone().unwrap().into_iter().map(|e| e.name).collect();
-        for (name, _) in BUILTIN_IMAGES {
+        for (name, _) in shipped_env_images() {
             assert!(env.iter().any(|e| e == name), "{name} missing");
         }
+        assert!(
+            !env.iter().any(|e| e == KUBE_SCHEDULER_ENV),
+            "the kube-scheduler is pinned"
+        );
         assert!(env.iter().any(|e| e == "POD_NAMESPACE"));
         let mem = &c.resources.clone().unwrap().limits.unwrap()["memory"];
         assert_eq!(mem.0, MEMORY_LIMIT);

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Error, Install, NAME, build, labels};
 use crate::crd;
-use crate::render::images::BUILTIN_IMAGES;
+use crate::render::images::{BUILTIN_IMAGES, KUBE_SCHEDULER_ENV, kube_scheduler_images};
 
 /// OLM package name (one package, one operator).
 pub const PACKAGE: &str = "storageos-operator";
@@ -68,16 +68,27 @@ pub fn examples() -> Result<Vec<Value>, Error> {
 }
 
 /// `spec.relatedImages`: the operator (which also runs the api-manager) and every operand image,
-/// named after its `RELATED_IMAGE_*` variable.
+/// named after its `RELATED_IMAGE_*` variable; the kube-scheduler once per Kubernetes minor it
+/// follows (`kube-scheduler-v1-36`), so that a mirror holds the one the cluster's minor picks.
 pub fn related_images(image: &str) -> Vec<Value> {
     let mut out = vec![json!({"name": "storageos-operator", "image": image})];
-    out.extend(BUILTIN_IMAGES.iter().map(|(env, image)| {
-        let name = env
-            .trim_start_matches("RELATED_IMAGE_")
-            .to_lowercase()
-            .replace('_', "-");
-        json!({"name": name, "image": image})
-    }));
+    out.extend(
+        BUILTIN_IMAGES
+            .iter()
+            .filter(|(env, _)| *env != KUBE_SCHEDULER_ENV)
+            .map(|(env, image)| {
+                let name = env
+                    .trim_start_matches("RELATED_IMAGE_")
+                    .to_lowercase()
+                    .replace('_', "-");
+                json!({"name": name, "image": image})
+            }),
+    );
+    out.extend(
+        kube_scheduler_images()
+            .into_iter()
+            .map(|((major, minor), image)| json!({"name": format!("kube-scheduler-v{major}-{minor}"), "image": image})),
+    );
     out
 }
 
@@ -430,7 +441,12 @@ mod tests {
     #[test]
     fn related_images_name_the_operator_and_every_operand() {
         let images = related_images("example/op:v1");
-        assert_eq!(images.len(), BUILTIN_IMAGES.len() + 1);
+        assert_eq!(images.len(), BUILTIN_IMAGES.len() + kube_scheduler_images().len());
+        assert!(
+            images
+                .iter()
+                .any(|i| i["name"] == "kube-scheduler-v1-36" && i["image"] == "registry.k8s.io/kube-scheduler:v1.36.0")
+        );
         assert!(
             images
                 .iter()

@@ -2,6 +2,7 @@
 //! controllers on the leader.
 
 pub mod caller_gate;
+pub mod go_migration;
 pub mod upgradeable;
 pub mod webhook;
 
@@ -164,6 +165,11 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     // The caller gate, on every install path: in place before anyone relies on it, and again
     // at each start in case it was removed or changed.
     tokio::spawn(caller_gate::keep_trying(client.clone()));
+    // The Go operator's start-up migration, on every replica, whether or not a cluster exists.
+    tokio::spawn(go_migration::keep_trying(
+        client.clone(),
+        args.leader_election_namespace.clone(),
+    ));
 
     // Every replica serves the webhook; it only reads.
     if !args.webhook_addr.is_empty() {

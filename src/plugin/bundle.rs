@@ -25,8 +25,9 @@ use crate::render::{self, DefaultImages, Inputs, labels};
     summary.txt (what `status` prints); the StorageOSClusters, StorageOSUpgrades and Jobs; each \
     cluster's children as live objects; the objects the operator wants for each cluster (`render` \
     of the live cluster) and where the live ones differ; events of the operator's, the cluster's \
-    and StorageOS's namespaces; the last --log-lines lines of the operator, api-manager and \
-    StorageOS node pods; the Nodes (labels, taints, nodeInfo, capacity, conditions); and the \
+    and StorageOS's namespaces; the last --log-lines lines (newer than --since) of every container and init container of the \
+    operator, api-manager and StorageOS node pods, and of the previous run of each that \
+    restarted (`CONTAINER.previous.log`); the Nodes (labels, taints, nodeInfo, capacity, conditions); and the \
     nodes.api.storageos.com and volumes.api.storageos.com mirrors.\n\n\
     Redacted: every Secret value; every field, annotation and env var whose name looks like a \
     credential (password, token, secret, key, certificate material), and the value after such a \
@@ -46,6 +47,60 @@ pub struct BundleArgs {
     /// Log lines per container.
     #[arg(long, default_value_t = 2000, value_name = "N")]
     pub log_lines: i64,
+    /// Only log lines newer than this (for example 30m or 2h); default: the last --log-lines.
+    #[arg(long, value_parser = crate::duration::parse_flag, value_name = "DURATION")]
+    pub since: Option<std::time::Duration>,
+}
+
+/// Which log lines of each container the bundle holds.
+#[derive(Clone, Copy, Debug)]
+pub struct LogWindow {
+    /// At most this many lines, the last ones.
+    pub lines: i64,
+    /// Only lines newer than this.
+    pub since: Option<std::time::Duration>,
+}
+
+impl LogWindow {
+    /// The log request for `container`, of its previous run when `previous`.
+    fn params(&self, container: &str, previous: bool) -> LogParams {
+        LogParams {
+            container: Some(container.to_string()),
+            tail_lines: Some(self.lines),
+            since_seconds: self
+                .since
+                .map(|d| i64::try_from(d.as_secs().max(1)).unwrap_or(i64::MAX)),
+            limit_bytes: Some(4 << 20),
+            previous,
+            ..Default::default()
+        }
+    }
+}
+
+/// The containers of `pod` whose logs the bundle holds, init containers first (where
+/// `storageos-init` reports a kernel module it could not load), each with whether it has a
+/// previous run (restarted: that run's log shows why).
+fn log_sources(pod: &Pod) -> Vec<(String, bool)> {
+    let restarted = |name: &str| {
+        pod.status.as_ref().is_some_and(|s| {
+            s.init_container_statuses
+                .iter()
+                .chain(s.container_statuses.iter())
+                .flatten()
+                .any(|c| c.name == name && c.restart_count > 0)
+        })
+    };
+    pod.spec
+        .as_ref()
+        .map(|s| {
+            s.init_containers
+                .iter()
+                .flatten()
+                .chain(s.containers.iter())
+                .map(|c| (c.name.clone(), restarted(&c.name)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Why the bundle could not be made.
@@ -78,7 +133,11 @@ pub async fn run(client: &Client, namespace: &str, args: &BundleArgs) -> Result<
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("storageos-bundle-{stamp}.tar.gz")));
     super::progress(format!("collecting from the cluster (operator namespace {namespace})"));
-    let files = collect(client, namespace, args.log_lines).await?;
+    let window = LogWindow {
+        lines: args.log_lines,
+        since: args.since,
+    };
+    let files = collect(client, namespace, window).await?;
     write(&path, &format!("storageos-bundle-{stamp}"), &files)?;
     println!("wrote {} ({} files)", path.display(), files.len());
     for name in files.keys() {
@@ -92,7 +151,7 @@ fn yaml(v: &impl serde::Serialize) -> String {
 }
 
 /// Everything the bundle holds, redacted.
-pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result<Files, Error> {
+pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Result<Files, Error> {
     let mut files = Files::new();
     let lp = ListParams::default();
     let clusters = super::list_or_none::<StorageOSCluster>(client).await;
@@ -246,23 +305,15 @@ pub async fn collect(client: &Client, namespace: &str, log_lines: i64) -> Result
             .map(|l| l.items)
             .unwrap_or_default();
         for pod in pods {
-            let containers: Vec<String> = pod
-                .spec
-                .as_ref()
-                .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
-                .unwrap_or_default();
-            for container in containers {
-                let params = LogParams {
-                    container: Some(container.clone()),
-                    tail_lines: Some(log_lines),
-                    limit_bytes: Some(4 << 20),
-                    ..Default::default()
-                };
-                let text = api
-                    .logs(&pod.name_any(), &params)
-                    .await
-                    .unwrap_or_else(|e| format!("# cannot read the log: {e}\n"));
-                files.insert(format!("logs/{ns}/{}/{container}.log", pod.name_any()), text);
+            for (container, restarted) in log_sources(&pod) {
+                for previous in std::iter::once(false).chain(restarted.then_some(true)) {
+                    let text = api
+                        .logs(&pod.name_any(), &logs.params(&container, previous))
+                        .await
+                        .unwrap_or_else(|e| format!("# cannot read the log: {e}\n"));
+                    let file = if previous { "previous.log" } else { "log" };
+                    files.insert(format!("logs/{ns}/{}/{container}.{file}", pod.name_any()), text);
+                }
             }
         }
     }
@@ -439,6 +490,41 @@ pub fn write(path: &std::path::Path, root: &str, files: &Files) -> Result<(), Er
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logs_are_read_from_init_containers_first_and_from_the_previous_run_of_a_restarted_one() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "storageos-daemonset-x"},
+            "spec": {
+                "initContainers": [{"name": "storageos-init"}],
+                "containers": [{"name": "storageos"}, {"name": "csi-driver-registrar"}]
+            },
+            "status": {
+                "initContainerStatuses": [{"name": "storageos-init", "restartCount": 2, "ready": false, "image": "i", "imageID": ""}],
+                "containerStatuses": [{"name": "storageos", "restartCount": 0, "ready": true, "image": "i", "imageID": ""}]
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            log_sources(&pod),
+            [
+                ("storageos-init".to_string(), true),
+                ("storageos".to_string(), false),
+                ("csi-driver-registrar".to_string(), false)
+            ]
+        );
+        let window = LogWindow {
+            lines: 10,
+            since: Some(std::time::Duration::from_secs(1800)),
+        };
+        let params = window.params("storageos-init", true);
+        assert_eq!(
+            (params.previous, params.since_seconds, params.tail_lines),
+            (true, Some(1800), Some(10))
+        );
+        let params = LogWindow { lines: 10, since: None }.params("storageos", false);
+        assert_eq!((params.previous, params.since_seconds), (false, None));
+    }
 
     #[test]
     fn diff_names_missing_objects_and_changed_fields_only() {

@@ -3,14 +3,15 @@
 //! and after (`preflight`), reports (`status`), previews a change (`plan`), collects a redacted support bundle (`bundle`),
 //! upgrades with path checks and uninstalls in the safe order with recovery manifests.
 //!
-//! `src/bin/kubectl-storageos.rs` parses [`Cli`] and calls [`run`]; each command is a module
-//! with its own error type.
+//! `src/bin/kubectl-storageos.rs` rewrites the Go plugin's flags ([`go_flags`]), parses [`Cli`]
+//! and calls [`run`]; each command is a module with its own error type.
 
 pub mod apply;
 pub mod bundle;
 pub mod children;
 pub mod connect;
 pub mod eval_etcd;
+pub mod go_flags;
 pub mod install;
 pub mod namespace;
 pub mod plan;

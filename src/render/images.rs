@@ -1,8 +1,9 @@
 //! Container images: the one published list of this release, `RELATED_IMAGE_*` overrides from
 //! the operator's environment (OLM, mirrors), and the CR's `spec.images` over both.
 //!
-//! No image is derived from the cluster's Kubernetes version: a computed kube-scheduler tag that
-//! did not exist in the registry broke installs of the Go operator.
+//! Only the kube-scheduler's default follows the cluster's Kubernetes minor, and only to a
+//! minor this release knows ([`DefaultImages::for_kubernetes`]): a tag computed from any version
+//! string named releases that did not exist and broke installs of the Go operator.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +42,31 @@ pub const BUILTIN_IMAGES: [(&str, &str); 8] = [
     ("RELATED_IMAGE_KUBE_SCHEDULER", "registry.k8s.io/kube-scheduler:v1.33.5"),
 ];
 
+/// The kube-scheduler's `RELATED_IMAGE_*` variable. The install does not set it (see
+/// [`shipped_env_images`]): unset, the scheduler follows the cluster's minor; any value pins it.
+pub const KUBE_SCHEDULER_ENV: &str = "RELATED_IMAGE_KUBE_SCHEDULER";
+
+/// The `RELATED_IMAGE_*` variables the install sets on the operator: every built-in image but
+/// the kube-scheduler's, since a shipped value would pin it to one minor on every cluster
+/// (version skew on any other minor); it is left for a user to set.
+pub fn shipped_env_images() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    BUILTIN_IMAGES.iter().filter(|(name, _)| *name != KUBE_SCHEDULER_ENV)
+}
+
+/// Every kube-scheduler image the unpinned default can be, one per Kubernetes minor from
+/// [`super::MIN_KUBERNETES`] to [`NEWEST_KNOWN_MINOR`]: what a mirror for a disconnected
+/// install must hold (the OLM bundle's `relatedImages` lists them).
+pub fn kube_scheduler_images() -> Vec<((u64, u64), String)> {
+    let defaults = DefaultImages::default();
+    let (major, newest) = NEWEST_KNOWN_MINOR;
+    (super::MIN_KUBERNETES.minor..=newest)
+        .map(|minor| {
+            let version = semver::Version::new(major, minor, 0);
+            ((major, minor), defaults.for_kubernetes(Some(&version)).kube_scheduler)
+        })
+        .collect()
+}
+
 /// Environment variable naming the api-manager image. Unset: the operator's own image runs
 /// `storageos-operator api-manager`.
 pub const API_MANAGER_ENV: &str = "RELATED_IMAGE_API_MANAGER";
@@ -66,8 +92,9 @@ pub struct DefaultImages {
     pub csi_liveness_probe: String,
     /// kube-scheduler of the scheduler extender.
     pub kube_scheduler: String,
-    /// Whether `RELATED_IMAGE_KUBE_SCHEDULER` set it (then it does not follow the cluster's
-    /// Kubernetes minor: [`DefaultImages::for_kubernetes`]).
+    /// Whether `RELATED_IMAGE_KUBE_SCHEDULER` set it: a user's value, as the install never sets
+    /// it (then it does not follow the cluster's Kubernetes minor:
+    /// [`DefaultImages::for_kubernetes`]).
     pub kube_scheduler_pinned: bool,
 }
 
@@ -103,10 +130,8 @@ impl DefaultImages {
             csi_external_attacher: pick("RELATED_IMAGE_CSIV1_EXTERNAL_ATTACHER_V3"),
             csi_external_resizer: pick("RELATED_IMAGE_CSIV1_EXTERNAL_RESIZER"),
             csi_liveness_probe: pick("RELATED_IMAGE_CSIV1_LIVENESS_PROBE"),
-            kube_scheduler: pick("RELATED_IMAGE_KUBE_SCHEDULER"),
-            kube_scheduler_pinned: env
-                .get("RELATED_IMAGE_KUBE_SCHEDULER")
-                .is_some_and(|v| !v.trim().is_empty()),
+            kube_scheduler: pick(KUBE_SCHEDULER_ENV),
+            kube_scheduler_pinned: env.get(KUBE_SCHEDULER_ENV).is_some_and(|v| !v.trim().is_empty()),
         }
     }
 
@@ -325,6 +350,22 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn the_shipped_env_leaves_the_kube_scheduler_unset_and_a_mirror_gets_every_minor_s() {
+        assert!(shipped_env_images().all(|(name, _)| *name != KUBE_SCHEDULER_ENV));
+        assert_eq!(shipped_env_images().count(), BUILTIN_IMAGES.len() - 1);
+        let all = kube_scheduler_images();
+        assert_eq!(
+            all,
+            [
+                ((1, 33), "registry.k8s.io/kube-scheduler:v1.33.5".to_string()),
+                ((1, 34), "registry.k8s.io/kube-scheduler:v1.34.0".to_string()),
+                ((1, 35), "registry.k8s.io/kube-scheduler:v1.35.0".to_string()),
+                ((1, 36), "registry.k8s.io/kube-scheduler:v1.36.0".to_string()),
+            ]
+        );
+    }
 
     #[test]
     fn builtin_list_without_env() {

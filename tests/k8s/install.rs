@@ -1,5 +1,5 @@
 //! Integration tier: the install a user makes. `kubectl apply --server-side -f
-//! deploy/operator.yaml` (twice), then the operator binary started with exactly the args and env
+//! deploy/operator.yaml` (twice, and no warning from it or from a first create of its CRDs), then the operator binary started with exactly the args and env
 //! of the Deployment's container, acting as its ServiceAccount, takes the example cluster from
 //! `deploy/examples/` to `3/3 Running`. A permission taken away from its ClusterRole shows on the
 //! cluster as Ready=False naming it, and giving it back recovers without a restart.
@@ -22,20 +22,54 @@ use support::wait_for;
 
 const SETTLE: Duration = Duration::from_secs(90);
 
+/// The CRDs of deploy/operator.yaml under the group `warning-check.storageos.com`: objects no
+/// test has created, so a dry-run create shows every warning a first install gets.
+fn crds_under_another_group() -> String {
+    let text = std::fs::read_to_string(repo("deploy/operator.yaml")).unwrap();
+    let mut out = String::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut crd: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if crd["kind"] != "CustomResourceDefinition" {
+            continue;
+        }
+        let group = format!("warning-check.{}", crd["spec"]["group"].as_str().unwrap());
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap().to_string();
+        crd["metadata"] = json!({"name": format!("{plural}.{group}")});
+        crd["spec"]["group"] = json!(group);
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).unwrap());
+    }
+    out
+}
+
 #[tokio::test]
 async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_cluster_under_its_own_rbac() {
     let _lock = support::cluster_lock();
     support::logs();
     let admin = support::client().await;
 
-    // A user's install: server-side apply, and again (idempotent).
+    // The CRDs as new ones (a create warns of every format the apiserver does not know; an
+    // update only of formats the stored CRD lacked, so the shared plane's CRDs would hide one).
+    let dir = tempfile::tempdir().unwrap();
+    let renamed = dir.path().join("crds-renamed.yaml");
+    std::fs::write(&renamed, crds_under_another_group()).unwrap();
+    let out = kubectl(&["create", "--dry-run=server", "-f", &renamed.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a dry-run create of the CRDs failed:\n{stderr}");
+    assert!(!stderr.contains("Warning"), "creating the CRDs warns:\n{stderr}");
+
+    // A user's install: server-side apply, and again (idempotent), without a warning.
     let _webhook = support::install::RemoveWebhookOnDrop;
     for round in ["first", "second"] {
         let out = kubectl(&["apply", "--server-side", "-f", &repo("deploy/operator.yaml")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success(),
-            "{round} `kubectl apply --server-side -f deploy/operator.yaml` failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            "{round} `kubectl apply --server-side -f deploy/operator.yaml` failed:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains("Warning"),
+            "{round} `kubectl apply --server-side -f deploy/operator.yaml` warns:\n{stderr}"
         );
     }
     let deployment = Api::<Deployment>::namespaced(admin.clone(), install::NAMESPACE)
@@ -44,7 +78,6 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
         .unwrap();
 
     // The operator as its ServiceAccount, with exactly the Deployment's args and env.
-    let dir = tempfile::tempdir().unwrap();
     let kubeconfig = support::identity::kubeconfig_file(dir.path(), support::identity::OPERATOR).await;
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let _sync = sim.sync_with_kubernetes(admin.clone());

@@ -619,6 +619,14 @@ async fn bundle_is_complete_and_redacted(kubeconfig: &Path, dir: &Path, password
         "no operator log in {:?}",
         files.keys()
     );
+    // Init containers too (where storageos-init reports a kernel module it could not load).
+    assert!(
+        files
+            .keys()
+            .any(|k| k.starts_with("logs/kube-system/storageos-daemonset-") && k.ends_with("/storageos-init.log")),
+        "no storageos-init log in {:?}",
+        files.keys()
+    );
     assert!(files["summary.txt"].contains("phase Running"));
     assert!(files["clusters/storageos-operator_storageos/live.yaml"].contains("storageos-daemonset"));
     // The planted values were collected (their keys are there) and redacted.
