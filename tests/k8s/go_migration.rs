@@ -105,13 +105,14 @@ async fn the_go_scheduler_webhook_is_removed_at_start_and_a_foreign_one_of_its_n
         || cleanup.gone(),
     )
     .await;
-    assert!(
+    // The line is written after the delete the test just saw.
+    wait_for("the operator to log the removal", Duration::from_secs(10), || async {
         operator
             .log()
-            .contains("removed the pre-v2.4.0 Go operator's scheduler webhook"),
-        "{}",
-        operator.log()
-    );
+            .contains("removed the pre-v2.4.0 Go operator's scheduler webhook")
+            .then_some(())
+    })
+    .await;
     drop(operator);
 
     // A configuration of that name calling another Service is someone else's: it stays, and so
