@@ -48,9 +48,9 @@ pub enum Command {
     /// read-only api.storageos.com Node and Volume mirrors).
     Crds(CrdsArgs),
 
-    /// Write the install manifests: `operator.yaml` (CRDs, namespace, RBAC, Deployment and
-    /// metrics Service), as committed under `deploy/`, and with `--olm-dir` the OLM bundle, as
-    /// under `olm/`.
+    /// Write the install manifests: `operator.yaml` (CRDs, namespace, RBAC, Deployment, metrics
+    /// and webhook Services, ValidatingWebhookConfiguration), as committed under `deploy/`, and
+    /// with `--olm-dir` the OLM bundle, as under `olm/`.
     Manifests(ManifestsArgs),
 
     /// Hold a node for the drain gate: do nothing until SIGTERM, then exit 0 (the api-manager's
