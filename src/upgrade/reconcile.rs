@@ -224,15 +224,8 @@ async fn not_allowed(
             let clusters = Api::<StorageOSCluster>::namespaced(ctx.client.clone(), namespace)
                 .list(&kube::api::ListParams::default())
                 .await?;
-            for cluster in clusters.items {
-                if cluster.annotations().get(PAUSED_BY_ANNOTATION) == Some(&up.name_any()) {
-                    let target = UpgradeCluster {
-                        namespace: namespace.to_string(),
-                        name: cluster.name_any(),
-                    };
-                    tracing::info!(upgrade = %key(up), cluster = %cluster.name_any(), "un-pausing the cluster of an upgrade no longer watched");
-                    set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
-                }
+            for cluster in &clusters.items {
+                unpause_if_paused_by(ctx, up, cluster).await?;
             }
             ctx.applier.delete_ours(&puller_key(up)).await?;
             ctx.applier.forget(&puller_key(up));
@@ -524,6 +517,19 @@ async fn set_paused_by(
     Ok(())
 }
 
+/// Removes the pause annotation from `cluster` when it names `up` (and nothing otherwise).
+async fn unpause_if_paused_by(ctx: &Context, up: &StorageOSUpgrade, cluster: &StorageOSCluster) -> Result<(), Error> {
+    if cluster.annotations().get(PAUSED_BY_ANNOTATION) != Some(&up.name_any()) {
+        return Ok(());
+    }
+    let target = UpgradeCluster {
+        namespace: cluster.namespace().unwrap_or_default(),
+        name: cluster.name_any(),
+    };
+    tracing::info!(upgrade = %key(up), cluster = %cluster.name_any(), "un-pausing the cluster");
+    set_paused_by(ctx, &target, None, cluster.resource_version()).await
+}
+
 /// Takes one action.
 async fn execute(up: &StorageOSUpgrade, o: &Observed, act: &Act, ctx: &Context) -> Result<(), Error> {
     let client = &ctx.client;
@@ -603,14 +609,8 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
     // Only an upgrade that got as far as pausing can have set the annotation.
     if phase >= UpgradePhase::Pausing
         && let Some(cluster) = recorded_cluster(up, ctx).await?
-        && cluster.annotations().get(PAUSED_BY_ANNOTATION) == Some(&up.name_any())
     {
-        let target = UpgradeCluster {
-            namespace: cluster.namespace().unwrap_or_default(),
-            name: cluster.name_any(),
-        };
-        tracing::info!(upgrade = %key(up), cluster = %cluster.name_any(), "un-pausing the cluster");
-        set_paused_by(ctx, &target, None, cluster.resource_version()).await?;
+        unpause_if_paused_by(ctx, up, &cluster).await?;
     }
     ctx.applier.delete_ours(&puller_key(up)).await?;
     ctx.applier.forget(&puller_key(up));

@@ -211,6 +211,28 @@ fn client_ca() -> (rcgen::Certificate, rcgen::Issuer<'static, rcgen::KeyPair>) {
     (ca, Issuer::new(ca_params, ca_key))
 }
 
+/// Serves "ok" on `/` to the clients `clients` admits; its address, and a client builder that
+/// trusts its serving certificate.
+async fn serve_ok_to(clients: ClientAuth) -> (std::net::SocketAddr, impl Fn() -> reqwest::ClientBuilder) {
+    let serving = pki::issue_serving_cert("t", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
+    let slot = CertSlot::new(&serving.cert_pem, &serving.key_pem).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+    tokio::spawn(serve_for(
+        listener,
+        slot,
+        Some(clients),
+        router,
+        std::future::pending(),
+        Limits::default(),
+    ));
+    let ca = serving.ca_pem;
+    let trusting =
+        move || reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap());
+    (addr, trusting)
+}
+
 #[tokio::test]
 async fn with_client_auth_only_a_client_with_a_certificate_of_the_ca_is_served() {
     use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
@@ -221,23 +243,9 @@ async fn with_client_auth_only_a_client_with_a_certificate_of_the_ca_is_served()
     let client_key = KeyPair::generate().unwrap();
     let client_cert = client_params.signed_by(&client_key, &issuer).unwrap();
 
-    let serving = pki::issue_serving_cert("t", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
-    let slot = CertSlot::new(&serving.cert_pem, &serving.key_pem).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-    let clients = ClientAuth::from_pem(ca.pem().as_bytes()).unwrap();
-    tokio::spawn(serve_for(
-        listener,
-        slot,
-        Some(clients),
-        router,
-        std::future::pending(),
-        Limits::default(),
-    ));
+    let (addr, trusting) = serve_ok_to(ClientAuth::from_pem(ca.pem().as_bytes()).unwrap()).await;
     let client = |identity: Option<reqwest::Identity>| {
-        let mut b = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(serving.ca_pem.as_bytes()).unwrap());
+        let mut b = trusting();
         if let Some(id) = identity {
             b = b.identity(id);
         }
@@ -267,25 +275,12 @@ async fn a_certificate_of_the_ca_with_another_name_is_refused() {
         reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes()).unwrap()
     };
 
-    let serving = pki::issue_serving_cert("t", &["127.0.0.1".into()], chrono::Duration::hours(1)).unwrap();
-    let slot = CertSlot::new(&serving.cert_pem, &serving.key_pem).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
     let clients = ClientAuth::from_pem(ca.pem().as_bytes())
         .unwrap()
         .with_names(vec!["storageos-webhook-client".into()]);
-    tokio::spawn(serve_for(
-        listener,
-        slot,
-        Some(clients),
-        router,
-        std::future::pending(),
-        Limits::default(),
-    ));
+    let (addr, trusting) = serve_ok_to(clients).await;
     let call = |id: reqwest::Identity| {
-        reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(serving.ca_pem.as_bytes()).unwrap())
+        trusting()
             .identity(id)
             .build()
             .unwrap()
