@@ -29,8 +29,16 @@ pub const ENV: &str = "OPERATOR_CONDITION_NAME";
 /// The condition OLM reads before it replaces an operator.
 pub const UPGRADEABLE: &str = "Upgradeable";
 
-/// How soon a write that failed (OLM not there yet, the apiserver busy) is tried again.
+/// How soon a write that failed (the apiserver busy, access never granted) is tried again.
 const RETRY: Duration = Duration::from_secs(60);
+
+/// How long after start the OperatorCondition may be missing or not yet readable without a
+/// warning: OLM creates it, and the Role that lets the operator read it, alongside the
+/// Deployment, so the operator's first attempts can come before them.
+const OLM_GRACE: Duration = Duration::from_secs(120);
+
+/// The first wait while OLM is still granting; it doubles up to [`RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(2);
 
 /// OLM's `OperatorCondition` (`operators.coreos.com/v2`).
 fn resource() -> ApiResource {
@@ -155,6 +163,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether OLM has not yet created the OperatorCondition (404) or granted the operator access
+    /// to it (403): expected for a moment after OLM starts the operator.
+    pub fn olm_not_ready(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(status), .. } if status.code == 403 || status.code == 404)
+    }
+}
+
 /// Writes `verdict` into the OperatorCondition `namespace/name`'s `spec.conditions` (a read, and
 /// an update only when it changes; a conflicting writer is read again).
 pub async fn write(client: &Client, namespace: &str, name: &str, verdict: &Verdict) -> Result<bool, Error> {
@@ -228,6 +244,8 @@ pub async fn run(
     tokio::pin!(events);
     let mut filled = [false, false];
     let mut written: Option<Verdict> = None;
+    let started = tokio::time::Instant::now();
+    let mut retry_in = FIRST_RETRY;
     tracing::info!(operator_condition = %format!("{namespace}/{name}"), "reporting Upgradeable to OLM");
     tokio::pin!(shutdown);
     loop {
@@ -241,7 +259,7 @@ pub async fn run(
                     continue;
                 }
             },
-            () = tokio::time::sleep(RETRY), if written.is_none() => {}
+            () = tokio::time::sleep(retry_in), if written.is_none() => {}
         }
         // Never decide from a half-listed cache: an upgrade not yet listed is not "none".
         if filled != [true, true] {
@@ -257,10 +275,17 @@ pub async fn run(
                     tracing::info!(upgradeable = verdict.upgradeable, reason = %verdict.reason, message = %verdict.message, "set the OperatorCondition");
                 }
                 written = Some(verdict);
+                retry_in = FIRST_RETRY;
+            }
+            Err(e) if e.olm_not_ready() && started.elapsed() < OLM_GRACE => {
+                tracing::info!(retry_in = ?retry_in, "the OperatorCondition is not yet created or readable; OLM grants it alongside the Deployment");
+                written = None;
+                retry_in = (retry_in * 2).min(RETRY);
             }
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?RETRY, "could not tell OLM whether the operator may be upgraded");
                 written = None;
+                retry_in = RETRY;
             }
         }
     }
@@ -332,6 +357,22 @@ mod tests {
             &trusted,
         );
         assert_eq!(v.reason, reasons::STORAGEOS_UPGRADE_UNDER_WAY);
+    }
+
+    #[test]
+    fn a_missing_or_not_yet_granted_condition_is_olm_still_starting_and_other_failures_are_not() {
+        let api = |code: u16| Error::Kube {
+            namespace: "ns".into(),
+            name: "op.v1".into(),
+            source: kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            })),
+        };
+        assert!(api(403).olm_not_ready());
+        assert!(api(404).olm_not_ready());
+        assert!(!api(500).olm_not_ready());
+        assert!(!api(409).olm_not_ready());
     }
 
     #[test]
