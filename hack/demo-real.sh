@@ -15,6 +15,8 @@ CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
 KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
 IMAGE=$(awk '$1 == "image:" && $2 != "" {print $2; exit}' deploy/operator.yaml)
 ARCHIVE=$ROOT/target/image/storageos-operator-debug.oci.tar
+DEMO=$CACHE/demo
+ETCD_PORT=${DEMO_ETCD_PORT:-22379}
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 kc() { "$KUBECTL" "$@"; }
@@ -40,6 +42,9 @@ hack/k8s.sh load-image "$ARCHIVE"
 say "installing the operator: kubectl apply --server-side -f deploy/operator.yaml"
 kc apply --server-side -f deploy/operator.yaml >/dev/null
 kc wait --for condition=Established crd --all --timeout=60s >/dev/null
+say "starting StorageOS's etcd at 10.200.0.1:$ETCD_PORT, as etcd.storageos-etcd.svc:2379 (hack/real-node/etcd.yaml)"
+start_demo_etcd "$DEMO" 10.200.0.1 "$ETCD_PORT"
+sed "s#port: ETCD_PORT#port: $ETCD_PORT#" hack/real-node/etcd.yaml | kc apply --server-side -f - >/dev/null
 say "starting the StorageOS API simulator as a pod (hack/real-node/simulator.yaml)"
 sed "s#image: IMAGE#image: $IMAGE#" hack/real-node/simulator.yaml | kc apply --server-side -f - >/dev/null
 kc -n storageos-operator rollout status deployment/storageos-operator --timeout=180s
@@ -51,6 +56,7 @@ kc apply -f hack/real-node/storageos-secret.yaml -f hack/real-node/storageosclus
 say "waiting for the cluster to become Running"
 wait_cluster_running 240 "kubectl -n storageos-operator logs deploy/storageos-operator" || exit 1
 kc get stos -A
+check_cluster_healthy || exit 1
 
 say "waiting for the api-manager the operator rendered"
 for _ in $(seq 120); do
@@ -69,5 +75,6 @@ The demo is up, with real pods on real-node-0. Try:
   $KUBECTL -n storageos-operator logs deploy/storageos-operator | tail
   $KUBECTL -n kube-system get pods -l app=storageos -o wide
   $KUBECTL describe stos -n storageos-operator storageos
+StorageOS's etcd: $DEMO/etcd.log
 Stop everything: hack/demo.sh down
 EOF

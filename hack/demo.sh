@@ -26,6 +26,7 @@ SIM_ADDR=${STORAGEOS_SIM_ADDR:-127.0.0.1:5705}
 METRICS_ADDR=${DEMO_METRICS_ADDR:-127.0.0.1:18080}
 API_MANAGER_METRICS_ADDR=${DEMO_API_MANAGER_METRICS_ADDR:-127.0.0.1:18081}
 WEBHOOK_ADDR=${DEMO_WEBHOOK_ADDR:-127.0.0.1:19443}
+ETCD_PORT=${DEMO_ETCD_PORT:-22379}
 KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
 # STORAGEOS_OPERATOR_BIN runs another build (for example target/release/storageos-operator).
 BIN=${STORAGEOS_OPERATOR_BIN:-$ROOT/target/debug/storageos-operator}
@@ -49,6 +50,7 @@ if [[ ${1:-} == down ]]; then
   stop_pid api-manager
   stop_pid operator
   stop_pid simulator
+  stop_pid etcd
   hack/k8s.sh down
   rm -rf "$DEMO"
   say "demo stopped"
@@ -107,13 +109,21 @@ for p in simulator operator; do
   kill -0 "$(cat "$DEMO/$p.pid")" 2>/dev/null || { tail -20 "$DEMO/$p.log"; echo "$p did not start" >&2; exit 1; }
 done
 
-say "applying deploy/examples (Secret and StorageOSCluster)"
-kc apply -f deploy/examples/storageos-secret.yaml -f deploy/examples/storageoscluster.yaml >/dev/null
+# The local operator process cannot resolve the example's in-cluster name, so the demo's etcd
+# listens on loopback and the example CR is applied with that address.
+say "starting StorageOS's etcd on 127.0.0.1:$ETCD_PORT (the plane's build of etcd)"
+start_demo_etcd "$DEMO" 127.0.0.1 "$ETCD_PORT"
+
+say "applying deploy/examples (Secret and StorageOSCluster, kvBackend.address http://127.0.0.1:$ETCD_PORT)"
+kc apply -f deploy/examples/storageos-secret.yaml >/dev/null
+sed "s#address: http://etcd.storageos-etcd.svc:2379#address: http://127.0.0.1:$ETCD_PORT#" \
+  deploy/examples/storageoscluster.yaml | kc apply -f - >/dev/null
 
 say "waiting for the cluster to become Running"
 wait_cluster_running 180 "$DEMO/operator.log" || exit 1
 
 kc get stos -A
+check_cluster_healthy || exit 1
 
 # In a real cluster the api-manager is the operator's Deployment; here its pods are kwok fakes,
 # so the same binary runs as a local process against the simulator. The webhook Service still
@@ -148,6 +158,6 @@ The demo is up. Try:
   curl -s http://$METRICS_ADDR/metrics | grep controller_runtime
   curl -s http://$API_MANAGER_METRICS_ADDR/metrics | grep storageos_api_helper
   curl -s http://$SIM_ADDR/_sim/requests | head
-Logs: $DEMO/operator.log, $DEMO/api-manager.log, $DEMO/simulator.log
+Logs: $DEMO/operator.log, $DEMO/api-manager.log, $DEMO/simulator.log, $DEMO/etcd.log
 Stop everything: hack/demo.sh down
 EOF

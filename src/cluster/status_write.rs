@@ -310,11 +310,26 @@ pub async fn update_status(
         } else {
             format!("{ready} StorageOS nodes are functional")
         };
-        let type_ = if all { EventType::Normal } else { EventType::Warning };
+        let type_ = if fewer_functional(previous.ready.as_deref(), &ready) {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
         ctx.event(cluster, type_, reasons::CHANGED_STATUS, note).await;
     }
     write_status(ctx, api, cluster, &previous, status.clone()).await?;
     Ok(status)
+}
+
+/// Whether the `ready/desired` count went down: nodes stopped being functional. A cluster coming
+/// up (0/3, 1/3, …) or growing is no cause for a Warning.
+fn fewer_functional(before: Option<&str>, now: &str) -> bool {
+    let count = |s: &str| s.split('/').next().and_then(|n| n.trim().parse::<u32>().ok());
+    match (before.and_then(count), count(now)) {
+        (Some(b), Some(n)) => n < b,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
 }
 
 /// The condition that says whether StorageOS can run on every selected node.
@@ -326,4 +341,19 @@ pub const KUBERNETES_SUPPORTED: &str = "KubernetesSupported";
 /// The message of condition `type_` in `status`.
 fn previous_message<'a>(status: &'a StorageOSClusterStatus, type_: &str) -> Option<&'a str> {
     conditions::find(status.conditions.as_deref(), type_).map(|c| c.message.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fewer_functional;
+
+    #[test]
+    fn only_a_falling_count_of_functional_nodes_is_a_warning() {
+        assert!(!fewer_functional(None, "0/3"), "a new cluster");
+        assert!(!fewer_functional(Some("0/3"), "1/3"), "coming up");
+        assert!(!fewer_functional(Some("2/3"), "3/3"));
+        assert!(!fewer_functional(Some("3/3"), "3/4"), "a node added");
+        assert!(fewer_functional(Some("3/3"), "2/3"), "a node lost");
+        assert!(fewer_functional(Some("3/3"), ""), "no count any more");
+    }
 }
