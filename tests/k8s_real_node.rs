@@ -165,10 +165,13 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
     let _diagnostics = Diagnostics;
     let client = support::client().await;
 
-    // ---- install as a user does
+    install_wait_stops_on_an_operator_image_that_cannot_be_pulled(&client).await;
+
+    // ---- install as a user does (taking over what the failed plugin install left)
     let out = kubectl(&[
         "apply",
         "--server-side",
+        "--force-conflicts",
         "-f",
         support::repo_root().join("deploy/operator.yaml").to_str().unwrap(),
     ]);
@@ -387,6 +390,52 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
 
     jobs_never_mount_a_symlink_out_of_the_allowed_directory(&client).await;
     a_drain_of_the_real_node_waits_on_a_running_guard(&client).await;
+}
+
+/// `kubectl storageos install --wait` with an operator image nobody can pull, on a plane with no
+/// operator yet: the kubelet backs off for ever, and the plugin stops within 90 s naming the
+/// image and the fix. What it installed stays for the user's next attempt; the StorageOSCluster
+/// (no operator ever reconciled it, so it has no finalizer) and the Secret it generated are
+/// removed here, for the files the rest of the test applies.
+async fn install_wait_stops_on_an_operator_image_that_cannot_be_pulled(client: &Client) {
+    let unpullable = "127.0.0.1:9/storageos/storageos-operator:unpullable";
+    let cluster = support::repo_root().join("hack/real-node/storageoscluster.yaml");
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .env("KUBECONFIG", real_node::plane().state().join("kubeconfig"))
+        .args([
+            "install",
+            "-n",
+            OPERATOR_NS,
+            "--image",
+            unpullable,
+            "--wait",
+            "--timeout",
+            "5m",
+        ])
+        .args(["--skip-etcd-endpoints-validation", "-f"])
+        .arg(&cluster)
+        .output()
+        .expect("run kubectl-storageos");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "install --wait succeeded with {unpullable}:\n{stderr}"
+    );
+    assert!(took < Duration::from_secs(90), "it took {took:?}:\n{stderr}");
+    for part in [unpullable, "cannot be pulled", "hack/image.sh --push", "--image"] {
+        assert!(stderr.contains(part), "{part:?} missing from:\n{stderr}");
+    }
+    eprintln!("install --wait stopped after {took:?} on the unpullable image");
+    Api::<StorageOSCluster>::namespaced(client.clone(), OPERATOR_NS)
+        .delete("storageos", &DeleteParams::default())
+        .await
+        .expect("delete the StorageOSCluster the plugin created");
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), OPERATOR_NS)
+        .delete("storageos-api", &DeleteParams::default())
+        .await
+        .expect("delete the Secret the plugin generated");
 }
 
 /// Host paths planted under /var/lib/storageos on the real node (this host), removed at the end.

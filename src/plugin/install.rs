@@ -8,15 +8,16 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use rand::Rng;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::apply::{self, Applier, Outcome, describe};
+use super::image_pull::{self, PullWatch};
 use super::wait::{self, Look, Waited};
 use super::{eval_etcd, namespace, progress};
 use crate::checks::etcd;
@@ -141,6 +142,8 @@ pub enum Error {
         timeout: Duration,
         last: String,
     },
+    #[error("{0}")]
+    ImageNotPullable(String),
 }
 
 /// `kubectl storageos install`.
@@ -251,7 +254,7 @@ pub async fn run(client: &Client, namespace: &str, args: &InstallArgs) -> Result
         report(&value, outcome);
         summary(&outcomes, args.dry_run);
         if args.wait && !args.dry_run {
-            wait_running(client, &cluster, args.timeout).await?;
+            wait_running(client, &cluster, namespace, args.timeout).await?;
         }
     } else {
         summary(&outcomes, args.dry_run);
@@ -505,14 +508,30 @@ pub fn cluster_line(c: &StorageOSCluster) -> String {
 }
 
 /// Waits until `cluster` is Running, printing a progress line whenever what it shows changes.
-pub async fn wait_running(client: &Client, cluster: &StorageOSCluster, timeout: Duration) -> Result<(), Error> {
+/// It stops early, with the fix, when the image of the operator just installed in
+/// `operator_namespace` cannot be pulled ([`image_pull`]).
+pub async fn wait_running(
+    client: &Client,
+    cluster: &StorageOSCluster,
+    operator_namespace: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let api: Api<StorageOSCluster> = Api::namespaced(client.clone(), &ns);
+    let operator_pods = Api::<Pod>::namespaced(client.clone(), operator_namespace);
+    let selector = format!("app.kubernetes.io/name={}", crate::install::NAME);
+    let pulls = std::cell::RefCell::new(PullWatch::default());
     progress(format!(
         "waiting for StorageOSCluster {ns}/{name} to be Running (up to {timeout:?})"
     ));
     let look = || async {
+        // A read of the operator's pods that fails (RBAC, a blip) only skips this check.
+        if let Ok(list) = operator_pods.list(&ListParams::default().labels(&selector)).await
+            && let Some((failure, lasted)) = pulls.borrow_mut().saw(image_pull::pull_failure(&list.items))
+        {
+            return Err(Error::ImageNotPullable(failure.explain(lasted)));
+        }
         let live = api.get_opt(&name).await.map_err(|source| Error::Read {
             what: format!("StorageOSCluster {ns}/{name}"),
             source,

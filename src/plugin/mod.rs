@@ -12,6 +12,7 @@ pub mod children;
 pub mod connect;
 pub mod eval_etcd;
 pub mod go_flags;
+pub mod image_pull;
 pub mod install;
 pub mod namespace;
 pub mod plan;
