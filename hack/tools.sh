@@ -5,16 +5,19 @@
 #   helm, crane   built from Go modules in one `go build` of the module hack/dist-tools
 #                 (versions and go.sum there): helm for the chart tests, crane to push the image
 #                 and to serve a registry on loopback in the tests
+#   actionlint    built from its Go module (hack/lint-tools, versions and go.sum there): lints the
+#                 release workflow in .github/workflows
 #   cargo-cyclonedx   the SBOM of the Rust dependencies, `cargo install --locked` pinned below
 #   aarch64 linker    Debian's gcc-aarch64-linux-gnu (with libc6-arm64-cross, whose shared
 #                     libraries go into the arm64 image), and the Rust target
 #
 #   hack/tools.sh go        build helm and crane (first time only); prints their directory
+#   hack/tools.sh actionlint  build actionlint (first time only); prints the binary's path
 #   hack/tools.sh sbom      install cargo-cyclonedx (first time only); prints its bin directory
 #   hack/tools.sh cross     make sure the aarch64 cross toolchain is installed
 #   hack/tools.sh qemu      make sure qemu-aarch64 (Debian's qemu-user) is installed: runs the
 #                           arm64 binary from its image's root filesystem in the image test
-#   hack/tools.sh all       all three
+#   hack/tools.sh all       all of them
 #
 # Environment: STORAGEOS_CACHE (default ~/.cache/storageos-operator).
 set -euo pipefail
@@ -59,6 +62,25 @@ cmd_go() {
   echo "$bin"
 }
 
+cmd_actionlint() {
+  local src=$ROOT/hack/lint-tools sum v bin
+  sum=$(cat "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
+  v=$(awk '$1 == "github.com/rhysd/actionlint" {print $2; exit}' "$src/go.mod")
+  bin=$CACHE/bin/actionlint-$v-$sum
+  if [[ ! -x $bin/actionlint ]]; then
+    command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
+    log "building actionlint $v from its Go module (first time only)"
+    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+    (
+      cd "$src"
+      export GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local
+      go build -p 2 -trimpath -ldflags "-s -w" -o "$bin.tmp/" github.com/rhysd/actionlint/cmd/actionlint
+    ) || die "building actionlint failed (see the Go output above)"
+    rm -rf "$bin" && mv "$bin.tmp" "$bin"
+  fi
+  echo "$bin/actionlint"
+}
+
 cmd_sbom() {
   local root=$CACHE/tools/cargo-cyclonedx-$CARGO_CYCLONEDX_VERSION
   if [[ ! -x $root/bin/cargo-cyclonedx ]]; then
@@ -95,9 +117,10 @@ cmd_qemu() {
 
 case ${1:-} in
   go) cmd_go ;;
+  actionlint) cmd_actionlint ;;
   qemu) cmd_qemu ;;
   sbom) cmd_sbom ;;
   cross) cmd_cross ;;
-  all) cmd_go >/dev/null && cmd_sbom >/dev/null && cmd_cross && cmd_qemu ;;
-  *) die "usage: hack/tools.sh go | sbom | cross | qemu | all" ;;
+  all) cmd_go >/dev/null && cmd_actionlint >/dev/null && cmd_sbom >/dev/null && cmd_cross && cmd_qemu ;;
+  *) die "usage: hack/tools.sh go | actionlint | sbom | cross | qemu | all" ;;
 esac
