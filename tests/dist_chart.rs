@@ -111,32 +111,233 @@ fn diff(a: &Objects, b: &Objects) -> Vec<String> {
     out
 }
 
+/// Helm's labels of the release, which only the chart's objects carry (`deploy/operator.yaml` has
+/// the others, with the same values).
+const CHART_ONLY_LABELS: [&str; 3] = [
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+];
+
+/// The rendered objects without [`CHART_ONLY_LABELS`], after checking that every object of the
+/// chart (not the CRDs of `crds/`) has them, for release `release`.
+fn without_chart_labels(mut objects: Objects, release: &str) -> Objects {
+    for (id, o) in objects.iter_mut() {
+        // The CR's labels go onto every object StorageOS runs as: it has none of the chart's.
+        if o["kind"] == "CustomResourceDefinition" || o["kind"] == "StorageOSCluster" {
+            continue;
+        }
+        for pointer in ["/metadata/labels", "/spec/template/metadata/labels"] {
+            let Some(labels) = o.pointer_mut(pointer).and_then(Value::as_object_mut) else {
+                assert_ne!(pointer, "/metadata/labels", "{id} has no labels");
+                continue;
+            };
+            assert_eq!(labels["app.kubernetes.io/instance"], release, "{id}{pointer}");
+            assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{id}{pointer}");
+            assert!(
+                labels["helm.sh/chart"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("storageos-operator-"),
+                "{id}{pointer}"
+            );
+            for key in CHART_ONLY_LABELS {
+                labels.remove(key);
+            }
+        }
+    }
+    objects
+}
+
 const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// Every value of the chart set away from its default (but `serviceAccount.create`, which would
+/// leave the rest unchanged), as `--set` arguments.
+const EVERY_OPTION: &[&str] = &[
+    "namespace.create=true",
+    "cluster.create=true",
+    "cluster.apiSecret.password=pw",
+    "cluster.spec.kvBackend.address=http://etcd.example:2379",
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.serviceMonitor.labels.release=prometheus",
+    "podDisruptionBudget.enabled=true",
+    "podAnnotations.example\\.com/a=b",
+    "podLabels.team=storage",
+    "serviceAccount.name=storageos-ops",
+    "serviceAccount.annotations.example\\.com/role=ops",
+    "logLevel=debug",
+    "extraEnv[0].name=HTTPS_PROXY",
+    "extraEnv[0].value=http://proxy.example:3128",
+    "image.tag=v9",
+    "image.pullPolicy=Always",
+    "imagePullSecrets[0].name=reg",
+    "watchNamespaces={storageos-operator,tenant-a}",
+    "priorityClassName=system-cluster-critical",
+    "tolerations[0].operator=Exists",
+    "global.imageRegistry=registry.example",
+    "enabled=true",
+];
 
 #[test]
 fn helm_lint_is_clean_at_the_defaults_and_with_every_option_on() {
     let out = run(helm().args(["lint", "--strict", &chart()]));
     assert!(out.contains("0 chart(s) failed"), "{out}");
-    let out = run(helm().args([
-        "lint",
-        "--strict",
-        &chart(),
-        "--set",
-        "namespace.create=true,cluster.create=true,cluster.apiSecret.password=pw,metrics.serviceMonitor.enabled=true",
-    ]));
+    let mut cmd = helm();
+    cmd.args(["lint", "--strict", &chart()]);
+    for s in EVERY_OPTION {
+        cmd.args(["--set", s]);
+    }
+    let out = run(&mut cmd);
     assert!(out.contains("0 chart(s) failed"), "{out}");
+    // And every option renders: the objects each value names are there.
+    let all = template("storageos-operator", EVERY_OPTION);
+    for id in [
+        "Namespace/storageos-operator",
+        "StorageOSCluster/storageos",
+        "Secret/storageos-api",
+        "ServiceMonitor/storageos-operator",
+        "PodDisruptionBudget/storageos-operator",
+        "ServiceAccount/storageos-ops",
+    ] {
+        assert!(all.contains_key(id), "{id} missing: {:?}", all.keys());
+    }
+    without_chart_labels(all, "storageos-operator");
+}
+
+/// As a subchart of an umbrella chart (`dependencies:` with `file://`, `global:` values, a
+/// `condition:`), the chart renders with the parent's values for it and Helm's `global`.
+#[test]
+fn the_chart_renders_as_a_subchart_with_global_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = dir.path().join("umbrella");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::write(
+        parent.join("Chart.yaml"),
+        format!(
+            "apiVersion: v2\nname: umbrella\nversion: 1.0.0\ndependencies:\n  - name: storageos-operator\n    version: \">=0.0.0-0\"\n    repository: file://{}\n    condition: storageos-operator.enabled\n",
+            chart()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        parent.join("values.yaml"),
+        "global:\n  imageRegistry: registry.example\n  storageClass: fast\nstorageos-operator:\n  enabled: true\n  replicaCount: 3\n  logLevel: debug\n  podDisruptionBudget:\n    enabled: true\n",
+    )
+    .unwrap();
+    std::fs::create_dir(parent.join("templates")).unwrap();
+    std::fs::write(
+        parent.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-platform\n",
+    )
+    .unwrap();
+    run(helm().arg("dependency").arg("update").arg(&parent));
+    let mut cmd = helm();
+    cmd.args(["template", "platform"])
+        .arg(&parent)
+        .args(["--namespace", "storage"]);
+    let rendered = by_id(documents(&run(&mut cmd)));
+    let d = &rendered["Deployment/storageos-operator"];
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["metadata"]["namespace"], "storage");
+    assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/instance"], "platform");
+    assert!(
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "LOG_LEVEL" && e["value"] == "debug")
+    );
+    assert_eq!(
+        rendered["PodDisruptionBudget/storageos-operator"]["spec"]["minAvailable"],
+        1
+    );
+    // helm lint --strict of the umbrella chart checks the subchart's values against its schema.
+    let out = run(helm().args(["lint", "--strict"]).arg(&parent));
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    // The condition turns it off.
+    let mut cmd = helm();
+    cmd.args(["template", "platform"])
+        .arg(&parent)
+        .args(["--set", "storageos-operator.enabled=false"]);
+    assert!(!run(&mut cmd).contains("kind: Deployment"));
+    // And the subchart's schema still refuses a misspelt value of it.
+    let out = helm()
+        .args(["template", "platform"])
+        .arg(&parent)
+        .args(["--set", "storageos-operator.replicas=3"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("replicas"));
+}
+
+/// `cluster.spec` is checked against the StorageOSCluster CRD's schema: a misspelt field, here
+/// and at any depth, is refused by `helm template` and `helm lint`, naming it.
+#[test]
+fn the_schema_refuses_a_misspelt_cluster_spec_field() {
+    for (set, named) in [
+        ("cluster.spec.kvBackend.adress=http://etcd:2379", "adress"),
+        ("cluster.spec.kvbackend.address=http://etcd:2379", "kvbackend"),
+        (
+            "cluster.spec.images.nodeContainr=registry.example/node:v2",
+            "nodeContainr",
+        ),
+    ] {
+        for verb in ["template", "lint"] {
+            let mut cmd = helm();
+            cmd.arg(verb);
+            if verb == "template" {
+                cmd.arg("x");
+            }
+            let out = cmd.args([&chart(), "--set", set]).output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !out.status.success() && text.contains(named),
+                "helm {verb} --set {set}: {text}"
+            );
+        }
+    }
+    // A correct spec passes, as does a field of the right type at depth.
+    let out = template(
+        "x",
+        &[
+            "cluster.create=true",
+            "cluster.apiSecret.password=pw",
+            "cluster.spec.kvBackend.address=http://etcd:2379",
+            "cluster.spec.debug=true",
+        ],
+    );
+    assert_eq!(out["StorageOSCluster/storageos"]["spec"]["debug"], true);
+    // A mistyped one is refused.
+    let out = helm()
+        .args(["template", "x", &chart(), "--set", "cluster.spec.debug=often"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("debug"));
 }
 
 #[test]
 fn helm_template_at_the_defaults_is_deploy_operator_yaml_but_the_namespace() {
+    // But Helm's labels of the release (CHART_ONLY_LABELS), which every object of the chart has.
     let expected = operator_yaml();
-    let rendered = template("storageos-operator", &[]);
+    let rendered = without_chart_labels(template("storageos-operator", &[]), "storageos-operator");
     let mut without_ns = expected.clone();
     without_ns.remove("Namespace/storageos-operator").unwrap();
     assert_eq!(diff(&without_ns, &rendered), Vec::<String>::new());
     // The Namespace too, when asked for (for `helm template | kubectl apply` and GitOps tools).
     assert_eq!(
-        diff(&expected, &template("storageos-operator", &["namespace.create=true"])),
+        diff(
+            &expected,
+            &without_chart_labels(
+                template("storageos-operator", &["namespace.create=true"]),
+                "storageos-operator"
+            )
+        ),
         Vec::<String>::new()
     );
 }
@@ -217,6 +418,70 @@ fn each_chart_value_changes_only_what_it_names() {
             vec!["cluster.create=true".into(), "cluster.apiSecret.password=pw".into()],
             vec!["Secret/storageos-api".into(), "StorageOSCluster/storageos".into()],
         ),
+        (
+            vec!["image.tag=v9".into()],
+            vec![
+                format!("{container}/env/{}/value", env_index("OPERATOR_IMAGE")),
+                format!("{container}/env/{}/value", env_index("RELATED_IMAGE_API_MANAGER")),
+                format!("{container}/image"),
+            ],
+        ),
+        (
+            vec!["logLevel=debug".into()],
+            vec![format!("{container}/env/{env_len}")],
+        ),
+        (
+            vec![
+                "extraEnv[0].name=HTTPS_PROXY".into(),
+                "extraEnv[0].value=http://proxy:3128".into(),
+            ],
+            vec![format!("{container}/env/{env_len}")],
+        ),
+        (
+            vec!["podAnnotations.example\\.com/a=b".into()],
+            vec![format!("{d}/spec/template/metadata/annotations")],
+        ),
+        (
+            vec!["podLabels.team=storage".into()],
+            vec![format!("{d}/spec/template/metadata/labels/team")],
+        ),
+        (
+            vec!["serviceAccount.annotations.example\\.com/role=ops".into()],
+            vec!["ServiceAccount/storageos-operator/metadata/annotations".into()],
+        ),
+        (
+            vec!["serviceAccount.create=false".into()],
+            vec!["ServiceAccount/storageos-operator".into()],
+        ),
+        (
+            vec!["serviceAccount.name=storageos-ops".into()],
+            vec![
+                "ServiceAccount/storageos-operator".into(),
+                "ServiceAccount/storageos-ops".into(),
+                format!("{pod}/serviceAccountName"),
+                "ClusterRoleBinding/storageos-operator/subjects/0/name".into(),
+                "RoleBinding/storageos-operator-leader-election/subjects/0/name".into(),
+            ],
+        ),
+        (
+            vec!["podDisruptionBudget.enabled=true".into()],
+            vec!["PodDisruptionBudget/storageos-operator".into()],
+        ),
+        // One replica: no budget (minAvailable 1 would block every drain).
+        (
+            vec!["podDisruptionBudget.enabled=true".into(), "replicaCount=1".into()],
+            vec![format!("{d}/spec/replicas")],
+        ),
+        (
+            vec![
+                "metrics.serviceMonitor.enabled=true".into(),
+                "metrics.serviceMonitor.labels.release=prometheus".into(),
+            ],
+            vec!["ServiceMonitor/storageos-operator".into()],
+        ),
+        // Helm's global values and a parent's condition change nothing.
+        (vec!["global.imageRegistry=registry.example".into()], vec![]),
+        (vec!["enabled=false".into()], vec![]),
     ];
     for (set, expected) in cases {
         let set: Vec<&str> = set.iter().map(String::as_str).collect();
@@ -236,6 +501,49 @@ fn each_chart_value_changes_only_what_it_names() {
             let e = &changed[d]["spec"]["template"]["spec"]["containers"][0]["env"][env_len];
             assert_eq!(e["name"], "WATCH_NAMESPACES");
             assert_eq!(e["value"], "storageos-operator,tenant-a");
+        }
+        if set[0] == "image.tag=v9" {
+            assert_eq!(
+                changed[d]["spec"]["template"]["spec"]["containers"][0]["image"],
+                "storageos/storageos-operator:v9"
+            );
+        }
+        if set[0] == "logLevel=debug" {
+            let e = &changed[d]["spec"]["template"]["spec"]["containers"][0]["env"][env_len];
+            assert_eq!((&e["name"], &e["value"]), (&"LOG_LEVEL".into(), &"debug".into()));
+        }
+        if set[0].starts_with("extraEnv") {
+            let e = &changed[d]["spec"]["template"]["spec"]["containers"][0]["env"][env_len];
+            assert_eq!(
+                (&e["name"], &e["value"]),
+                (&"HTTPS_PROXY".into(), &"http://proxy:3128".into())
+            );
+        }
+        if set[0] == "podDisruptionBudget.enabled=true" && set.len() == 1 {
+            let p = &changed["PodDisruptionBudget/storageos-operator"];
+            assert_eq!(p["spec"]["minAvailable"], 1);
+            assert_eq!(p["metadata"]["namespace"], "storageos-operator");
+            assert_eq!(
+                p["spec"]["selector"]["matchLabels"],
+                base[d]["spec"]["selector"]["matchLabels"]
+            );
+        }
+        if set[0] == "metrics.serviceMonitor.enabled=true" && set.len() == 2 {
+            let labels = &changed["ServiceMonitor/storageos-operator"]["metadata"]["labels"];
+            assert_eq!(labels["release"], "prometheus");
+            assert_eq!(labels["app.kubernetes.io/name"], "storageos-operator");
+            assert_eq!(labels["app.kubernetes.io/version"], env!("CARGO_PKG_VERSION"));
+        }
+        if set[0] == "serviceAccount.name=storageos-ops" {
+            assert_eq!(
+                changed[d]["spec"]["template"]["spec"]["serviceAccountName"],
+                "storageos-ops"
+            );
+            let b = &changed["ClusterRoleBinding/storageos-operator"]["subjects"][0];
+            assert_eq!(
+                (&b["kind"], &b["name"]),
+                (&"ServiceAccount".into(), &"storageos-ops".into())
+            );
         }
         if set[0] == "cluster.create=true" {
             let c = &changed["StorageOSCluster/storageos"];
@@ -258,11 +566,24 @@ fn each_chart_value_changes_only_what_it_names() {
             assert_eq!(s["namespace"], "ops", "{id}");
         }
     }
+    // The version label is the chart's appVersion.
+    assert_eq!(
+        base[d]["metadata"]["labels"]["app.kubernetes.io/version"],
+        env!("CARGO_PKG_VERSION")
+    );
     // values.schema.json: a misspelt or mistyped value is refused, naming it.
     for (set, named) in [
         ("replicas=3", "replicas"),
         ("replicaCount=two", "replicaCount"),
         ("image.digest=latest", "digest"),
+        ("podDisruptionBudget.minAvailable=0", "minAvailable"),
+        // A variable the chart sets has its own value.
+        ("extraEnv[0].name=WATCH_NAMESPACES", "extraEnv"),
+        ("extraEnv[0].name=RELATED_IMAGE_API_MANAGER", "extraEnv"),
+        // A label the chart sets would be a duplicate key.
+        ("podLabels.app\\.kubernetes\\.io/name=x", "app.kubernetes.io/name"),
+        ("metrics.serviceMonitor.labels.helm\\.sh/chart=x", "helm.sh/chart"),
+        ("serviceAccount.nmae=x", "nmae"),
     ] {
         let out = helm().args(["template", "x", &chart(), "--set", set]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -396,6 +717,7 @@ fn manifests_image_sets_operator_yaml_the_chart_and_the_bundle() {
             "--set",
             "namespace.create=true",
         ]))));
+    let rendered = without_chart_labels(rendered, "storageos-operator");
     assert_eq!(diff(&operator, &rendered), Vec::<String>::new());
     let csv = std::fs::read_to_string(
         dir.path()

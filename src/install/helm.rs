@@ -11,6 +11,10 @@ use serde_json::{Value, json};
 use super::{Error, build, olm::MIN_KUBE_VERSION};
 use crate::crd;
 
+pub mod schema;
+
+pub use schema::values_schema;
+
 /// The chart directory, relative to the `manifests --out-dir` directory.
 pub const CHART_DIR: &str = "helm/storageos-operator";
 
@@ -51,8 +55,12 @@ enum Sentinel {
     Block(&'static str),
     /// `key: <sentinel>` becomes `key: <value>`, left out when it is empty.
     Scalar(&'static str),
-    /// `- name: <sentinel>` (an env entry) becomes `WATCH_NAMESPACES` when the value is set.
-    WatchNamespaces,
+    /// `- name: <sentinel>` (an env entry) becomes these list items (`{pad}`: the line's
+    /// indentation), each left out when its value is empty.
+    EnvItems(&'static str),
+    /// `'<sentinel>': ''` (a key added to a labels map) becomes these map entries (`{pad}`: the
+    /// line's indentation).
+    Entries(&'static str),
 }
 
 fn sentinel(key: &str) -> Option<Sentinel> {
@@ -67,7 +75,20 @@ fn sentinel(key: &str) -> Option<Sentinel> {
         "PULL_SECRETS" => Sentinel::Block(".Values.imagePullSecrets"),
         "PULL_POLICY" => Sentinel::Scalar(".Values.image.pullPolicy"),
         "PRIORITY_CLASS" => Sentinel::Scalar(".Values.priorityClassName"),
-        "WATCH_NAMESPACES" => Sentinel::WatchNamespaces,
+        "POD_ANNOTATIONS" => Sentinel::Block(".Values.podAnnotations"),
+        "SA_ANNOTATIONS" => Sentinel::Block(".Values.serviceAccount.annotations"),
+        "SA_NAME" => Sentinel::Inline(r#"{{ include "storageos-operator.serviceAccountName" . }}"#),
+        "APP_VERSION" => Sentinel::Inline("{{ .Chart.AppVersion | quote }}"),
+        "CHART_ENV" => Sentinel::EnvItems(
+            "{{- with .Values.watchNamespaces }}\n{pad}- name: WATCH_NAMESPACES\n{pad}  value: {{ join \",\" . | quote }}\n{{- end }}\n\
+             {{- with .Values.logLevel }}\n{pad}- name: LOG_LEVEL\n{pad}  value: {{ . | quote }}\n{{- end }}\n\
+             {{- with .Values.extraEnv }}\n{pad}{{- toYaml . | nindent {n} }}\n{{- end }}\n",
+        ),
+        "CHART_LABELS" => Sentinel::Entries("{pad}{{- include \"storageos-operator.chartLabels\" . | nindent {n} }}\n"),
+        "POD_LABELS" => Sentinel::Entries(
+            "{pad}{{- include \"storageos-operator.chartLabels\" . | nindent {n} }}\n\
+             {{- with .Values.podLabels }}\n{pad}{{- toYaml . | nindent {n} }}\n{{- end }}\n",
+        ),
         _ => return None,
     })
 }
@@ -95,7 +116,7 @@ fn template(object: &Value) -> Result<String, Error> {
         let after = rest[end + 2..].trim_start_matches(['\'', '"']);
         let pad = " ".repeat(line.len() - line.trim_start().len());
         let field = before.trim().trim_end_matches(':');
-        if field.starts_with('-') && !matches!(sentinel(key), Some(Sentinel::Inline(_) | Sentinel::WatchNamespaces)) {
+        if field.starts_with('-') && !matches!(sentinel(key), Some(Sentinel::Inline(_) | Sentinel::EnvItems(_))) {
             return Err(Error::Template(format!("sentinel {key} opens a list item: {line:?}")));
         }
         match sentinel(key).ok_or_else(|| Error::Template(format!("unknown sentinel {key} in {line:?}")))? {
@@ -107,9 +128,9 @@ fn template(object: &Value) -> Result<String, Error> {
             Sentinel::Scalar(value) => out.push_str(&format!(
                 "{{{{- with {value} }}}}\n{pad}{field}: {{{{ . }}}}\n{{{{- end }}}}\n"
             )),
-            Sentinel::WatchNamespaces => out.push_str(&format!(
-                "{{{{- with .Values.watchNamespaces }}}}\n{pad}- name: WATCH_NAMESPACES\n{pad}  value: {{{{ join \",\" . | quote }}}}\n{{{{- end }}}}\n"
-            )),
+            Sentinel::EnvItems(items) | Sentinel::Entries(items) => {
+                out.push_str(&items.replace("{pad}", &pad).replace("{n}", &pad.len().to_string()))
+            }
         }
     }
     Ok(out)
@@ -156,6 +177,46 @@ fn release_namespaced(mut o: Value) -> Result<Value, Error> {
     Ok(o)
 }
 
+/// The chart's labels on an object: the install's, with the version from the chart's appVersion,
+/// and Helm's release labels (`storageos-operator.chartLabels`); on the Deployment's pods also
+/// `podLabels`. Selectors keep the install's one label.
+fn chart_labelled(mut o: Value) -> Value {
+    fn label(labels: Option<&mut Value>, entries: &str) {
+        if let Some(map) = labels.and_then(Value::as_object_mut) {
+            if map.contains_key(VERSION_LABEL) {
+                map.insert(VERSION_LABEL.into(), mark("APP_VERSION"));
+            }
+            map.insert(format!("@@{entries}@@"), Value::String(String::new()));
+        }
+    }
+    label(o.pointer_mut("/metadata/labels"), "CHART_LABELS");
+    label(o.pointer_mut("/spec/template/metadata/labels"), "POD_LABELS");
+    o
+}
+
+const VERSION_LABEL: &str = "app.kubernetes.io/version";
+
+/// The ServiceAccount's name in RBAC subjects: `serviceAccount.name`.
+fn subjects_named(mut o: Value) -> Value {
+    for s in o
+        .get_mut("subjects")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if s["kind"] == "ServiceAccount" {
+            s["name"] = mark("SA_NAME");
+        }
+    }
+    o
+}
+
+/// An install object as the chart renders it: in the release namespace, with the chart's labels
+/// and the ServiceAccount's name from the values.
+fn chart_object(o: Value) -> Result<Value, Error> {
+    Ok(chart_labelled(subjects_named(release_namespaced(o)?)))
+}
+
 fn deployment_template(mut d: Value) -> Result<String, Error> {
     let pod = ["spec", "template", "spec"];
     let container = ["spec", "template", "spec", "containers", "0"];
@@ -166,13 +227,19 @@ fn deployment_template(mut d: Value) -> Result<String, Error> {
     set(&mut d, &at(&pod, "affinity"), mark("AFFINITY"))?;
     set(&mut d, &at(&pod, "imagePullSecrets"), mark("PULL_SECRETS"))?;
     set(&mut d, &at(&pod, "priorityClassName"), mark("PRIORITY_CLASS"))?;
+    set(&mut d, &at(&pod, "serviceAccountName"), mark("SA_NAME"))?;
+    set(
+        &mut d,
+        &["spec", "template", "metadata", "annotations"],
+        mark("POD_ANNOTATIONS"),
+    )?;
     set(&mut d, &at(&container, "resources"), mark("RESOURCES"))?;
     set(&mut d, &at(&container, "imagePullPolicy"), mark("PULL_POLICY"))?;
     let env = d
         .pointer_mut("/spec/template/spec/containers/0/env")
         .and_then(Value::as_array_mut)
         .ok_or_else(|| Error::Template("the operator container has no env".into()))?;
-    env.push(json!({"name": mark("WATCH_NAMESPACES")}));
+    env.push(json!({"name": mark("CHART_ENV")}));
     template(&d)
 }
 
@@ -206,16 +273,25 @@ fn values_yaml(image: &str, deployment: &Value) -> Result<String, Error> {
         .ok_or_else(|| Error::Template("the operator container has no resources".into()))?;
     let field = |v: Option<&Value>| yaml_of(v.unwrap_or(&Value::Null));
     let replicas = deployment.pointer("/spec/replicas").cloned().unwrap_or(Value::Null);
+    // An empty tag renders v<appVersion> (and none beside a digest); a bare name is :latest.
+    let tag = match (img.tag.as_str(), img.digest.is_empty()) {
+        (t, true) if t == format!("v{VERSION}") => "\"\"".to_string(),
+        ("", true) => "latest".into(),
+        ("", false) => "\"\"".into(),
+        (t, _) => t.into(),
+    };
     Ok(format!(
         r#"# Values of the storageos-operator chart. {GENERATED}
 # At these defaults the chart installs exactly the objects of deploy/operator.yaml (but the
 # Namespace: install with `helm install storageos-operator <chart> -n storageos-operator
-# --create-namespace`). docs/install.md explains each value.
+# --create-namespace`), with Helm's labels of the release. README.md lists every value (from
+# values.schema.json); docs/install.md explains the chart.
 
 # The operator image; it also runs the api-manager of every StorageOSCluster. With a digest the
 # image is pulled by digest (`repository[:tag]@digest`). docs/release.md says how it is built.
 image:
   repository: {repository}
+  # Empty: v followed by the chart's appVersion (none when a digest is set).
   tag: {tag}
   digest: {digest}
   # Empty: Kubernetes' default (IfNotPresent for a tag, Always for :latest).
@@ -227,13 +303,38 @@ imagePullSecrets: []
 # One replica holds the leader Lease and runs the controllers; the other takes over within 15 s.
 replicaCount: {replicas}
 
+# A PodDisruptionBudget keeping minAvailable replicas through drains; rendered only when
+# replicaCount is above 1. Off by default so that the defaults install exactly deploy/operator.yaml.
+podDisruptionBudget:
+  enabled: false
+  minAvailable: 1
+
 # Measured needs: docs/install.md ("Resources").
 resources:
 {resources}
+# LOG_LEVEL of the operator (a tracing filter: debug, or storageos_operator=debug,kube=info).
+# Empty: info.
+logLevel: ""
+
+# More environment variables of the operator container, as in a pod spec; not one the chart
+# sets itself (OPERATOR_IMAGE, RELATED_IMAGE_*, WATCH_NAMESPACES, LOG_LEVEL, ...).
+extraEnv: []
+
 # Namespaces whose StorageOSClusters, StorageOSUpgrades and Jobs the operator honours (the
 # operator's WATCH_NAMESPACES). Empty: only its own namespace. Anyone who may create these kinds
 # in a listed namespace is cluster-admin in effect (docs/security.md); "*" trusts every namespace.
 watchNamespaces: []
+
+# The operator's ServiceAccount, bound to its ClusterRole and leader-election Role. With
+# create=false it must exist in the release namespace. Empty name: storageos-operator.
+serviceAccount:
+  create: true
+  name: ""
+  annotations: {{}}
+
+# Annotations and more labels of the operator's pods (not the chart's own label keys).
+podAnnotations: {{}}
+podLabels: {{}}
 
 # Placement of the operator's own pods (not of StorageOS: that is the StorageOSCluster's spec).
 nodeSelector:
@@ -245,10 +346,12 @@ metrics:
   # The Service `storageos-operator-metrics` in front of /metrics (port 8080).
   service:
     enabled: true
-  # A Prometheus Operator ServiceMonitor for it (needs the monitoring.coreos.com CRDs).
+  # A Prometheus Operator ServiceMonitor for it (needs the monitoring.coreos.com CRDs). A
+  # Prometheus that selects by label needs it in `labels` (kube-prometheus-stack: release: NAME).
   serviceMonitor:
     enabled: false
     interval: 30s
+    labels: {{}}
 
 # The Namespace object itself, labelled for the restricted Pod Security Standard, as
 # deploy/operator.yaml has it. Leave false with `--create-namespace` (Helm creates the namespace
@@ -262,8 +365,9 @@ namespace:
 cluster:
   create: false
   name: storageos
-  # The StorageOSCluster spec (README and `storageos-operator render`); secretRefName and
-  # secretRefNamespace default to the Secret below, in the release namespace.
+  # The StorageOSCluster spec, checked against the CRD's schema; secretRefName and
+  # secretRefNamespace default to the Secret below, in the release namespace. The operand images
+  # (for a private registry) are spec.images.
   spec:
 {cluster_spec}  apiSecret:
     # Create the Secret `spec.secretRefName` with these credentials of the StorageOS API.
@@ -273,7 +377,6 @@ cluster:
     password: ""
 "#,
         repository = img.repository,
-        tag = if img.tag.is_empty() { "\"\"".into() } else { img.tag },
         digest = if img.digest.is_empty() {
             "\"\"".into()
         } else {
@@ -305,12 +408,34 @@ maintainers:
     )
 }
 
-const HELPERS: &str = r#"{{/* The operator image: repository[:tag][@digest]. */}}
+const HELPERS: &str = r#"{{/* The operator image: repository[:tag][@digest]; an empty tag is v<appVersion>, or none with a digest. */}}
 {{- define "storageos-operator.image" -}}
 {{- $image := .Values.image.repository -}}
-{{- with .Values.image.tag }}{{ $image = printf "%s:%s" $image . }}{{ end -}}
+{{- $tag := .Values.image.tag -}}
+{{- if and (not $tag) (not .Values.image.digest) }}{{ $tag = printf "v%s" .Chart.AppVersion }}{{ end -}}
+{{- with $tag }}{{ $image = printf "%s:%s" $image . }}{{ end -}}
 {{- with .Values.image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end -}}
 {{- $image -}}
+{{- end -}}
+
+{{/* Helm's labels of the release, on every object beside those of deploy/operator.yaml. */}}
+{{- define "storageos-operator.chartLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
+{{- end -}}
+
+{{/* Every label of an object of the chart. */}}
+{{- define "storageos-operator.labels" -}}
+app.kubernetes.io/name: storageos-operator
+app.kubernetes.io/part-of: storageos
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{ include "storageos-operator.chartLabels" . }}
+{{- end -}}
+
+{{/* The operator's ServiceAccount: serviceAccount.name, else storageos-operator. */}}
+{{- define "storageos-operator.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default "storageos-operator" -}}
 {{- end -}}
 "#;
 
@@ -320,8 +445,10 @@ const NOTES: &str = r#"storageos-operator {{ .Chart.AppVersion }} is installed i
 {{- if not .Values.cluster.create }}
 
 Next: a StorageOSCluster in {{ .Release.Namespace }}{{ with .Values.watchNamespaces }} (or {{ join ", " . }}){{ end }},
-with the Secret of its API credentials, e.g. deploy/examples/storageos-secret.yaml and
-deploy/examples/storageoscluster.yaml with their namespace changed; then
+with the Secret of its API credentials (the project's deploy/examples/ has both), or
+  helm upgrade {{ .Release.Name }} <chart> -n {{ .Release.Namespace }} --reuse-values \
+    --set cluster.create=true,cluster.apiSecret.password=...,cluster.spec.kvBackend.address=...
+(`helm show readme <chart>` lists every value); then
   kubectl -n {{ .Release.Namespace }} get storageoscluster -w
 {{- else }}
 
@@ -344,6 +471,8 @@ kind: Secret
 metadata:
   name: {{ $spec.secretRefName }}
   namespace: {{ $spec.secretRefNamespace }}
+  labels:
+    {{- include "storageos-operator.labels" . | nindent 4 }}
   annotations:
     helm.sh/resource-policy: keep
 type: Opaque
@@ -352,6 +481,7 @@ stringData:
   password: {{ required "cluster.apiSecret.password is required when the chart creates the API Secret" .Values.cluster.apiSecret.password | quote }}
 ---
 {{- end }}
+{{- /* No labels: the operator copies the CR's onto every object of StorageOS. */}}
 apiVersion: storageos.com/v1
 kind: StorageOSCluster
 metadata:
@@ -371,8 +501,10 @@ metadata:
   name: storageos-operator
   namespace: {{ .Release.Namespace }}
   labels:
-    app.kubernetes.io/name: storageos-operator
-    app.kubernetes.io/part-of: storageos
+    {{- include "storageos-operator.labels" . | nindent 4 }}
+    {{- with .Values.metrics.serviceMonitor.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 spec:
   selector:
     matchLabels:
@@ -384,47 +516,23 @@ spec:
 {{- end }}
 "#;
 
-/// `values.schema.json`: Helm checks the values against it on install, upgrade, template and
-/// lint, so a misspelt or mistyped value fails with its name instead of being ignored.
-pub fn values_schema() -> Value {
-    let string = json!({"type": "string"});
-    let boolean = json!({"type": "boolean"});
-    let object = json!({"type": "object"});
-    let closed = |properties: Value| json!({"type": "object", "additionalProperties": false, "properties": properties});
-    json!({
-        "$schema": "https://json-schema.org/draft-07/schema#",
-        "title": "Values of the storageos-operator chart",
-        "type": "object",
-        "additionalProperties": false,
-        "properties": {
-            "image": closed(json!({
-                "repository": {"type": "string", "minLength": 1},
-                "tag": string,
-                "digest": {"type": "string", "pattern": "^$|^sha256:[0-9a-f]{64}$"},
-                "pullPolicy": {"enum": ["", "Always", "IfNotPresent", "Never"]}
-            })),
-            "imagePullSecrets": {"type": "array", "items": closed(json!({"name": string}))},
-            "replicaCount": {"type": "integer", "minimum": 0},
-            "resources": object,
-            "watchNamespaces": {"type": "array", "items": {"type": "string", "minLength": 1}},
-            "nodeSelector": {"type": "object", "additionalProperties": string},
-            "tolerations": {"type": "array", "items": object},
-            "affinity": object,
-            "priorityClassName": string,
-            "metrics": closed(json!({
-                "service": closed(json!({"enabled": boolean})),
-                "serviceMonitor": closed(json!({"enabled": boolean, "interval": string}))
-            })),
-            "namespace": closed(json!({"create": boolean})),
-            "cluster": closed(json!({
-                "create": boolean,
-                "name": {"type": "string", "minLength": 1},
-                "spec": object,
-                "apiSecret": closed(json!({"create": boolean, "username": string, "password": string}))
-            }))
-        }
-    })
-}
+/// The PodDisruptionBudget: only with more than one replica, where it keeps one running through a
+/// drain (with one, `minAvailable: 1` would block every drain).
+const PDB: &str = r#"{{- if and .Values.podDisruptionBudget.enabled (gt (int .Values.replicaCount) 1) }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: storageos-operator
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "storageos-operator.labels" . | nindent 4 }}
+spec:
+  minAvailable: {{ .Values.podDisruptionBudget.minAvailable }}
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: storageos-operator
+{{- end }}
+"#;
 
 /// Every file of the chart, as (path relative to the chart directory, content).
 pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
@@ -463,11 +571,20 @@ pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
         "templates/namespace.yaml".into(),
         format!(
             "{head}{{{{- if .Values.namespace.create }}}}\n{}{{{{- end }}}}\n",
-            template(&namespace)?
+            template(&chart_labelled(namespace))?
+        ),
+    ));
+    let mut account = chart_object(find("ServiceAccount")?)?;
+    set(&mut account, &["metadata", "name"], mark("SA_NAME"))?;
+    set(&mut account, &["metadata", "annotations"], mark("SA_ANNOTATIONS"))?;
+    files.push((
+        "templates/serviceaccount.yaml".into(),
+        format!(
+            "{head}{{{{- if .Values.serviceAccount.create }}}}\n{}{{{{- end }}}}\n",
+            template(&account)?
         ),
     ));
     for (file, kind) in [
-        ("serviceaccount.yaml", "ServiceAccount"),
         ("clusterrole.yaml", "ClusterRole"),
         ("clusterrolebinding.yaml", "ClusterRoleBinding"),
         ("role.yaml", "Role"),
@@ -475,21 +592,18 @@ pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
     ] {
         files.push((
             format!("templates/{file}"),
-            format!("{head}{}", template(&release_namespaced(find(kind)?)?)?),
+            format!("{head}{}", template(&chart_object(find(kind)?)?)?),
         ));
     }
     files.push((
         "templates/deployment.yaml".into(),
-        format!(
-            "{head}{}",
-            deployment_template(release_namespaced(find("Deployment")?)?)?
-        ),
+        format!("{head}{}", deployment_template(chart_object(find("Deployment")?)?)?),
     ));
     files.push((
         "templates/service.yaml".into(),
         format!(
             "{head}{{{{- if .Values.metrics.service.enabled }}}}\n{}{{{{- end }}}}\n",
-            template(&release_namespaced(find("Service")?)?)?
+            template(&chart_object(find("Service")?)?)?
         ),
     ));
     // The webhook that refuses a second StorageOSCluster: its Service (found by name, after the
@@ -501,22 +615,31 @@ pub fn chart_files(image: &str) -> Result<Vec<(String, String)>, Error> {
         .ok_or_else(|| Error::Template("no webhook Service among the install objects".into()))?;
     files.push((
         "templates/webhook-service.yaml".into(),
-        format!("{head}{}", template(&release_namespaced(webhook_service)?)?),
+        format!("{head}{}", template(&chart_object(webhook_service)?)?),
     ));
     files.push((
         "templates/webhook.yaml".into(),
         format!(
             "{head}{}",
-            template(&release_namespaced(find("ValidatingWebhookConfiguration")?)?)?
+            template(&chart_object(find("ValidatingWebhookConfiguration")?)?)?
         ),
     ));
     files.push((
         "templates/servicemonitor.yaml".into(),
         format!("{head}{SERVICE_MONITOR}"),
     ));
+    files.push(("templates/poddisruptionbudget.yaml".into(), format!("{head}{PDB}")));
     files.push(("templates/storageoscluster.yaml".into(), format!("{head}{CLUSTER}")));
-    let schema = serde_json::to_string_pretty(&values_schema()).map_err(|e| Error::Template(e.to_string()))?;
-    files.push(("values.schema.json".into(), format!("{schema}\n")));
+    let schema = values_schema()?;
+    let text = serde_json::to_string_pretty(&schema).map_err(|e| Error::Template(e.to_string()))?;
+    files.push(("values.schema.json".into(), format!("{text}\n")));
+    let defaults: Value = files
+        .iter()
+        .find(|(file, _)| file == "values.yaml")
+        .map(|(_, text)| serde_yaml::from_str(text))
+        .transpose()?
+        .ok_or_else(|| Error::Template("no values.yaml".into()))?;
+    files.push(("README.md".into(), schema::readme(&schema, &defaults, GENERATED)));
     Ok(files)
 }
 
