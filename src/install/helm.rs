@@ -442,6 +442,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 const NOTES: &str = r#"storageos-operator {{ .Chart.AppVersion }} is installed in {{ .Release.Namespace }}
 (image {{ include "storageos-operator.image" . }}).
 
+Check that its nodes can pull that image (a minute at most):
+  kubectl -n {{ .Release.Namespace }} rollout status deployment/storageos-operator --timeout 90s
+Pods in ErrImagePull or ImagePullBackOff (kubectl -n {{ .Release.Namespace }} get pods) mean it
+is not in a registry they reach: push it (the project's hack/image.sh --push --tag IMAGE) or
+  helm upgrade {{ .Release.Name }} <chart> -n {{ .Release.Namespace }} --reuse-values \
+    --set image.repository=REGISTRY/storageos-operator,image.tag=TAG
+
 {{- if not .Values.cluster.create }}
 
 Next: a StorageOSCluster in {{ .Release.Namespace }}{{ with .Values.watchNamespaces }} (or {{ join ", " . }}){{ end }},
