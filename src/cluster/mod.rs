@@ -51,7 +51,7 @@ pub use ownership::FINALIZER;
 pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 
 use crate::crd::StorageOSCluster;
-use crate::render::labels::{CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
+use crate::render::labels::{ACTED_MARK_SELECTOR, CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
 use crate::runtime::kube::controller::{self, ControllerKit, Reconciler};
 use crate::runtime::kube::view_store;
 use node_cache::{ListedNode, ListedNodePod};
@@ -98,7 +98,9 @@ impl Reconciler for Context {
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let controller = controller::controller(Api::<StorageOSCluster>::all(client.clone()), watcher::Config::default());
+    // Only the watched namespaces, and elsewhere only clusters the operator once finalized (so
+    // one deleted after its namespace stopped being watched is still cleaned up).
+    let controller = controller::controller_in::<StorageOSCluster>(&client, &ctx.trusted, Some(ACTED_MARK_SELECTOR));
     let store = controller.store();
     let managed = crate::runtime::kube::cache::every().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     // The children watches also tell the apply step and pruning what exists, so an idle pass

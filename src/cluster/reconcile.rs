@@ -15,6 +15,7 @@ use super::status::{PAUSED, phase};
 use super::{finalize, prepare, rollout, settings_push, status_write};
 use crate::crd::{PAUSED_BY_ANNOTATION, StorageOSCluster, active_cluster, same_cluster};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
+use crate::render::labels::ACTED_MARK;
 use crate::runtime::kube::conditions::{self, now};
 use crate::runtime::kube::finalizer;
 use crate::runtime::kube::{controller, status};
@@ -100,7 +101,7 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
         ctx.cluster_metrics.forget(&ns, &cluster.name_any());
         return finalize::finalize(cluster, is_active, ctx).await;
     }
-    if finalizer::add(&api, cluster, FINALIZER, &PatchParams::default())
+    if finalizer::add_marked(&api, cluster, FINALIZER, ACTED_MARK, &PatchParams::default())
         .await
         .step("add the finalizer")?
         .is_some()

@@ -22,12 +22,13 @@ struct Request {
     body: Value,
 }
 
-/// A cluster with the finalizer already set, as the apiserver returns it.
+/// A cluster with the finalizer (and its mark) already set, as the apiserver returns it.
 fn cluster(spec: Value) -> Value {
     json!({
         "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
         "metadata": {"name": "storageos", "namespace": "storageos-operator", "uid": "u1",
                      "resourceVersion": "7", "generation": 1, "finalizers": [FINALIZER],
+                     "labels": {crate::render::labels::ACTED_MARK.0: crate::render::labels::ACTED_MARK.1},
                      "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": spec
     })

@@ -29,6 +29,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Job;
 use crate::reasons::Reason;
+use crate::render::labels::ACTED_MARK_SELECTOR;
 use crate::runtime::kube::apply::{self, Applier};
 use crate::runtime::kube::controller::{self, ControllerKit, Reconciler, controlling_owner};
 use crate::runtime::kube::metrics::ReconcileMetrics;
@@ -216,7 +217,12 @@ fn job_of_pod(pod: PartialObjectMeta<Pod>) -> Option<ObjectRef<Job>> {
 /// Wire it into the operator with
 /// `job::run(Arc::new(job::Context::new(client, metrics)), shutdown)`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let controller = controller::controller(ctx.api::<Job>(), watcher::Config::default());
+    // Only the watched namespaces (or the one it is restricted to), and elsewhere only Jobs the
+    // operator acted on, so a DaemonSet left in a namespace no longer watched is removed.
+    let controller = match &ctx.namespace {
+        Some(ns) => controller::controller(Api::namespaced(ctx.client.clone(), ns), watcher::Config::default()),
+        None => controller::controller_in::<Job>(&ctx.client, &ctx.trusted, Some(ACTED_MARK_SELECTOR)),
+    };
     let labelled = crate::runtime::kube::cache::every().labels(JOB_LABEL);
     let pods = watcher(ctx.api::<PartialObjectMeta<Pod>>(), labelled.clone())
         .default_backoff()

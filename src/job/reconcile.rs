@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -19,8 +19,10 @@ use super::status::{self, PodView};
 use super::{Context, Error, JobKey, POLL};
 use crate::crd::{Job, JobStatus};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
+use crate::render::labels::ACTED_MARK;
 use crate::runtime::kube::conditions::{self, now};
 use crate::runtime::kube::controller::is_controlled_by;
+use crate::runtime::kube::finalizer;
 
 /// Note of the event sent once when a Job completes (the Go operator's; reason `JobCompleted`).
 pub const COMPLETED_NOTE: &str = "Job Completed. Safe to delete.";
@@ -99,6 +101,15 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error
             delete_daemonset(&daemonsets, live).await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
+    }
+
+    // Marked before its DaemonSet exists: should the namespace stop being watched, the operator
+    // still sees this Job (and removes the DaemonSet) though it no longer watches there.
+    if finalizer::mark(&jobs, &job, ACTED_MARK, &PatchParams::default())
+        .await?
+        .is_some()
+    {
+        return Ok(Action::await_change());
     }
 
     let value = serde_json::to_value(&desired).map_err(|_| {

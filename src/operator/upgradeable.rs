@@ -21,6 +21,7 @@ use crate::crd::{StorageOSCluster, StorageOSUpgrade};
 use crate::reasons::{self, Reason};
 use crate::runtime::kube::cache::every;
 use crate::runtime::kube::conditions;
+use crate::runtime::kube::namespaced;
 use crate::runtime::kube::trusted::TrustedNamespaces;
 
 /// The variable OLM sets on the operator's Deployment: the name of its `OperatorCondition`.
@@ -230,14 +231,15 @@ pub async fn run(
 ) {
     let (clusters, cluster_writer) = reflector::store::<StorageOSCluster>();
     let (upgrades, upgrade_writer) = reflector::store::<StorageOSUpgrade>();
+    // Only the watched namespaces: objects elsewhere count for nothing, so they are not read.
     let cluster_events = reflector::reflector(
         cluster_writer,
-        watcher(Api::<StorageOSCluster>::all(client.clone()), every()).default_backoff(),
+        namespaced::watch(&client, &trusted, &every(), None, clusters.clone()).default_backoff(),
     )
     .map(|e| (0, e.map(|e| matches!(e, watcher::Event::InitDone))));
     let upgrade_events = reflector::reflector(
         upgrade_writer,
-        watcher(Api::<StorageOSUpgrade>::all(client.clone()), every()).default_backoff(),
+        namespaced::watch(&client, &trusted, &every(), None, upgrades.clone()).default_backoff(),
     )
     .map(|e| (1, e.map(|e| matches!(e, watcher::Event::InitDone))));
     let events = stream::select(cluster_events, upgrade_events);

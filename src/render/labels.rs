@@ -14,6 +14,14 @@ pub const CLUSTER_LABEL: &str = "storageos.com/cluster";
 /// Names the namespace of the StorageOSCluster an object belongs to.
 pub const CLUSTER_NAMESPACE_LABEL: &str = "storageos.com/cluster-namespace";
 
+/// On a StorageOSCluster, StorageOSUpgrade or Job once the operator has acted on it (put its
+/// finalizer on it, started a Job's DaemonSet): the operator follows objects with this label even
+/// in namespaces it no longer watches, so deleting one, or a Job left there, is still cleaned up.
+/// Never copied onto what is rendered.
+pub const ACTED_MARK: (&str, &str) = ("storageos.com/operator-acted", "true");
+/// [`ACTED_MARK`] as a label selector.
+pub const ACTED_MARK_SELECTOR: &str = "storageos.com/operator-acted=true";
+
 /// The longest label value Kubernetes accepts.
 pub const MAX_LABEL_VALUE: usize = 63;
 
@@ -104,7 +112,7 @@ fn app(cluster: &str, component: &str) -> Labels {
 pub fn common(cluster: &str, cluster_namespace: &str, cr_labels: &Labels) -> Labels {
     let mut labels: Labels = cr_labels
         .iter()
-        .filter(|(k, _)| !is_reserved(k))
+        .filter(|(k, _)| !is_reserved(k) && k.as_str() != ACTED_MARK.0)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     labels.insert("app".into(), "storageos".into());
@@ -149,9 +157,13 @@ mod tests {
 
     #[test]
     fn common_labels_carry_cr_labels_but_pruning_labels_win() {
-        let cr = set(&[("team", "storage"), (CLUSTER_LABEL, "spoofed")]);
+        let cr = set(&[("team", "storage"), (CLUSTER_LABEL, "spoofed"), ACTED_MARK]);
         let l = common("c", "ns", &cr);
         assert_eq!(l["team"], "storage");
+        assert!(
+            !l.contains_key(ACTED_MARK.0),
+            "the operator's mark on the CR stays there"
+        );
         assert_eq!(l[CLUSTER_LABEL], "c");
         assert_eq!(l[CLUSTER_NAMESPACE_LABEL], "ns");
         assert_eq!(l["app.kubernetes.io/component"], "cluster");

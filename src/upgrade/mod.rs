@@ -42,6 +42,7 @@ use kube::{Client, ResourceExt};
 
 use crate::cluster::api_clients::ApiClients;
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
+use crate::render::labels::ACTED_MARK_SELECTOR;
 use crate::runtime::kube::apply::{self, Applier, FIELD_MANAGER};
 use crate::runtime::kube::controller::{self as kit, ControllerKit, Reconciler, controlling_owner};
 use crate::runtime::kube::metrics::ReconcileMetrics;
@@ -178,7 +179,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let client = ctx.client.clone();
     // One reconcile at a time: upgrades are rare, and "one upgrade at a time" is then decided
     // without races between two upgrades' reconciles.
-    let controller = kit::controller(Api::<StorageOSUpgrade>::all(client.clone()), watcher::Config::default())
+    // Only the watched namespaces, and elsewhere only upgrades the operator once finalized (one
+    // deleted after its namespace stopped being watched still un-pauses its cluster).
+    let controller = kit::controller_in::<StorageOSUpgrade>(&client, &ctx.trusted, Some(ACTED_MARK_SELECTOR))
         .with_config(controller::Config::default().concurrency(1));
     let store = controller.store();
     let labelled = crate::runtime::kube::cache::every().labels(pull::UPGRADE_LABEL);

@@ -26,6 +26,7 @@ use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED};
 use crate::render;
+use crate::render::labels::ACTED_MARK;
 use crate::runtime::kube::apply::ObjectKey;
 use crate::runtime::kube::conditions::{self, now};
 use crate::runtime::kube::finalizer;
@@ -64,7 +65,7 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
     if up.meta().deletion_timestamp.is_some() {
         return finalize(&up, &api, &ctx).await;
     }
-    if let Some(written) = finalizer::add(&api, &up, FINALIZER, &patch_params()).await? {
+    if let Some(written) = finalizer::add_marked(&api, &up, FINALIZER, ACTED_MARK, &patch_params()).await? {
         up = written;
     }
     let image = up.spec.new_image.clone();
@@ -349,13 +350,7 @@ async fn observe(
             // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
             // whoever may create an upgrade elsewhere can neither take over nor block it.
             let ns = up.namespace().unwrap_or_default();
-            let clusters: Vec<StorageOSCluster> = Api::<StorageOSCluster>::all(client.clone())
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .filter(|c| ctx.trusted.allows(&c.namespace().unwrap_or_default()))
-                .collect();
+            let clusters: Vec<StorageOSCluster> = ctx.trusted.list(client).await?;
             let active = crate::crd::active_cluster(&clusters);
             o.other_namespace = active
                 .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))

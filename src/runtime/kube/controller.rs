@@ -10,14 +10,16 @@ use std::time::{Duration, Instant};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::events::Recorder;
 use super::metrics::{ReconcileMetrics, ReconcileResult};
+use super::namespaced;
+use super::trusted::TrustedNamespaces;
 use crate::reasons::Reason;
 
 /// The `P` that controls `child` (its owner reference with `controller: true`, when that names a
@@ -256,6 +258,27 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     Controller::new(api, config).trigger_backoff(TriggerBackoff::default())
+}
+
+/// [`controller`] of the `K` in the namespaces `trusted` allows (and, with `elsewhere_labelled`,
+/// those with that label in every other namespace): nothing else is watched or cached
+/// ([`super::namespaced::watch`]).
+pub fn controller_in<K: namespaced::Watched>(
+    client: &Client,
+    trusted: &TrustedNamespaces,
+    elsewhere_labelled: Option<&str>,
+) -> Controller<K> {
+    let (reader, writer) = reflector::store();
+    let events = namespaced::watch(
+        client,
+        trusted,
+        &watcher::Config::default(),
+        elsewhere_labelled,
+        reader.clone(),
+    )
+    .default_backoff();
+    Controller::for_stream(reflector::reflector(writer, events).applied_objects(), reader)
+        .trigger_backoff(TriggerBackoff::default())
 }
 
 /// Forgets the backoff and the context's state of every object not in `live`, so an object

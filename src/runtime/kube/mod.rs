@@ -14,6 +14,7 @@ pub mod identity;
 pub mod leader;
 pub mod live;
 pub mod metrics;
+pub mod namespaced;
 pub mod object;
 pub mod status;
 pub mod trusted;
