@@ -27,12 +27,12 @@ use storageos_operator::preview::diff::Restart;
 use support::operator::{ClusterOperator, OPERATOR_IMAGE, StorageOS, api_of};
 use support::{TestNamespace, from_json, wait_for};
 
-const SETTLE: Duration = Duration::from_secs(90);
+pub(crate) const SETTLE: Duration = Duration::from_secs(90);
 /// Label the all-fields CR selects nodes by.
 const WORKER_LABEL: &str = "node-role.kubernetes.io/worker";
 
 /// The Go operator's own image defaults (v2.4.2), which it wrote into `spec.images`.
-fn go_written_images(scheduler: &str) -> Value {
+pub(crate) fn go_written_images(scheduler: &str) -> Value {
     json!({
         "nodeContainer": "storageos/node:v2.4.2",
         "initContainer": "storageos/init:v2.1.0",
@@ -84,7 +84,7 @@ fn move_namespace(v: &mut Value, old: &str, new: &str) {
     }
 }
 
-fn b64(s: &str) -> String {
+pub(crate) fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
@@ -122,7 +122,7 @@ async fn source_secrets(ns: &TestNamespace) {
 }
 
 /// The Go objects of `fixture`, moved into `ns`, Secrets filled; without the Namespace.
-fn go_objects(fixture: &str, ns: &str) -> Vec<Value> {
+pub(crate) fn go_objects(fixture: &str, ns: &str) -> Vec<Value> {
     let docs = yaml_docs(&format!("tests/fixtures/adoption/{fixture}"));
     let old = docs
         .iter()
@@ -142,8 +142,17 @@ fn go_objects(fixture: &str, ns: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The image of the Go scheduler Deployment among the Go objects `go`.
+pub(crate) fn scheduler_image(go: &[Value]) -> String {
+    go.iter()
+        .find(|d| d["metadata"]["name"] == "storageos-scheduler" && d["kind"] == "Deployment")
+        .and_then(|d| d.pointer("/spec/template/spec/containers/0/image")?.as_str())
+        .unwrap()
+        .to_string()
+}
+
 /// `kind namespace/name` of an object.
-fn describe(d: &Value) -> String {
+pub(crate) fn describe(d: &Value) -> String {
     format!(
         "{} {}/{}",
         d["kind"].as_str().unwrap(),
@@ -156,7 +165,7 @@ fn describe(d: &Value) -> String {
 /// marker moves on a write to the object: its generation where it has one (status updates by
 /// controllers do not count), else its resourceVersion, and the time of our field manager's
 /// last write.
-async fn live(client: &kube::Client, docs: &[Value]) -> BTreeMap<String, Option<(String, String)>> {
+pub(crate) async fn live(client: &kube::Client, docs: &[Value]) -> BTreeMap<String, Option<(String, String)>> {
     let mut out = BTreeMap::new();
     for d in docs {
         let name = d["metadata"]["name"].as_str().unwrap();
@@ -193,7 +202,7 @@ async fn cluster_events(ns: &TestNamespace) -> usize {
 }
 
 /// Deletes cluster-scoped objects a crashed earlier run may have left, so the creates succeed.
-async fn clear_cluster_scoped(client: &kube::Client, docs: &[Value]) {
+pub(crate) async fn clear_cluster_scoped(client: &kube::Client, docs: &[Value]) {
     for d in docs.iter().filter(|d| d["metadata"]["namespace"].is_null()) {
         let api = api_of(client, d);
         let name = d["metadata"]["name"].as_str().unwrap().to_string();
@@ -208,7 +217,7 @@ async fn clear_cluster_scoped(client: &kube::Client, docs: &[Value]) {
 }
 
 /// Creates `docs` as the Go operator did: plain creates under its field manager.
-fn kubectl_create(docs: &[Value]) {
+pub(crate) fn kubectl_create(docs: &[Value]) {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     for d in docs {
         writeln!(file, "---\n{}", serde_yaml::to_string(d).unwrap()).unwrap();
@@ -258,7 +267,7 @@ fn go_era_cr(cr: &str, ns: &str, scheduler_image: &str) -> StorageOSCluster {
 }
 
 /// The nodes kwok runs pods on (not the kubelet-less ones tests create).
-async fn kwok_nodes(client: &kube::Client) -> Vec<String> {
+pub(crate) async fn kwok_nodes(client: &kube::Client) -> Vec<String> {
     let taint = support::no_kubelet_taint()["key"].as_str().unwrap().to_string();
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
@@ -289,7 +298,7 @@ async fn label_nodes(client: &kube::Client, nodes: &[String], key: &str) {
 }
 
 /// Pod UIDs of the node DaemonSet, by node.
-async fn node_pods(ns: &TestNamespace) -> BTreeMap<String, String> {
+pub(crate) async fn node_pods(ns: &TestNamespace) -> BTreeMap<String, String> {
     let pods = ns
         .api::<Pod>()
         .list(&ListParams::default().labels("app=storageos,kind=daemonset"))
@@ -307,12 +316,30 @@ async fn node_pods(ns: &TestNamespace) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Asserts that no node pod in `ns` was restarted (the same pod UIDs on the same nodes as
+/// `pods_before`) and that the node DaemonSet's pod template did not change (its generation is
+/// still `generation`).
+pub(crate) async fn assert_node_pods_untouched(
+    ns: &TestNamespace,
+    pods_before: &BTreeMap<String, String>,
+    generation: Option<i64>,
+) {
+    assert_eq!(&node_pods(ns).await, pods_before, "node pods were restarted");
+    let ds = ns.api::<DaemonSet>().get("storageos-daemonset").await.unwrap();
+    assert_eq!(
+        ds.metadata.generation,
+        generation,
+        "the node pod template changed on adoption: {:#?}",
+        ds.spec.unwrap().template
+    );
+}
+
 /// Undoes what a failed run would leave behind: the cluster's finalizer (its operator is gone)
 /// and the worker label on the nodes.
-struct Cleanup {
-    namespace: String,
-    cluster: Option<String>,
-    unlabel: bool,
+pub(crate) struct Cleanup {
+    pub(crate) namespace: String,
+    pub(crate) cluster: Option<String>,
+    pub(crate) unlabel: bool,
 }
 
 impl Drop for Cleanup {
@@ -419,12 +446,7 @@ async fn adopt(case: Case) {
 
     // The installation as the Go operator left it, its node pods running.
     let mut go = go_objects(fixture, &ns.name);
-    let scheduler_image = go
-        .iter()
-        .find(|d| d["metadata"]["name"] == "storageos-scheduler" && d["kind"] == "Deployment")
-        .and_then(|d| d.pointer("/spec/template/spec/containers/0/image")?.as_str())
-        .unwrap()
-        .to_string();
+    let scheduler_image = scheduler_image(&go);
     let mut cr = go_era_cr(cr_file, &ns.name, &scheduler_image);
     if let Some(port) = internal_port {
         with_service_port(&mut go, &mut cr, port);
@@ -569,14 +591,7 @@ async fn adopt(case: Case) {
     );
 
     // No node pod restarted, and the node pod template did not have to change.
-    assert_eq!(node_pods(&ns).await, pods_before, "node pods were restarted");
-    let ds = dss.get("storageos-daemonset").await.unwrap();
-    assert_eq!(
-        ds.metadata.generation,
-        ds_generation,
-        "the node pod template changed on adoption: {:#?}",
-        ds.spec.unwrap().template
-    );
+    assert_node_pods_untouched(&ns, &pods_before, ds_generation).await;
 
     // The Go defaults in spec.images were replaced by ours, and the status says so.
     let replaced = support::condition(running.status.as_ref().unwrap(), "GoDefaultImagesReplaced")

@@ -10,7 +10,6 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -22,6 +21,7 @@ use serde_json::Value;
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::install;
 use storageos_operator::sim::{self, Simulator};
+use support::dist::helm;
 use support::identity::Identity;
 use support::install::{ExampleCluster, Operator, kubectl, kubectl_ok, ready, repo};
 use support::wait_for;
@@ -34,15 +34,6 @@ const OPERATOR: Identity = Identity {
     namespace: NS,
     name: install::NAME,
 };
-
-fn helm(args: &[&str]) -> String {
-    support::dist::run(
-        support::dist::go_tool("helm")
-            .arg("--kubeconfig")
-            .arg(support::kubeconfig_path())
-            .args(args),
-    )
-}
 
 fn chart() -> String {
     repo("deploy/helm/storageos-operator")
@@ -260,16 +251,7 @@ struct Cleanup;
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            let _ = Command::new("bash")
-                .arg("-c")
-                .arg(format!(
-                    "helm=$(hack/tools.sh go)/helm && $helm --kubeconfig {k} uninstall storageos-operator -n {NS} >/dev/null 2>&1; true",
-                    k = support::kubeconfig_path().display()
-                ))
-                .current_dir(support::repo_root())
-                .status();
-        });
+        support::dist::helm_uninstall_quietly("storageos-operator", NS, "");
         let _ = kubectl(&["delete", "namespace", NS, "--ignore-not-found", "--wait=false"]);
         // Helm (v4: server-side apply) applied the CRDs with its field manager and never lets
         // go of them: kubectl's manager takes every field, then an apply as "helm" of nothing

@@ -18,6 +18,7 @@ mod crds;
 mod drain;
 mod fencing;
 mod gc;
+mod go_helm_chart;
 mod go_migration;
 mod helm;
 mod install;

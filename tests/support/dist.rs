@@ -37,3 +37,28 @@ pub fn go_tool(name: &str) -> Command {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     Command::new(DIR.get_or_init(|| PathBuf::from(tools("go").trim())).join(name))
 }
+
+/// `helm uninstall RELEASE -n NAMESPACE` with `extra` flags, for clean-up on drop: runs the helm
+/// of `hack/tools.sh go` through bash, never panics, and ignores the outcome (the release may
+/// be gone already).
+pub fn helm_uninstall_quietly(release: &str, namespace: &str, extra: &str) {
+    let _ = std::panic::catch_unwind(|| {
+        let _ = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "helm=$(hack/tools.sh go)/helm && $helm --kubeconfig {k} uninstall {release} -n {namespace} {extra} >/dev/null 2>&1; true",
+                k = super::kubeconfig_path().display()
+            ))
+            .current_dir(repo_root())
+            .status();
+    });
+}
+
+/// Runs helm (of `hack/tools.sh go`) against the plane as admin; returns its stdout, panics with
+/// its output when it fails.
+pub fn helm(args: &[&str]) -> String {
+    run(go_tool("helm")
+        .arg("--kubeconfig")
+        .arg(super::kubeconfig_path())
+        .args(args))
+}

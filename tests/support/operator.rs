@@ -8,6 +8,7 @@ use prometheus_client::registry::Registry;
 use storageos_operator::cluster::{self, Context, OperatorConfig};
 use storageos_operator::render::DefaultImages;
 use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
+use storageos_operator::runtime::kube::trusted::TrustedNamespaces;
 use storageos_operator::sim::{self, SimHandle, Simulator};
 use tokio::task::JoinHandle;
 
@@ -106,12 +107,19 @@ pub async fn spawn_cluster_controller(config: OperatorConfig) -> JoinHandle<()> 
 }
 
 impl ClusterOperator {
-    /// Starts the cluster controller, talking to `storageos`.
+    /// Starts the cluster controller, talking to `storageos`, honouring clusters in every
+    /// namespace.
     pub fn start(client: &kube::Client, storageos: &StorageOS) -> Self {
+        Self::start_watching(client, storageos, TrustedNamespaces::Any)
+    }
+
+    /// Starts the cluster controller, talking to `storageos`, honouring clusters only in
+    /// `watched` (what `--watch-namespaces` / `WATCH_NAMESPACES` sets).
+    pub fn start_watching(client: &kube::Client, storageos: &StorageOS, watched: TrustedNamespaces) -> Self {
         let config = operator_config(storageos.sim.url(), None);
         let mut registry = Registry::default();
         let metrics = ReconcileMetrics::register(&mut registry);
-        let ctx = Arc::new(Context::new(client.clone(), config, metrics, None));
+        let ctx = Arc::new(Context::new(client.clone(), config, metrics, None).with_trusted_namespaces(watched));
         Self {
             task: tokio::spawn(cluster::run(ctx, std::future::pending())),
             registry,
