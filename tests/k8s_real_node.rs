@@ -562,6 +562,8 @@ async fn preflight_checks_the_nodes_storageos_uses(client: &Client) {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let modules = &found.iter().find(|c| c.0.ends_with("/modules")).unwrap().2;
     assert!(modules.contains(kernel.trim()), "{modules}");
+    let free = &found.iter().find(|c| c.0.ends_with("/free-space")).unwrap().2;
+    assert!(free.contains(" GiB free under /"), "{free}");
     let ports = &found.iter().find(|c| c.0.ends_with("/ports")).unwrap();
     assert!(ports.1 == "FAIL" && ports.2.contains("5705"), "{ports:?}");
     let left = Api::<Pod>::namespaced(client.clone(), "kube-system")

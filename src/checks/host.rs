@@ -3,9 +3,10 @@
 //! will use: the kernel modules StorageOS loads, the mount propagation of `/var/lib/storageos`,
 //! the free space under it, and ports 5701-5711 (free here, and reachable on the other nodes).
 //!
-//! The pod runs privileged with the host's PID and network namespaces: the host's filesystem is
-//! read through `/proc/1/root` and its mount table from `/proc/1/mountinfo` (no hostPath volume),
-//! and the ports are the host's. It prints [`Findings`] as one JSON line (and writes them to the
+//! The pod runs privileged with the host's PID and network namespaces and the host's root
+//! filesystem mounted read-only at `/host`: the host's mount table is read from
+//! `/proc/1/mountinfo`, its files (`/lib/modules`, `/var/lib/storageos`) under `/host`, and the
+//! ports are the host's. It prints [`Findings`] as one JSON line (and writes them to the
 //! termination message); [`findings_checks`] turns them into preflight's [`Check`]s. Everything
 //! that reads text is a pure function, tested here; only [`probe`] touches the node.
 
@@ -34,8 +35,8 @@ pub struct NodeCheckArgs {
     /// The node's name, echoed in the findings.
     #[arg(long, default_value = "")]
     pub node: String,
-    /// The host's root as this process sees it (`/proc/1/root` with the host's PID namespace).
-    #[arg(long, default_value = "/proc/1/root")]
+    /// The host's root filesystem as this process sees it (a hostPath volume of `/`).
+    #[arg(long, default_value = "/host")]
     pub root: PathBuf,
     /// The host's mount table (`/proc/1/mountinfo` with the host's PID namespace).
     #[arg(long, default_value = "/proc/1/mountinfo")]

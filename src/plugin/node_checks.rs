@@ -1,7 +1,8 @@
 //! `preflight --node-checks`: one short-lived pod per selected node, from the operator's image,
 //! running the hidden `storageos-operator node-check` ([`crate::checks::host`]) and reporting
 //! its findings in its termination message. The pods are pinned by `nodeName`, privileged, with
-//! the host's PID and network namespaces (docs/plugin.md says why), in the StorageOS namespace
+//! the host's PID and network namespaces and its root filesystem read-only (docs/plugin.md says
+//! why), in the StorageOS namespace
 //! (whose Pod Security level must allow privileged pods, as for StorageOS itself).
 //!
 //! The pods are always removed: at the start (any a stopped run left, by label), at the end,
@@ -89,8 +90,8 @@ pub fn pod(node: &str, peers: &[String], opts: &Options) -> Pod {
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
-            // The host's ports (5701-5711 are StorageOS's host ports) and its PID namespace,
-            // to read its filesystem and mount table through /proc/1.
+            // The host's ports (5701-5711 are StorageOS's host ports), and its PID namespace to
+            // read its mount table (/proc/1/mountinfo).
             "hostNetwork": true,
             "hostPID": true,
             "automountServiceAccountToken": false,
@@ -104,12 +105,16 @@ pub fn pod(node: &str, peers: &[String], opts: &Options) -> Pod {
                 "image": opts.image,
                 "imagePullPolicy": "IfNotPresent",
                 "args": args,
-                // Root with every capability: /proc/1/root and /proc/1/mountinfo of the host's
-                // init need CAP_SYS_PTRACE over it.
+                // Root, to read every file of the host's (/lib/modules, /var/lib/storageos)
+                // and its init's mount table, and to open ports on its network.
                 "securityContext": {"privileged": true, "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": false},
+                "volumeMounts": [{"name": "host", "mountPath": "/host", "readOnly": true}],
                 "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }],
+            // The host's root filesystem (read-only): the kernel's module lists and the free
+            // space under /var/lib/storageos.
+            "volumes": [{"name": "host", "hostPath": {"path": "/", "type": "Directory"}}],
         },
     });
     // The literal above is a valid Pod; a failure here would be a bug in it.
@@ -435,6 +440,8 @@ mod tests {
         let c = &v["spec"]["containers"][0];
         assert_eq!(c["image"], "img:1");
         assert_eq!(c["securityContext"]["privileged"], true);
+        assert_eq!(c["volumeMounts"][0]["readOnly"], true);
+        assert_eq!(v["spec"]["volumes"][0]["hostPath"]["path"], "/");
         let args: Vec<&str> = c["args"]
             .as_array()
             .unwrap()
