@@ -2,11 +2,11 @@
 //! running the hidden `storageos-operator node-check` ([`crate::checks::host`]) and reporting
 //! its findings in its termination message. The pods are pinned by `nodeName`, privileged, with
 //! the host's PID and network namespaces and its root filesystem read-only (docs/plugin.md says
-//! why), in the StorageOS namespace
-//! (whose Pod Security level must allow privileged pods, as for StorageOS itself).
+//! why), in the StorageOS namespace (whose Pod Security level must allow privileged pods, as
+//! for StorageOS itself).
 //!
 //! The pods are always removed: at the start (any a stopped run left, by label), at the end,
-//! on Ctrl-C, and by a guard when the command returns early. A node that cannot run one (a kwok
+//! on Ctrl-C, and by a guard when the checks end any other way ([`Cleanup`]). A node that cannot run one (a kwok
 //! fake node, not Ready, a platform StorageOS does not support, a pod that does not start or
 //! finish in time) is reported SKIP with the reason.
 
@@ -144,22 +144,22 @@ async fn wait_gone(pods: &Api<Pod>) -> bool {
     false
 }
 
-/// Removes this run's pods when dropped before [`run`] removed them itself (an error or a
-/// cancelled future): a thread of its own, as a drop cannot await.
+/// Removes this run's pods when dropped before [`run`] removed them itself (a panic, or the
+/// future dropped): the deletion is spawned on the runtime, as a drop cannot await; it runs if
+/// the runtime goes on. A deletion that never runs is left to the pods' own deadline
+/// (`activeDeadlineSeconds`) and to the next run's clean-up by label. (Not a thread with a
+/// runtime of its own, joined here: the client's connection task lives on this runtime, which
+/// the join would block.)
 struct Cleanup(Option<Api<Pod>>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let Some(pods) = self.0.take() else { return };
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                return;
-            };
-            rt.block_on(async {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
                 let _ = delete_all(&pods).await;
             });
-        })
-        .join();
+        }
     }
 }
 
