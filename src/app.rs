@@ -35,6 +35,9 @@ pub enum Error {
     /// `plan` failed.
     #[error(transparent)]
     Plan(#[from] preview::Error),
+    /// `node-check` failed.
+    #[error("node-check: {0}")]
+    NodeCheck(String),
     /// `plan` of a StorageOSUpgrade failed.
     #[error(transparent)]
     UpgradePlan(#[from] crate::upgrade::plan_command::Error),
@@ -91,6 +94,10 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             crate::runtime::process::signal::shutdown().await;
             Ok(())
         }
+        Command::NodeCheck(args) => tokio::task::spawn_blocking(move || crate::checks::host::node_check(&args))
+            .await
+            .map_err(|e| Error::NodeCheck(e.to_string()))?
+            .map_err(Error::NodeCheck),
     }
 }
 

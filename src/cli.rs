@@ -57,6 +57,11 @@ pub enum Command {
     /// guard pods run this; a PodDisruptionBudget on the pod is what holds a drain).
     DrainGuard,
 
+    /// Check this node for StorageOS and print the findings as JSON (`kubectl storageos
+    /// preflight --node-checks` runs it in a privileged pod on each node; not for direct use).
+    #[command(hide = true)]
+    NodeCheck(crate::checks::host::NodeCheckArgs),
+
     /// Run the StorageOS control-plane API simulator, for demos and tests (not in release
     /// builds: feature `simulator`).
     #[cfg(feature = "simulator")]

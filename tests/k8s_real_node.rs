@@ -388,6 +388,7 @@ async fn the_operator_and_api_manager_run_as_real_pods() {
     let after = storageos_node_pods(&client).await;
     assert_eq!(after, node_pods, "no StorageOS node pod was restarted");
 
+    preflight_checks_the_nodes_storageos_uses(&client).await;
     jobs_never_mount_a_symlink_out_of_the_allowed_directory(&client).await;
     a_drain_of_the_real_node_waits_on_a_running_guard(&client).await;
 }
@@ -436,6 +437,144 @@ async fn install_wait_stops_on_an_operator_image_that_cannot_be_pulled(client: &
         .delete("storageos-api", &DeleteParams::default())
         .await
         .expect("delete the Secret the plugin generated");
+}
+
+/// `kubectl storageos preflight ARGS -o json` against the real-node plane: (exit ok, report).
+fn preflight(args: &[&str]) -> (bool, serde_json::Value) {
+    let kubeconfig = real_node::plane().state().join("kubeconfig");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("preflight")
+        .args(args)
+        .args(["-o", "json"])
+        .output()
+        .expect("run kubectl-storageos");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "preflight {args:?} -o json is not JSON ({e}):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), report)
+}
+
+/// The checks of a report whose name starts with `prefix`, as (name, result, message).
+fn checks_named(report: &serde_json::Value, prefix: &str) -> Vec<(String, String, String)> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["check"].as_str().unwrap().starts_with(prefix))
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (s("check"), s("result"), s("message"))
+        })
+        .collect()
+}
+
+/// Preflight on this plane, where the installed cluster selects the kwok nodes and the
+/// simulator on the real node holds host port 5705: PASS (the real node is not StorageOS's);
+/// a pod holding 5706 on a selected node: FAIL naming it; the per-node checks on the real node:
+/// a privileged pod of the operator's image reports the node's modules, mount propagation,
+/// free space and ports, and no pod is left.
+async fn preflight_checks_the_nodes_storageos_uses(client: &Client) {
+    // The plane's own etcd stands in for the cluster's (an in-cluster address the host cannot
+    // reach), as the apiserver was started with it.
+    let cmd = std::fs::read(real_node::plane().state().join("kube-apiserver.cmd")).unwrap();
+    let args: Vec<String> = cmd
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let etcd = args[args.iter().position(|a| a == "--etcd-servers").unwrap() + 1].clone();
+
+    let (ok, report) = preflight(&["--etcd-endpoints", &etcd]);
+    println!("$ kubectl storageos preflight (the real node holds 5705, StorageOS does not use it)\n{report:#}");
+    let failed: Vec<_> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["result"] == "FAIL")
+        .collect();
+    assert!(failed.is_empty() && ok, "FAIL on a healthy cluster: {failed:#?}");
+    let ports = checks_named(&report, "host-ports");
+    assert_eq!(ports[0].1, "PASS", "{ports:?}");
+    let nodes = checks_named(&report, "nodes");
+    assert!(nodes[0].2.contains("3 of 4") && !nodes[0].2.contains(NODE), "{nodes:?}");
+    assert!(checks_named(&report, &format!("node/{NODE}")).is_empty(), "{report:#}");
+
+    // A pod holding 5706 on a node StorageOS uses.
+    let ns = TestNamespace::new("real-node-preflight").await;
+    let holder: Pod = from_json(json!({
+        "metadata": {"name": "holds-5706"},
+        "spec": {"nodeName": "kwok-node-0", "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "registry.invalid/holder:1",
+                                 "ports": [{"containerPort": 5706, "hostPort": 5706}]}]}
+    }));
+    ns.api::<Pod>().create(&PostParams::default(), &holder).await.unwrap();
+    let (ok, report) = preflight(&["--etcd-endpoints", &etcd]);
+    let ports = checks_named(&report, "host-ports");
+    println!("$ kubectl storageos preflight (a pod holds 5706 on kwok-node-0)\n{ports:?}");
+    assert!(!ok, "preflight passed with a held host port: {report:#}");
+    assert_eq!(ports[0].1, "FAIL", "{ports:?}");
+    assert!(
+        ports[0]
+            .2
+            .contains(&format!("{}/holds-5706 on kwok-node-0 holds 5706", ns.name)),
+        "{ports:?}"
+    );
+    ns.api::<Pod>()
+        .delete("holds-5706", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // The per-node checks, on the real node.
+    let selector = "storageos-operator.dev/real-node=true";
+    let image = real_node::operator_image();
+    let (_, report) = preflight(&[
+        "--etcd-endpoints",
+        &etcd,
+        "--node-selector",
+        selector,
+        "--node-checks",
+        "--image",
+        &image,
+    ]);
+    let found = checks_named(&report, &format!("node/{NODE}/"));
+    println!("$ kubectl storageos preflight --node-selector {selector} --node-checks\n{found:#?}");
+    for what in ["modules", "mount-propagation", "free-space", "ports"] {
+        let (_, result, message) = found
+            .iter()
+            .find(|c| c.0 == format!("node/{NODE}/{what}"))
+            .unwrap_or_else(|| panic!("no {what} finding for {NODE}: {report:#}"));
+        assert!(
+            ["PASS", "WARN", "FAIL"].contains(&result.as_str()),
+            "{what}: {result} {message}"
+        );
+        assert!(!message.is_empty());
+    }
+    assert!(
+        found.iter().all(|c| c.1 != "SKIP"),
+        "the real node ran the checks: {found:#?}"
+    );
+    // The findings are the node's own: this host's kernel, and the simulator holding 5705.
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let modules = &found.iter().find(|c| c.0.ends_with("/modules")).unwrap().2;
+    assert!(modules.contains(kernel.trim()), "{modules}");
+    let free = &found.iter().find(|c| c.0.ends_with("/free-space")).unwrap().2;
+    assert!(free.contains(" GiB free under /"), "{free}");
+    let ports = &found.iter().find(|c| c.0.ends_with("/ports")).unwrap();
+    assert!(ports.1 == "FAIL" && ports.2.contains("5705"), "{ports:?}");
+    let left = Api::<Pod>::namespaced(client.clone(), "kube-system")
+        .list(&ListParams::default().labels("app.kubernetes.io/name=storageos-preflight"))
+        .await
+        .unwrap();
+    assert!(
+        left.items.is_empty(),
+        "node-check pods left behind: {:?}",
+        left.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
 }
 
 /// Host paths planted under /var/lib/storageos on the real node (this host), removed at the end.

@@ -162,35 +162,44 @@ pub fn storage_conflicts(drivers: &[CSIDriver], classes: &[StorageClass], cluste
     out
 }
 
-/// Pods other than StorageOS's holding host ports 5701-5711.
-pub fn host_ports(pods: &[Pod]) -> Check {
+/// Pods other than StorageOS's holding host ports 5701-5711 on the nodes StorageOS uses
+/// (`selected`); a pod elsewhere, or not yet on a node, holds nothing StorageOS needs.
+pub fn host_ports(pods: &[Pod], selected: &std::collections::BTreeSet<String>) -> Check {
     let mut taken = Vec::new();
     for pod in pods {
         if pod.labels().get("app").is_some_and(|a| a == "storageos") {
             continue;
         }
         let Some(spec) = &pod.spec else { continue };
+        let Some(node) = spec.node_name.as_deref().filter(|n| selected.contains(*n)) else {
+            continue;
+        };
         for c in &spec.containers {
             for p in c.ports.as_deref().unwrap_or_default() {
                 if let Some(hp) = p.host_port.filter(|hp| HOST_PORTS.contains(hp)) {
                     taken.push(format!(
-                        "{}/{} on {} holds {hp}",
+                        "{}/{} on {node} holds {hp}",
                         pod.namespace().unwrap_or_default(),
                         pod.name_any(),
-                        spec.node_name.as_deref().unwrap_or("(unscheduled)")
                     ));
                 }
             }
         }
     }
     if taken.is_empty() {
-        pass("host-ports", "no other pod holds host ports 5701-5711")
+        pass(
+            "host-ports",
+            format!(
+                "no other pod holds host ports 5701-5711 on the {} node(s) StorageOS uses",
+                selected.len()
+            ),
+        )
     } else {
         check(
             "host-ports",
             Verdict::Fail,
             taken.join("; "),
-            "move those pods off StorageOS's nodes, or change their hostPort",
+            "move those pods off StorageOS's nodes (or keep StorageOS off theirs with spec.nodeSelectorTerms), or change their hostPort",
         )
     }
 }

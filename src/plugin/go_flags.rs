@@ -71,8 +71,6 @@ const UPGRADE_KEEPS: Meaning =
 const UPGRADE_IN_PLACE: Meaning =
     Meaning::Refused("use -n NAMESPACE: the upgrade happens in place, in the operator's namespace");
 const ETCD_IMAGE: Meaning = Meaning::Refused("use --etcd-image REPOSITORY:TAG");
-const NO_COLLECTORS: Meaning =
-    Meaning::Refused("not needed: preflight runs no collector pods; it reads the Kubernetes API");
 const NO_LOGS: Meaning = Meaning::Refused("not needed: preflight reads no logs");
 const LOCAL_PATH: Meaning = Meaning::Refused(
     "not available: install a storage provisioner yourself and give the evaluation etcd its class with --etcd-storage-class",
@@ -106,6 +104,8 @@ pub const GO_FLAGS: &[GoFlag] = &[
     ),
     row("stos-version", UPGRADE, true, Meaning::Flag("--version")),
     row("format", PREFLIGHT, true, Meaning::Format),
+    row("collector-image", PREFLIGHT, true, Meaning::Flag("--image")),
+    row("selector", PREFLIGHT, true, Meaning::Flag("--node-selector")),
     // Refused, with what to do instead.
     row(
         "stos-version",
@@ -250,8 +250,12 @@ pub const GO_FLAGS: &[GoFlag] = &[
         false,
         Meaning::Refused("not needed: the output is never interactive (preflight: -o table|json|yaml)"),
     ),
-    row("collector-image", PREFLIGHT, true, NO_COLLECTORS),
-    row("collector-pullpolicy", PREFLIGHT, true, NO_COLLECTORS),
+    row(
+        "collector-pullpolicy",
+        PREFLIGHT,
+        true,
+        Meaning::Refused("not needed: the --node-checks pods pull --image only when the node lacks it"),
+    ),
     row(
         "collect-without-permissions",
         &["preflight", "bundle"],
@@ -259,12 +263,6 @@ pub const GO_FLAGS: &[GoFlag] = &[
         Meaning::Refused(
             "not needed: what cannot be read is reported (preflight: as a check; bundle: in warnings.txt)",
         ),
-    ),
-    row(
-        "selector",
-        PREFLIGHT,
-        true,
-        Meaning::Refused("not available: preflight checks every node"),
     ),
     row("since", PREFLIGHT, true, NO_LOGS),
     row("since-time", PREFLIGHT, true, NO_LOGS),

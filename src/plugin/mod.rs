@@ -15,6 +15,7 @@ pub mod go_flags;
 pub mod image_pull;
 pub mod install;
 pub mod namespace;
+pub mod node_checks;
 pub mod plan;
 pub mod preflight;
 pub mod private;

@@ -201,8 +201,13 @@ async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unrea
     let kubeconfig = plugin_kubeconfig(dir.path()).await;
     let etcd = plane_etcd();
 
-    // A fresh plane passes; -o json parses and holds every check.
-    let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd, "-o", "json"]);
+    // A fresh plane passes; -o json parses and holds every check. (The plane's own nodes,
+    // whatever cluster another test installs meanwhile.)
+    let kwok = ["--node-selector", "type=kwok"];
+    let out = plugin(
+        &kubeconfig,
+        &[&["preflight", "--etcd-endpoints", &etcd, "-o", "json"][..], &kwok].concat(),
+    );
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("preflight -o json is not JSON ({e}):\n{}{}", stdout(&out), stderr(&out)));
     let checks = report["checks"].as_array().unwrap();
@@ -227,7 +232,10 @@ async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unrea
         .expect("the etcd check");
     assert_eq!(etcd_check["result"], "PASS", "{etcd_check}");
     // The table says the same, and which checks it could not do.
-    let table = plugin_ok(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd]);
+    let table = plugin_ok(
+        &kubeconfig,
+        &[&["preflight", "--etcd-endpoints", &etcd][..], &kwok].concat(),
+    );
     assert!(table.contains("CHECK") && table.contains("0 failed"), "{table}");
     assert!(table.contains("Not checked"), "{table}");
 
@@ -242,7 +250,8 @@ async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unrea
     assert!(line.contains("FAIL") && line.contains("make etcd reachable"), "{line}");
     assert!(stderr(&out).contains("1 check(s) failed"), "{}", stderr(&out));
 
-    // An arm64 node (kwok makes it Ready; tainted so no pod lands there).
+    // An arm64 node (kwok makes it Ready; tainted so no pod lands there), for a cluster that
+    // tolerates the taint (a node StorageOS does not use is not checked).
     let name = format!("plugin-arm64-{}", support::suffix());
     let nodes: Api<Node> = Api::all(support::client().await);
     let node: Node = support::from_json(json!({
@@ -257,12 +266,27 @@ async fn preflight_passes_on_the_plane_and_fails_with_a_fix_on_arm64_or_an_unrea
     }));
     nodes.create(&PostParams::default(), &node).await.unwrap();
     let _cleanup = DeleteOnDrop(name.clone());
+    let file = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &file,
+        serde_yaml::to_string(&json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "storageos", "namespace": "storageos"},
+            "spec": {"secretRefName": "storageos-api", "secretRefNamespace": "storageos",
+                     "nodeSelectorTerms": [{"matchFields": [
+                         {"key": "metadata.name", "operator": "In", "values": [name]}]}],
+                     "tolerations": [{"operator": "Exists"}]}
+        }))
+        .unwrap(),
+    )
+    .unwrap();
     let out = wait_for("preflight to see the arm64 node Ready", Duration::from_secs(60), || {
         let kubeconfig = kubeconfig.clone();
         let etcd = etcd.clone();
         let name = name.clone();
+        let file = file.to_string_lossy().into_owned();
         async move {
-            let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd]);
+            let out = plugin(&kubeconfig, &["preflight", "--etcd-endpoints", &etcd, "-f", &file]);
             stdout(&out).contains(&format!("node/{name}/arch")).then_some(out)
         }
     })
@@ -1028,6 +1052,8 @@ async fn preflight_checks_an_https_etcd_with_the_tls_secret() {
         "etcd-tls",
         "--etcd-tls-secret-namespace",
         &ns.name,
+        "--node-selector",
+        "type=kwok",
         "-o",
         "json",
     ];

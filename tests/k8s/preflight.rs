@@ -2,7 +2,10 @@
 //! (`KVBackendReachable`): the plane's own etcd, a wrong address, and a real etcd serving TLS
 //! with client certificates (the right CA, a CA that did not sign etcd's certificate, an expired
 //! client certificate). Its nodes (`NodesEligible`): an arm64 node is named and not counted.
-//! A foreign `csi.storageos.com` CSIDriver is taken over and reported.
+//! A foreign `csi.storageos.com` CSIDriver is taken over and reported. And `kubectl storageos
+//! preflight` checks only the nodes StorageOS will use: a host port held on another node passes,
+//! on a selected one it fails naming the node (with `--node-selector` and with `-f`); the
+//! per-node checks skip kwok's fake nodes and leave no pod.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::support;
@@ -363,4 +366,130 @@ async fn an_arm64_node_is_named_and_a_foreign_csi_driver_is_reported() {
 
     delete_cluster(&clusters, name).await;
     operator.abort();
+}
+
+/// `kubectl storageos preflight ARGS -o json` with the plane's admin kubeconfig: (exit ok, report).
+fn preflight(args: &[&str]) -> (bool, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .arg("preflight")
+        .args(args)
+        .args(["-o", "json"])
+        .output()
+        .expect("run kubectl-storageos");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "preflight {args:?} -o json is not JSON ({e}):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), report)
+}
+
+/// The check named `name` of a report.
+fn named<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {report:#}"))
+}
+
+fn failed(report: &serde_json::Value) -> Vec<&serde_json::Value> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["result"] == "FAIL")
+        .collect()
+}
+
+#[tokio::test]
+async fn preflight_checks_only_the_nodes_storageos_selects() {
+    use k8s_openapi::api::core::v1::Pod;
+    let ns = TestNamespace::new("preflight-nodes").await;
+    // A pod that holds host port 5705 on kwok-node-0 (pinned there: the scheduler has no say).
+    let holder: Pod = from_json(json!({
+        "metadata": {"name": "holds-5705"},
+        "spec": {"nodeName": "kwok-node-0", "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "registry.invalid/holder:1",
+                                 "ports": [{"containerPort": 5705, "hostPort": 5705}]}]}
+    }));
+    ns.api::<Pod>().create(&PostParams::default(), &holder).await.unwrap();
+    let holds = format!("{}/holds-5705 on kwok-node-0 holds 5705", ns.name);
+
+    // StorageOS does not use kwok-node-0: the port is no concern, and preflight passes.
+    let (ok, report) = preflight(&["--node-selector", "kubernetes.io/hostname in (kwok-node-1,kwok-node-2)"]);
+    assert_eq!(named(&report, "host-ports")["result"], "PASS", "{report:#}");
+    assert!(failed(&report).is_empty() && ok, "{report:#}");
+    let nodes = named(&report, "nodes");
+    assert!(
+        nodes["message"].as_str().unwrap().contains("2 of")
+            && nodes["message"].as_str().unwrap().contains("kwok-node-1, kwok-node-2"),
+        "{nodes}"
+    );
+    assert!(
+        !report.to_string().contains("node/kwok-node-0/"),
+        "a node StorageOS does not use is not checked: {report:#}"
+    );
+
+    // It does: FAIL naming the pod, its node and the port.
+    let (ok, report) = preflight(&["--node-selector", "kubernetes.io/hostname=kwok-node-0"]);
+    let ports = named(&report, "host-ports");
+    assert_eq!(ports["result"], "FAIL", "{report:#}");
+    assert!(ports["message"].as_str().unwrap().contains(&holds), "{ports}");
+    assert!(!ok, "preflight passed with a held host port");
+
+    // The same from a cluster file's nodeSelectorTerms (and its tolerations).
+    let dir = tempfile::tempdir().unwrap();
+    let file = |nodes: &[&str]| {
+        let path = dir.path().join(format!("cluster-{}.yaml", nodes.len()));
+        let cluster = json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "storageos", "namespace": "storageos"},
+            "spec": {"secretRefName": "storageos-api", "secretRefNamespace": "storageos",
+                     "nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}],
+                     "tolerations": [{"operator": "Exists"}]}
+        });
+        std::fs::write(&path, serde_yaml::to_string(&cluster).unwrap()).unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    let (_, report) = preflight(&["-f", &file(&["kwok-node-0"])]);
+    let ports = named(&report, "host-ports");
+    assert_eq!(ports["result"], "FAIL", "{report:#}");
+    assert!(ports["message"].as_str().unwrap().contains(&holds), "{ports}");
+    assert!(
+        named(&report, "nodes")["message"]
+            .as_str()
+            .unwrap()
+            .contains("cluster-1.yaml"),
+        "{report:#}"
+    );
+    let (_, report) = preflight(&["-f", &file(&["kwok-node-1", "kwok-node-2"])]);
+    assert_eq!(named(&report, "host-ports")["result"], "PASS", "{report:#}");
+    // A selector that selects nothing is a FAIL of its own.
+    let (ok, report) = preflight(&["--node-selector", "storageos-preflight-test=nowhere"]);
+    assert_eq!(named(&report, "nodes")["result"], "FAIL", "{report:#}");
+    assert!(!ok);
+
+    // The per-node checks: a kwok node runs no pods, so it is skipped with the reason, and no
+    // node-check pod is created or left.
+    let (_, report) = preflight(&["--node-selector", "kubernetes.io/hostname=kwok-node-1", "--node-checks"]);
+    let skipped = named(&report, "node/kwok-node-1/node-checks");
+    assert_eq!(skipped["result"], "SKIP", "{skipped}");
+    assert!(skipped["message"].as_str().unwrap().contains("kwok"), "{skipped}");
+    assert!(report.get("notChecked").is_none(), "{report:#}");
+    let left = Api::<Pod>::namespaced(support::client().await, "kube-system")
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=storageos-preflight"))
+        .await
+        .unwrap();
+    assert!(
+        left.items.is_empty(),
+        "node-check pods left: {:?}",
+        left.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
 }
