@@ -164,7 +164,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
 
     // A namespace editor explicitly granted the storageos.com kinds in their own namespace
     // cannot turn them into cluster-wide rights: the operator trusts only its own namespace.
-    support::install::tenant_cannot_escalate(&admin, true).await;
+    let tenant = support::install::tenant_cannot_escalate(&admin, true).await;
 
     // Take the StorageClass permissions away, then delete the StorageClass: the operator cannot
     // put it back and says exactly why on the cluster.
@@ -240,6 +240,8 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
         },
     )
     .await;
+    // The operator acted since the tenant's objects were stored, and never read them.
+    support::install::tenant_objects_were_never_touched(&admin, &tenant).await;
 
     // Uninstall in the order of docs/install.md: the cluster first (the operator removes its objects).
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();

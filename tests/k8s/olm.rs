@@ -401,7 +401,7 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
 
     // OLM aggregates rights on every owned CRD into the built-in `edit` role: an editor of
     // another namespace creates the kinds there, and nothing comes of it.
-    support::install::tenant_cannot_escalate(&admin, false).await;
+    let tenant = support::install::tenant_cannot_escalate(&admin, false).await;
 
     // Uninstall: the cluster first (the operator removes what it created), then the CSV.
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
@@ -409,6 +409,8 @@ async fn olm_installs_the_bundle_and_the_operator_runs_the_alm_example_under_the
         clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
     })
     .await;
+    // The operator acted since the tenant's objects were stored, and never read them.
+    support::install::tenant_objects_were_never_touched(&admin, &tenant).await;
     drop(operator);
     csvs.delete(&name, &DeleteParams::default()).await.unwrap();
     wait_for("the CSV to be gone", SETTLE, || async {

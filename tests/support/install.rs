@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::sim;
@@ -190,15 +190,12 @@ pub fn ready(c: &StorageOSCluster) -> Option<(String, String, String)> {
 
 /// A user bound to `edit` in a namespace `tenant-…` (with `grant`, also to a Role giving every
 /// verb on the three storageos.com kinds there; without, OLM's aggregation into `edit` gives
-/// them) creates a StorageOSCluster (operands in that namespace) and a Job there: both get
-/// Ready=False with reason NamespaceNotAllowed, no ClusterRoleBinding names a subject in the
-/// namespace, no DaemonSet is made there, and the ServiceAccount the node role would be bound to
-/// cannot list Secrets.
-pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
-    use kube::api::ListParams;
-    use storageos_operator::crd::Job;
-    use storageos_operator::reasons::NAMESPACE_NOT_ALLOWED;
-
+/// them) tries to create a StorageOSCluster (operands in that namespace) and a Job there: the
+/// caller gate refuses both. Stored by an administrator instead, no ClusterRoleBinding names a
+/// subject in the namespace, no DaemonSet is made there, and the ServiceAccount the node role
+/// would be bound to cannot list Secrets. Returns the namespace, for
+/// [`tenant_objects_were_never_touched`] once the operator has been seen acting later.
+pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) -> String {
     const SETTLE: std::time::Duration = std::time::Duration::from_secs(120);
     let tenant = format!("tenant-{}", super::suffix());
     kubectl_ok(&["create", "namespace", &tenant]);
@@ -269,24 +266,10 @@ pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
             "alice's {name} was not refused by the caller gate: {said}"
         );
         // Stored all the same (by an administrator, or before the gate was there): outside the
-        // watched namespaces the operator still honours nothing.
+        // watched namespaces the operator does not even read it
+        // ([`tenant_objects_were_never_touched`]).
         kubectl_ok(&["create", "-f", &path]);
     }
-    let refused = |c: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>| {
-        c.unwrap_or_default()
-            .into_iter()
-            .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == NAMESPACE_NOT_ALLOWED)
-    };
-    let clusters: Api<StorageOSCluster> = Api::namespaced(admin.clone(), &tenant);
-    wait_for("the tenant's cluster to be refused", SETTLE, || async {
-        refused(clusters.get("mine").await.ok()?.status?.conditions).then_some(())
-    })
-    .await;
-    let jobs: Api<Job> = Api::namespaced(admin.clone(), &tenant);
-    wait_for("the tenant's Job to be refused", SETTLE, || async {
-        refused(jobs.get("mine").await.ok()?.status?.conditions).then_some(())
-    })
-    .await;
     let naming_tenant = super::cluster_role_bindings_naming(admin, &tenant).await;
     assert!(naming_tenant.is_empty(), "{naming_tenant:?}");
     let can = kubectl(&[
@@ -303,9 +286,39 @@ pub async fn tenant_cannot_escalate(admin: &kube::Client, grant: bool) {
         .await
         .unwrap();
     assert!(daemonsets.items.is_empty(), "{:?}", super::names(&daemonsets.items));
-    // Nothing holds the tenant's objects: they go with the namespace. Waited for, so no
-    // operator a later test starts sees them (it would warn about a terminating namespace).
-    kubectl_ok(&["delete", "namespace", &tenant, "--wait=true", "--timeout=120s"]);
+    tenant
+}
+
+/// After the caller has seen the operator act on something later (so it had every chance to
+/// read the tenant's objects): the StorageOSCluster and Job stored in `tenant` were never even
+/// read by the operator, which watches only its namespaces: no status, finalizer or mark, no
+/// DaemonSet. Then the tenant's namespace goes (nothing holds its objects), waited for, so no
+/// operator a later test starts sees it terminating.
+pub async fn tenant_objects_were_never_touched(admin: &kube::Client, tenant: &str) {
+    use kube::ResourceExt;
+    use storageos_operator::crd::Job;
+
+    let cluster = Api::<StorageOSCluster>::namespaced(admin.clone(), tenant)
+        .get("mine")
+        .await
+        .unwrap();
+    let job = Api::<Job>::namespaced(admin.clone(), tenant).get("mine").await.unwrap();
+    for (kind, meta, has_status) in [
+        ("StorageOSCluster", &cluster.metadata, cluster.status.is_some()),
+        ("Job", &job.metadata, job.status.is_some()),
+    ] {
+        assert!(
+            !has_status && meta.finalizers.is_none() && meta.labels.is_none(),
+            "the operator touched the tenant's {kind}: {meta:?}"
+        );
+    }
+    let daemonsets = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), tenant)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(daemonsets.items.is_empty(), "{:?}", super::names(&daemonsets.items));
+    assert_eq!(job.name_any(), "mine");
+    kubectl_ok(&["delete", "namespace", tenant, "--wait=true", "--timeout=120s"]);
 }
 
 /// UIDs of the node pods in kube-system (not being deleted), sorted.
