@@ -125,6 +125,20 @@ impl Operator {
         }
     }
 
+    /// The resident memory of the process, in KiB (`VmRSS` of /proc/PID/status).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub async fn ready(&self) -> bool {
+        reqwest::get(format!("http://127.0.0.1:{}/readyz", self.metrics_port))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
     /// The log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
