@@ -212,7 +212,7 @@ trap 'exit 130' INT TERM
 
 if ((BUILD)); then
   step "building the release binary and the load tool (cargo build --release)"
-  cargo build --release --quiet --bin storageos-operator --example bench_load
+  cargo build --release --quiet --features simulator --bin storageos-operator --example bench_load
 fi
 [[ -x $BIN && -x $TOOL ]] || die "$BIN or $TOOL missing (run without --no-build)"
 

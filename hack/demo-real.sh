@@ -32,8 +32,10 @@ qualified() {
   esac
 }
 
-say "building the operator's image (debug build; hack/image.sh --debug)"
-hack/image.sh --debug --tag "$(qualified "$IMAGE")" --out "$ARCHIVE"
+say "building the operator's image (debug build with the simulator; hack/image.sh --debug)"
+# The simulator pod runs from this image too, so the binary has the feature (off by default).
+cargo build --bin storageos-operator --features simulator
+hack/image.sh --debug --binary "amd64=$ROOT/target/debug/storageos-operator" --tag "$(qualified "$IMAGE")" --out "$ARCHIVE"
 say "starting the local control plane with a real node (first run builds Kubernetes and CoreDNS from Go modules)"
 eval "$(REAL_NODES=1 NODES=3 hack/k8s.sh up)"
 export KUBECONFIG

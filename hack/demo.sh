@@ -73,7 +73,7 @@ if [[ $real == 1 ]]; then
 fi
 
 say "building storageos-operator"
-cargo build --bin storageos-operator
+cargo build --bin storageos-operator --features simulator
 say "starting the local control plane (first run builds Kubernetes from Go modules)"
 eval "$(NODES=3 hack/k8s.sh up)"
 export KUBECONFIG
