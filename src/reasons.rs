@@ -185,6 +185,8 @@ reasons! {
         "Warning: the CSIDriver csi.storageos.com existed, made by neither this operator nor the Go operator, and was taken over.";
     ADOPTED = "Adopted", Event, "StorageOSCluster",
         "Normal: an object only the Go operator used was removed while taking over its install.";
+    WATCHED_NAMESPACE_MISSING = "WatchedNamespaceMissing", Event, "Pod",
+        "Warning on the operator's pod: a namespace on --watch-namespaces does not exist (a typo?).";
     CHANGED_STATUS = "ChangedStatus", Event, "StorageOSCluster",
         "The number of functional StorageOS nodes changed (Normal when all are, Warning otherwise).";
 

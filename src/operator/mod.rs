@@ -4,6 +4,7 @@
 pub mod caller_gate;
 pub mod go_migration;
 pub mod upgradeable;
+pub mod watched_namespaces;
 pub mod webhook;
 
 use std::path::PathBuf;
@@ -169,6 +170,15 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     tokio::spawn(go_migration::keep_trying(
         client.clone(),
         args.leader_election_namespace.clone(),
+    ));
+
+    // Every replica says so on its own pod when a watched namespace does not exist.
+    tokio::spawn(watched_namespaces::keep_checking(
+        client.clone(),
+        args.trusted_namespaces(),
+        args.identity
+            .clone()
+            .map(|pod| (args.leader_election_namespace.clone(), pod)),
     ));
 
     // Every replica serves the webhook; it only reads.

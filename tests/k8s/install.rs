@@ -52,6 +52,21 @@ struct Running {
     _sim: sim::SimHandle,
 }
 
+impl Running {
+    /// Deletes the example cluster and waits until the operator has finished with it: what it
+    /// made cluster-wide (roles, webhooks, admission policies) goes too, so no later test meets it.
+    async fn delete_the_cluster(&self) {
+        self.clusters
+            .delete("storageos", &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the operator to finish deleting the cluster", SETTLE, || async {
+            self.clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+}
+
 /// The operator as its ServiceAccount, with exactly the args and env of `deployment`'s
 /// container; then the Secret and the StorageOSCluster of deploy/examples, as docs/install.md
 /// says, until the cluster is 3/3 Running and Ready.
@@ -266,11 +281,7 @@ async fn installed_from_deploy_operator_yaml_the_operator_runs_the_example_clust
     support::install::tenant_objects_were_never_touched(&admin, &tenant).await;
 
     // Uninstall in the order of docs/install.md: the cluster first (the operator removes its objects).
-    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
-    wait_for("the operator to finish deleting the cluster", SETTLE, || async {
-        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
-    })
-    .await;
+    running.delete_the_cluster().await;
 }
 
 /// The identities the tests hand to the code under test are not admin: each can do what its
@@ -419,4 +430,46 @@ async fn hundreds_of_large_crs_outside_the_watched_namespaces_leave_the_operator
     let untouched = elsewhere[0].api::<StorageOSCluster>().get("big-0").await.unwrap();
     assert!(untouched.status.is_none() && untouched.metadata.finalizers.is_none());
     drop(elsewhere);
+    running.delete_the_cluster().await;
+}
+
+/// A namespace on `WATCH_NAMESPACES` that does not exist (a typo) is reported as a Warning event
+/// `WatchedNamespaceMissing` on the operator's pod, naming it and the fix.
+#[tokio::test]
+async fn a_watched_namespace_that_does_not_exist_is_a_warning_on_the_operators_pod() {
+    let _lock = support::cluster_lock();
+    let admin = support::client().await;
+    let _webhook = support::install::RemoveWebhookOnDrop;
+    kubectl_ok(&["apply", "--server-side", "-f", &repo("deploy/operator.yaml")]);
+    let mut deployment = Api::<Deployment>::namespaced(admin.clone(), install::NAMESPACE)
+        .get(install::NAME)
+        .await
+        .unwrap();
+    let typo = format!("storageos-tenants-{}", support::suffix());
+    support::install::set_env(
+        &mut deployment,
+        "WATCH_NAMESPACES",
+        &format!("{},{typo}", install::NAMESPACE),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = support::identity::kubeconfig_file(dir.path(), support::identity::OPERATOR).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    let _operator = Operator::start(
+        &deployment,
+        install::NAMESPACE,
+        &kubeconfig,
+        &sim,
+        dir.path().join("operator.log"),
+    );
+    let event = support::wait_event(
+        &admin,
+        install::NAMESPACE,
+        "storageos-operator-install-test",
+        "WatchedNamespaceMissing",
+        &typo,
+    )
+    .await;
+    let note = support::message(&event);
+    assert!(note.contains("WATCH_NAMESPACES"), "{note}");
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
 }

@@ -652,18 +652,7 @@ async fn the_go_operators_csv_gives_way_to_this_bundle_and_the_cluster_stays() {
         .await
         .unwrap();
     // WATCH_NAMESPACES as the Subscription's spec.config.env puts it into the Deployment.
-    let container = &mut deployment
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0];
-    container.env.get_or_insert_with(Vec::new).push(
-        serde_json::from_value(json!({"name": "WATCH_NAMESPACES", "value": format!("{ns},{cluster_ns}")})).unwrap(),
-    );
+    support::install::set_env(&mut deployment, "WATCH_NAMESPACES", &format!("{ns},{cluster_ns}"));
     let who = Identity {
         namespace: ns,
         name: install::NAME,

@@ -57,6 +57,16 @@ impl Drop for RemoveWebhookOnDrop {
     }
 }
 
+/// Adds `name=value` to the environment of `deployment`'s first container (as a Subscription's
+/// `spec.config.env` or `kubectl set env` would), for [`Operator::start`].
+pub fn set_env(deployment: &mut Deployment, name: &str, value: &str) {
+    let spec = deployment.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    spec.containers[0]
+        .env
+        .get_or_insert_with(Vec::new)
+        .push(serde_json::from_value(json!({"name": name, "value": value})).unwrap());
+}
+
 /// The operator process; SIGKILLed when dropped, its log printed if the test failed.
 pub struct Operator {
     child: Child,

@@ -47,6 +47,26 @@ impl Recorder {
         }
     }
 
+    /// Publishes a `type_` event with `reason` and `note` about `regarding`, an object no
+    /// controller reconciles (such as the operator's own pod).
+    pub async fn publish_reason(
+        &self,
+        type_: EventType,
+        reason: crate::reasons::Reason,
+        action: &str,
+        note: String,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        self.publish(&ev, regarding).await
+    }
+
     /// Publishes `ev` about `regarding`: a new event, or one more of the series of the same event
     /// (same type, reason, action, note and objects) published within [`REPEAT_WITHIN`].
     pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
