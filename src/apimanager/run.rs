@@ -264,14 +264,16 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             if names.is_empty() {
                 tracing::warn!(ca = %path.display(), "any client certificate of the webhook client CA is served: give --webhook-client-names (spec.webhookClientNames), or use a CA dedicated to the webhook");
             }
-            Some(
-                https::ClientAuth::from_pem(&pem)
-                    .map_err(|e| Error::ClientCa {
-                        path: path.display().to_string(),
-                        why: e.to_string(),
-                    })?
-                    .with_names(names),
-            )
+            let invalid = |e: https::Error| Error::ClientCa {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            };
+            let clients = https::ClientAuth::from_pem(&pem)
+                .and_then(|c| c.with_names(names))
+                .map_err(invalid)?;
+            // A ConfigMap volume is updated in place: a new CA is taken without a restart.
+            tokio::spawn(https::client_ca::follow(path.clone(), pem, clients.clone()));
+            Some(clients)
         }
     };
     let server_slot = slot.clone();

@@ -3,7 +3,7 @@
 //! compromised node call the webhooks. With names given, the certificate must also carry one of
 //! them as its subject common name or a DNS name.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -85,5 +85,89 @@ impl ClientCertVerifier for NamedClients {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+/// The client verifier in use, replaceable while the server runs (a new client CA takes effect
+/// at the next handshake). It names no CA in its handshake hints: a client sends its
+/// certificate all the same.
+#[derive(Debug)]
+pub struct Current {
+    inner: RwLock<(Arc<dyn ClientCertVerifier>, rustls::RootCertStore)>,
+}
+
+impl Current {
+    pub fn new(verifier: Arc<dyn ClientCertVerifier>, roots: rustls::RootCertStore) -> Self {
+        Self {
+            inner: RwLock::new((verifier, roots)),
+        }
+    }
+
+    /// The verifier now (a poisoned lock still holds the last one written).
+    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        match self.inner.read() {
+            Ok(g) => g.0.clone(),
+            Err(poisoned) => poisoned.into_inner().0.clone(),
+        }
+    }
+
+    /// The CAs now.
+    pub fn roots(&self) -> rustls::RootCertStore {
+        match self.inner.read() {
+            Ok(g) => g.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
+        }
+    }
+
+    pub fn replace(&self, verifier: Arc<dyn ClientCertVerifier>, roots: rustls::RootCertStore) {
+        match self.inner.write() {
+            Ok(mut g) => *g = (verifier, roots),
+            Err(poisoned) => *poisoned.into_inner() = (verifier, roots),
+        }
+    }
+}
+
+impl ClientCertVerifier for Current {
+    fn offer_client_auth(&self) -> bool {
+        self.verifier().offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.verifier().client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.verifier().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.verifier().supported_verify_schemes()
     }
 }

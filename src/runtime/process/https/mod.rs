@@ -8,6 +8,7 @@
 //! connections are limited ([`Limits`]): a TLS handshake and each request's headers must arrive
 //! within a deadline, an idle connection is closed, and at most so many are served at once.
 
+pub mod client_ca;
 pub mod client_names;
 
 use std::future::Future;
@@ -140,27 +141,68 @@ fn certified_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, Error> {
 /// signed completes the handshake (the apiserver does, when its admission configuration names
 /// a kubeconfig with a client certificate for the webhook).
 /// With names, only certificates of those CAs that carry one of them ([`client_names`]).
+/// [`ClientAuth::reload`] replaces the CAs of a running server (a clone shares them).
 #[derive(Clone)]
-pub struct ClientAuth(Arc<rustls::RootCertStore>, Vec<String>);
+pub struct ClientAuth {
+    names: Vec<String>,
+    current: Arc<client_names::Current>,
+}
+
+/// The CA certificates in `pem` (one or more PEM blocks).
+fn roots_of(pem: &[u8]) -> Result<rustls::RootCertStore, Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| Error::Pem(format!("client CA: {e}")))?;
+        roots.add(cert)?;
+    }
+    if roots.is_empty() {
+        return Err(Error::Pem("client CA: no CERTIFICATE block found".into()));
+    }
+    Ok(roots)
+}
+
+/// The verifier of `roots`, with `names` ([`client_names::NamedClients`]) when there are any.
+fn verifier(
+    roots: rustls::RootCertStore,
+    names: &[String],
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, Error> {
+    let chain = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| Error::Pem(format!("client CA: {e}")))?;
+    if names.is_empty() {
+        return Ok(chain);
+    }
+    Ok(Arc::new(client_names::NamedClients {
+        inner: chain,
+        names: names.to_vec(),
+    }))
+}
 
 impl ClientAuth {
     /// Admits only client certificates whose subject common name or a DNS name is one of
     /// `names` (none: any certificate of the CAs).
-    pub fn with_names(self, names: Vec<String>) -> Self {
-        Self(self.0, names)
+    pub fn with_names(self, names: Vec<String>) -> Result<Self, Error> {
+        let roots = self.current.roots();
+        let current = Arc::new(client_names::Current::new(verifier(roots.clone(), &names)?, roots));
+        Ok(Self { names, current })
     }
 
     /// The CA certificates in `pem` (one or more PEM blocks).
     pub fn from_pem(pem: &[u8]) -> Result<Self, Error> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| Error::Pem(format!("client CA: {e}")))?;
-            roots.add(cert)?;
-        }
-        if roots.is_empty() {
-            return Err(Error::Pem("client CA: no CERTIFICATE block found".into()));
-        }
-        Ok(Self(Arc::new(roots), Vec::new()))
+        let roots = roots_of(pem)?;
+        let current = Arc::new(client_names::Current::new(verifier(roots.clone(), &[])?, roots));
+        Ok(Self {
+            names: Vec::new(),
+            current,
+        })
+    }
+
+    /// Replaces the CAs with those in `pem`, for every server using this (or a clone): the next
+    /// handshake is checked against them. On an error the CAs in use stay.
+    pub fn reload(&self, pem: &[u8]) -> Result<(), Error> {
+        let roots = roots_of(pem)?;
+        self.current.replace(verifier(roots.clone(), &self.names)?, roots);
+        Ok(())
     }
 }
 
@@ -168,19 +210,7 @@ fn server_config(certs: CertSlot, clients: Option<&ClientAuth>) -> Result<Server
     let builder = ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = match clients {
         None => builder.with_no_client_auth(),
-        Some(ClientAuth(roots, names)) => {
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
-                .build()
-                .map_err(|e| Error::Pem(format!("client CA: {e}")))?;
-            if names.is_empty() {
-                builder.with_client_cert_verifier(verifier)
-            } else {
-                builder.with_client_cert_verifier(Arc::new(client_names::NamedClients {
-                    inner: verifier,
-                    names: names.clone(),
-                }))
-            }
-        }
+        Some(clients) => builder.with_client_cert_verifier(clients.current.clone()),
     };
     let mut config = builder.with_cert_resolver(Arc::new(certs));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

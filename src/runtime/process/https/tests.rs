@@ -265,7 +265,8 @@ async fn a_certificate_of_the_ca_with_another_name_is_refused() {
 
     let clients = ClientAuth::from_pem(ca.pem().as_bytes())
         .unwrap()
-        .with_names(vec!["storageos-webhook-client".into()]);
+        .with_names(vec!["storageos-webhook-client".into()])
+        .unwrap();
     let (addr, trusting) = serve_ok_to(clients).await;
     let call = |id: reqwest::Identity| {
         trusting()
@@ -280,4 +281,57 @@ async fn a_certificate_of_the_ca_with_another_name_is_refused() {
     // The certificate the admission configuration names: served.
     let answer = call(client("storageos-webhook-client")).await.unwrap();
     assert_eq!(answer.text().await.unwrap(), "ok");
+}
+
+#[tokio::test]
+async fn a_new_client_ca_takes_effect_without_a_restart_and_a_bad_one_changes_nothing() {
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair};
+    let identity = |issuer: &rcgen::Issuer<'_, KeyPair>| {
+        let mut params = CertificateParams::new(vec!["kube-apiserver".to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, issuer).unwrap();
+        reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes()).unwrap()
+    };
+    let (old_ca, old_issuer) = client_ca();
+    let (new_ca, new_issuer) = client_ca();
+    let clients = ClientAuth::from_pem(old_ca.pem().as_bytes()).unwrap();
+    let (addr, trusting) = serve_ok_to(clients.clone()).await;
+    let call = |id: reqwest::Identity| {
+        trusting()
+            .identity(id)
+            .build()
+            .unwrap()
+            .get(format!("https://{addr}/"))
+            .send()
+    };
+
+    assert!(call(identity(&old_issuer)).await.is_ok());
+    assert!(
+        call(identity(&new_issuer)).await.is_err(),
+        "a certificate of the next CA, too early"
+    );
+
+    // The file changed to the new CA: the running server takes it.
+    let (old_pem, new_pem) = (old_ca.pem(), new_ca.pem());
+    assert!(
+        client_ca::take(&clients, old_pem.as_bytes(), old_pem.as_bytes()).is_none(),
+        "unchanged"
+    );
+    client_ca::take(&clients, old_pem.as_bytes(), new_pem.as_bytes())
+        .unwrap()
+        .unwrap();
+    assert!(call(identity(&new_issuer)).await.is_ok(), "the new CA is not used");
+    assert!(
+        call(identity(&old_issuer)).await.is_err(),
+        "the old CA is still trusted"
+    );
+
+    // A truncated file: refused, and the new CA stays in use.
+    assert!(
+        client_ca::take(&clients, new_pem.as_bytes(), b"-----BEGIN CERT")
+            .unwrap()
+            .is_err()
+    );
+    assert!(call(identity(&new_issuer)).await.is_ok());
 }
