@@ -15,7 +15,7 @@ use crate::render::DefaultImages;
 use crate::runtime::kube::apply::Applier;
 use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
-use crate::runtime::kube::trusted::TrustedNamespaces;
+use crate::runtime::kube::trusted::{SecretNamespaces, TrustedNamespaces};
 use crate::runtime::kube::view_store::ViewStore;
 use crate::storageos;
 
@@ -61,6 +61,8 @@ pub struct Context {
     /// The namespaces whose clusters are honoured, and that Secret references and operands may
     /// name (`run` sets `--watch-namespaces`; every namespace unless set).
     pub trusted: TrustedNamespaces,
+    /// More namespaces whose Secrets a cluster may name (`--secret-namespaces`; none unless set).
+    pub secret_namespaces: SecretNamespaces,
     /// Per cluster UID, the generation whose pass found no (more) Go operator leftovers: they
     /// are looked for once per generation, not on every pass.
     go_leftovers: Mutex<HashMap<String, Option<i64>>>,
@@ -94,6 +96,7 @@ impl Context {
             api_clients,
             caches: OnceLock::new(),
             trusted: TrustedNamespaces::Any,
+            secret_namespaces: SecretNamespaces::default(),
             go_leftovers: Mutex::new(HashMap::new()),
             kv_checks: Default::default(),
         }
@@ -104,6 +107,13 @@ impl Context {
     #[must_use]
     pub fn with_trusted_namespaces(mut self, trusted: TrustedNamespaces) -> Self {
         self.trusted = trusted;
+        self
+    }
+
+    /// Lets clusters name Secrets in `secret_namespaces` too (see [`SecretNamespaces`]).
+    #[must_use]
+    pub fn with_secret_namespaces(mut self, secret_namespaces: SecretNamespaces) -> Self {
+        self.secret_namespaces = secret_namespaces;
         self
     }
 

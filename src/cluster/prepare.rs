@@ -15,7 +15,7 @@ use super::error::{Error, Step};
 use crate::crd::StorageOSCluster;
 use crate::reasons::{self, OPERAND_NAMESPACE_NOT_ALLOWED, Reason, SECRET_NAMESPACE_NOT_ALLOWED};
 use crate::render::{self, Inputs, Plan, Resolved};
-use crate::runtime::kube::trusted::TrustedNamespaces;
+use crate::runtime::kube::trusted::{SecretNamespaces, TrustedNamespaces};
 
 /// Why a pass stops before it changes anything: Ready=False with `reason` and `message`, then
 /// `then`.
@@ -42,7 +42,7 @@ pub enum Then {
 pub async fn prepare(cluster: &StorageOSCluster, ctx: &Context) -> Result<Result<(Inputs, Plan), Refusal>, Error> {
     let resolved = render::resolve(&cluster.spec);
     let own = cluster.namespace().unwrap_or_default();
-    if let Some((reason, message)) = namespace_refusal(&own, &resolved, &ctx.trusted) {
+    if let Some((reason, message)) = namespace_refusal(&own, &resolved, &ctx.trusted, &ctx.secret_namespaces) {
         let then = Then::Wait(Action::await_change());
         return Ok(Err(Refusal { reason, message, then }));
     }
@@ -97,23 +97,29 @@ async fn missing_client_ca(ctx: &Context, resolved: &Resolved) -> Result<Option<
     })
 }
 
-/// Why a cluster in namespace `own` (a trusted one) may not be rendered: a Secret reference or
-/// the operand namespace names a namespace outside its own and the trusted ones (condition
-/// reason and message), or None.
-pub fn namespace_refusal(own: &str, resolved: &Resolved, trusted: &TrustedNamespaces) -> Option<(Reason, String)> {
+/// Why a cluster in namespace `own` (a trusted one) may not be rendered: a Secret reference
+/// names a namespace outside its own, the trusted ones and `secrets`, or the operand namespace
+/// one outside its own, the trusted ones and kube-system (condition reason and message), or None.
+pub fn namespace_refusal(
+    own: &str,
+    resolved: &Resolved,
+    trusted: &TrustedNamespaces,
+    secrets: &SecretNamespaces,
+) -> Option<(Reason, String)> {
     let credentials = Some(("secretRefNamespace", resolved.secret_ref.1.clone()));
     let etcd = (resolved.etcd_tls_secret_ref.as_ref()).map(|(_, ns)| ("tlsEtcdSecretRefNamespace", ns.clone()));
     if let Some((field, ns)) = [credentials, etcd]
         .into_iter()
         .flatten()
-        .find(|(_, ns)| !trusted.allows_secret_ref(own, ns))
+        .find(|(_, ns)| !trusted.allows_secret_ref(own, ns) && !secrets.contains(ns))
     {
         return Some((
             SECRET_NAMESPACE_NOT_ALLOWED,
             format!(
-                "spec.{field} {ns:?} is neither the cluster's namespace {own:?} nor a trusted one ({trusted}): \
-                 the operator copies the Secrets it names, so it reads them only there; move the Secret into \
-                 {own:?} and set spec.{field} to it; nothing is applied or pruned meanwhile"
+                "spec.{field} {ns:?} is neither the cluster's namespace {own:?}, a trusted one ({trusted}) nor on \
+                 --secret-namespaces ({secrets}): the operator copies the Secrets it names, so it reads them only \
+                 there; move the Secret into {own:?} and set spec.{field} to it, or ask the operator's \
+                 administrator to add {ns:?} to SECRET_NAMESPACES; nothing is applied or pruned meanwhile"
             ),
         ));
     }
@@ -212,7 +218,12 @@ mod tests {
             "metadata": {"name": "storageos", "namespace": ns}, "spec": spec
         }))
         .unwrap();
-        namespace_refusal(ns, &render::resolve(&cluster.spec), trusted)
+        namespace_refusal(
+            ns,
+            &render::resolve(&cluster.spec),
+            trusted,
+            &SecretNamespaces::default(),
+        )
     }
 
     #[test]
@@ -234,6 +245,27 @@ mod tests {
         let wider: TrustedNamespaces = "storageos-operator,default".parse().unwrap();
         let go = json!({"secretRefName": "s", "secretRefNamespace": "storageos-operator"});
         assert_eq!(refusal("default", go, &wider), None);
+        // The Go operator's e2e CR: the cluster in the operator's namespace, its Secret in
+        // `default`, which is listed for Secrets only.
+        let e2e = json!({"secretRefName": "s", "secretRefNamespace": "default"});
+        let cluster: StorageOSCluster = serde_json::from_value(json!({
+            "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster",
+            "metadata": {"name": "storageos", "namespace": "storageos-operator"}, "spec": e2e
+        }))
+        .unwrap();
+        let resolved = render::resolve(&cluster.spec);
+        let secrets: SecretNamespaces = "default".parse().unwrap();
+        assert_eq!(
+            namespace_refusal("storageos-operator", &resolved, &trusted, &secrets),
+            None
+        );
+        let (_, msg) =
+            namespace_refusal("storageos-operator", &resolved, &trusted, &SecretNamespaces::default()).unwrap();
+        assert!(msg.contains("SECRET_NAMESPACES"), "{msg}");
+        assert!(
+            "*".parse::<SecretNamespaces>().is_err(),
+            "every namespace is never a Secret namespace"
+        );
     }
 
     #[test]

@@ -78,6 +78,13 @@ pub struct RunArgs {
     #[arg(long, env = "WATCH_NAMESPACES")]
     pub watch_namespaces: Option<crate::runtime::kube::trusted::TrustedNamespaces>,
 
+    /// More namespaces whose Secrets a StorageOSCluster may name (`spec.secretRefNamespace`,
+    /// `spec.tlsEtcdSecretRefNamespace`), comma-separated, besides its own and the watched ones:
+    /// the operator only reads the named Secrets there, so this is safe where watching is not
+    /// (the Go operator's e2e cluster keeps its Secret in `default`).
+    #[arg(long, env = "SECRET_NAMESPACES")]
+    pub secret_namespaces: Option<crate::runtime::kube::trusted::SecretNamespaces>,
+
     /// Address of the validating webhook that refuses a second StorageOSCluster (`HOST:PORT`
     /// or `:PORT`); empty serves none (its `failurePolicy: Ignore` then lets creates through).
     #[arg(long, env = "WEBHOOK_ADDR", default_value = ":9443")]
@@ -217,6 +224,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         kubernetes_version: render::parse_k8s_version(&kubernetes_version).ok(),
     };
     let trusted = args.trusted_namespaces();
+    let secret_namespaces = args.secret_namespaces.clone().unwrap_or_default();
     let jobs = Arc::new(
         job::Context::new(client.clone(), metrics.clone())
             .with_host_paths(args.job_host_paths.clone())
@@ -226,7 +234,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let ctx = Arc::new(
         Context::new(client.clone(), config, metrics.clone(), Some(api_metrics))
             .with_cluster_metrics(cluster_metrics)
-            .with_trusted_namespaces(trusted.clone()),
+            .with_trusted_namespaces(trusted.clone())
+            .with_secret_namespaces(secret_namespaces),
     );
     let upgrades = Arc::new(
         upgrade::Context::new(client.clone(), metrics)

@@ -718,6 +718,29 @@ async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused()
     .await;
     assert!(events.is_empty(), "{events:?}");
 
+    // The operator restarted with the tenant's namespace on --secret-namespaces: the reference
+    // is honoured (read there, nothing else), and the cluster is reconciled again.
+    operator.abort();
+    let ctx = Context::new(
+        support::operator_client().await,
+        support::operator::operator_config(sim.url(), None),
+        ReconcileMetrics::register(&mut Registry::default()),
+        None,
+    )
+    .with_trusted_namespaces(TrustedNamespaces::only(&ns.name))
+    .with_secret_namespaces(tenant.name.parse().unwrap());
+    let operator = tokio::spawn(cluster::run(Arc::new(ctx), std::future::pending()));
+    wait_for(
+        "the Secret in a --secret-namespaces namespace to be accepted",
+        SETTLE,
+        || async {
+            let c = clusters.get("storageos").await.ok()?;
+            let ready = c.status?.conditions?.into_iter().find(|c| c.type_ == "Ready")?;
+            (ready.reason != "SecretNamespaceNotAllowed").then_some(())
+        },
+    )
+    .await;
+
     clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
     wait_for("the trusted cluster to be deleted", SETTLE, || async {
         clusters.get_opt("storageos").await.ok()?.is_none().then_some(())

@@ -67,6 +67,36 @@ impl fmt::Display for TrustedNamespaces {
     }
 }
 
+/// Namespaces whose Secrets a StorageOSCluster may name besides its own and the trusted ones
+/// (`--secret-namespaces`): the operator reads the named Secrets there and does nothing else, so
+/// listing a namespace here gives its editors no say over the operator (unlike watching it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SecretNamespaces(BTreeSet<String>);
+
+impl FromStr for SecretNamespaces {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.parse::<TrustedNamespaces>()? {
+            TrustedNamespaces::Only(names) => Ok(Self(names)),
+            TrustedNamespaces::Any => Err(ParseError(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for SecretNamespaces {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.iter().cloned().collect::<Vec<_>>().join(","))
+    }
+}
+
+impl SecretNamespaces {
+    /// Whether Secrets in `namespace` may be named.
+    pub fn contains(&self, namespace: &str) -> bool {
+        self.0.contains(namespace)
+    }
+}
+
 impl TrustedNamespaces {
     /// Only `namespace` (the default: the operator's own namespace).
     pub fn only(namespace: impl Into<String>) -> Self {
