@@ -16,7 +16,7 @@ use crate::reasons;
 use crate::render::Plan;
 use crate::render::labels::MANAGED_BY;
 use crate::runtime::kube::apply;
-use crate::runtime::kube::object::FIELD_MANAGER;
+use crate::runtime::kube::object::{FIELD_MANAGER, ObjectKey};
 use crate::storageos::CSI_DRIVER;
 
 /// How the apiserver refuses content in a namespace being deleted.
@@ -39,6 +39,16 @@ pub async fn roll_out(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) ->
     let owner_in = owner.as_ref().map(|o| (o, cluster_ns.as_str()));
     let foreign = foreign_csi_driver(ctx).await?;
     let report = ctx.applier.apply_all(&values, owner_in, apply_wave).await;
+    // Said by the pass that took it over, whatever else in it fails: the next pass finds the
+    // driver already the operator's and could not say it any more.
+    if let Some(made_by) = foreign.filter(|_| report.keep.iter().any(is_csi_driver)) {
+        let message = format!(
+            "CSIDriver {CSI_DRIVER} existed, made by {made_by} (not this operator, not the Go operator): it is StorageOS's name, so it was taken over; if another StorageOS install used it, that install's volumes now go through this one"
+        );
+        tracing::warn!(cluster = %name, %message, "took over a foreign CSIDriver");
+        ctx.event(cluster, EventType::Warning, reasons::FOREIGN_CSI_DRIVER, message)
+            .await;
+    }
     if !report.failures.is_empty() {
         let message = report.failed_message();
         let failed = Error::ApplyFailed {
@@ -67,19 +77,16 @@ pub async fn roll_out(cluster: &StorageOSCluster, ctx: &Context, plan: &Plan) ->
     for key in &pruned {
         tracing::info!(cluster = %name, object = %key, "pruned");
     }
-    if let Some(made_by) = foreign {
-        let message = format!(
-            "CSIDriver {CSI_DRIVER} existed, made by {made_by} (not this operator, not the Go operator): it is StorageOS's name, so it was taken over; if another StorageOS install used it, that install's volumes now go through this one"
-        );
-        tracing::warn!(cluster = %name, %message, "took over a foreign CSIDriver");
-        ctx.event(cluster, EventType::Warning, reasons::FOREIGN_CSI_DRIVER, message)
-            .await;
-    }
     adopt::remove_go_leftovers_once(cluster, ctx, &plan.resolved.namespace).await?;
     if report.written > 0 || !pruned.is_empty() {
         tracing::info!(cluster = %name, written = report.written, pruned = pruned.len(), "applied cluster objects");
     }
     Ok(Ok(()))
+}
+
+/// Whether a key is the StorageOS CSIDriver.
+fn is_csi_driver(key: &ObjectKey) -> bool {
+    key.kind == "CSIDriver" && key.name == CSI_DRIVER
 }
 
 /// Who made the StorageOS CSIDriver, when it exists and neither this operator nor the Go one
