@@ -6,6 +6,7 @@ pub mod controllers;
 pub mod flags;
 pub mod maintenance;
 pub mod metrics;
+pub mod polls;
 pub mod run;
 pub mod storageclass;
 pub mod storageos_poll;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::controllers::{self, Context, fencing};
 use super::flags::ApiManagerArgs;
 use super::metrics::{ApiManagerMetrics, error_kind};
+use super::polls::{self, Polls};
 use super::webhook::{self, CachedLookups, WebhookMetrics, WebhookState};
 use crate::runtime::kube::leader::{self, Leadership};
 use crate::runtime::kube::metrics::ReconcileMetrics;
@@ -299,7 +300,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     };
 
     // 3. Controllers, on the leader only.
-    let ctx = Arc::new(Context::new(
+    let (ctx, polls) = polls::wire(
         client.clone(),
         api.clone(),
         args.controllers(),
@@ -307,8 +308,8 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
         reconcile_metrics,
         helper_metrics.clone(),
         pvcs,
-    ));
-    let controllers = lead(ctx, kube_config, args.enable_leader_election);
+    );
+    let controllers = lead(ctx, polls, kube_config, args.enable_leader_election);
     tokio::pin!(controllers);
     let mut controllers_done = false;
 
@@ -390,10 +391,10 @@ fn webhook_config_changes(client: kube::Client, name: &str) -> impl futures::Str
 /// The StorageOS poll and the controllers that subscribe to it, until dropped: the node poll
 /// and the fencer on their own worker ([`fencing::worker`]), the rest here. `Err` if the worker
 /// stops by itself.
-async fn with_poll(ctx: Arc<Context>, kube_config: kube::Config) -> Result<(), Error> {
-    let mut worker = fencing::worker::start(&ctx, kube_config, ctx.poll_pvcs())?;
+async fn with_poll(ctx: Arc<Context>, polls: Arc<Polls>, kube_config: kube::Config) -> Result<(), Error> {
+    let mut worker = fencing::worker::start(&ctx, kube_config, polls.clone())?;
     tokio::select! {
-        _ = async { tokio::join!(ctx.poll_volumes(), controllers::run(ctx.clone())) } => Ok(()),
+        _ = async { tokio::join!(polls.run_volumes(ctx.api.clone()), controllers::run(ctx.clone())) } => Ok(()),
         why = worker.ended() => {
             tracing::error!(reason = %why, "the fencer's worker stopped; exiting");
             Err(Error::FencerStopped(why))
@@ -403,10 +404,10 @@ async fn with_poll(ctx: Arc<Context>, kube_config: kube::Config) -> Result<(), E
 
 /// Waits for leadership (when `-enable-leader-election`), then runs the controllers until they
 /// end; `Err` when leadership is lost.
-async fn lead(ctx: Arc<Context>, kube_config: kube::Config, elect: bool) -> Result<(), Error> {
+async fn lead(ctx: Arc<Context>, polls: Arc<Polls>, kube_config: kube::Config, elect: bool) -> Result<(), Error> {
     if !elect {
         tracing::info!("leader election disabled: running the controllers");
-        return with_poll(ctx, kube_config).await;
+        return with_poll(ctx, polls, kube_config).await;
     }
     let identity = std::env::var("POD_NAME")
         .ok()
@@ -421,7 +422,7 @@ async fn lead(ctx: Arc<Context>, kube_config: kube::Config, elect: bool) -> Resu
     )
     .await?;
     tokio::select! {
-        done = with_poll(ctx, kube_config) => done,
+        done = with_poll(ctx, polls, kube_config) => done,
         e = leadership.lost() => Err(e.into()),
     }
 }

@@ -15,8 +15,9 @@
 //! the first poll after its first volume is made, and an idle cluster does not list namespaces
 //! every few seconds.
 //!
-//! The process runs the poll ([`StorageOSPoll::run`]) once, next to the controllers, for as long
-//! as it leads; the controllers only subscribe. A kind nobody subscribed to is not read.
+//! The process builds the poll and runs it (`apimanager::polls`), for as long as it leads; the
+//! controllers hold only [`Subscriptions`], which cannot drive it. A kind nobody subscribed to
+//! is not read.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -201,7 +202,20 @@ pub async fn next<T>(rx: &mut Receiver<T>) -> Option<Arc<Snapshot<T>>> {
     }
 }
 
-impl StorageOSPoll {
+/// What a controller holds of the poll: the snapshots it publishes, and no way to run it.
+#[derive(Clone)]
+pub struct Subscriptions {
+    nodes: Arc<Slot<Vec<Node>>>,
+    volumes: Arc<Slot<VolumeList>>,
+}
+
+impl std::fmt::Debug for Subscriptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriptions").finish_non_exhaustive()
+    }
+}
+
+impl Subscriptions {
     /// Node snapshots from now on (the latest one, if any, counts as seen).
     pub fn nodes(&self) -> Receiver<Vec<Node>> {
         self.nodes.subscribe()
@@ -216,13 +230,15 @@ impl StorageOSPoll {
     pub fn latest_nodes(&self) -> Option<Arc<NodeSnapshot>> {
         self.nodes.borrow().clone()
     }
+}
 
-    /// Polls `source` until the future is dropped. Run once per process (per leadership term),
-    /// next to the controllers that subscribe. The api-manager runs the two halves apart
-    /// ([`StorageOSPoll::run_nodes`] on the fencer's worker, [`StorageOSPoll::run_volumes`] on
-    /// the main runtime); this runs both here.
-    pub async fn run(&self, source: &impl Source, every: PollConfig) {
-        tokio::join!(self.run_nodes(source, every), self.run_volumes(source, every));
+impl StorageOSPoll {
+    /// What the controllers are handed: the snapshots this poll publishes.
+    pub fn subscriptions(&self) -> Subscriptions {
+        Subscriptions {
+            nodes: self.nodes.clone(),
+            volumes: self.volumes.clone(),
+        }
     }
 
     /// Reads the nodes every `every.nodes` until the future is dropped. Nothing else waits in
@@ -530,14 +546,17 @@ mod tests {
 
     fn start(poll: &StorageOSPoll, source: &Arc<Fake>) -> tokio::task::JoinHandle<()> {
         let (poll, source) = (poll.clone(), source.clone());
-        tokio::spawn(async move { poll.run(source.as_ref(), EVERY).await })
+        tokio::spawn(async move {
+            let source = source.as_ref();
+            tokio::join!(poll.run_nodes(source, EVERY), poll.run_volumes(source, EVERY));
+        })
     }
 
     #[tokio::test(start_paused = true)]
     async fn nodes_are_read_at_once_then_every_interval_and_an_unwatched_kind_is_never_read() {
         let source = Fake::new(vec![namespace("app")]);
         let poll = StorageOSPoll::default();
-        let mut nodes = poll.nodes();
+        let mut nodes = poll.subscriptions().nodes();
         let task = start(&poll, &source);
         let t0 = Instant::now();
         let first = next(&mut nodes).await.unwrap();
@@ -552,7 +571,7 @@ mod tests {
             0,
             "nobody watches volumes"
         );
-        assert!(poll.latest_nodes().is_some());
+        assert!(poll.subscriptions().latest_nodes().is_some());
         task.abort();
     }
 
@@ -561,7 +580,7 @@ mod tests {
         let source = Fake::new(Vec::new());
         source.nodes_fail.store(true, std::sync::atomic::Ordering::SeqCst);
         let poll = StorageOSPoll::default();
-        let mut nodes = poll.nodes();
+        let mut nodes = poll.subscriptions().nodes();
         let task = start(&poll, &source);
         let failed = next(&mut nodes).await.unwrap();
         let e = failed.read.as_ref().unwrap_err();
@@ -575,7 +594,7 @@ mod tests {
     async fn volumes_are_read_every_poll_but_the_namespace_list_only_every_relist_interval() {
         let source = Fake::new(vec![namespace("app"), namespace("db")]);
         let poll = StorageOSPoll::default();
-        let mut volumes = poll.volumes();
+        let mut volumes = poll.subscriptions().volumes();
         let task = start(&poll, &source);
         let first = next(&mut volumes).await.unwrap();
         assert_eq!(first.complete().map(|l| l.volumes().count()), Some(2));

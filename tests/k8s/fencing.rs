@@ -655,8 +655,13 @@ async fn the_fencer_fences_while_the_rest_of_the_process_is_blocked() {
     w.claim("data", true, false, &healthy).await;
     w.pod("app", &lost, Some("true"), &["data"]).await;
     let config = support::identity::api_manager_config().await;
-    let ctx = support::api_manager_context_as(&w.sim, FLAGS, Client::try_from(config.clone()).unwrap()).await;
-    let mut worker = fencing::worker::start(&ctx, config, ctx.poll_pvcs()).unwrap();
+    // Wired and run as `api-manager run` does: the node poll and the fencer on the worker, the
+    // volume poll on this runtime.
+    let kube = Client::try_from(config.clone()).unwrap();
+    let (ctx, polls) = support::api_manager_wired_in(&w.sim, FLAGS, kube, "default").await;
+    let mut worker = fencing::worker::start(&ctx, config, polls.clone()).unwrap();
+    let api = ctx.api.clone();
+    tokio::spawn(async move { polls.run_volumes(api).await });
     // The Node-state cache the fencer waits for is filled by this runtime, before it is blocked.
     ctx.nodes.ready().await;
     w.polled().await;

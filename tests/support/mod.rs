@@ -340,7 +340,26 @@ pub async fn api_manager_context_in(
     kube: Client,
     namespace: &str,
 ) -> std::sync::Arc<storageos_operator::apimanager::controllers::Context> {
-    use storageos_operator::apimanager::controllers::Context;
+    let (ctx, polls) = api_manager_wired_in(sim, flags, kube, namespace).await;
+    // The process runs the StorageOS poll next to its controllers; so do the tests, both halves
+    // on the test's runtime (the process runs the node half on the fencer's worker), for as long
+    // as that runtime lives.
+    let api = ctx.api.clone();
+    tokio::spawn(async move { polls.run(api).await });
+    ctx
+}
+
+/// The controllers' context and the poll, wired as `api-manager run` wires them
+/// (`apimanager::polls::wire`), the poll not yet running: the caller runs it.
+pub async fn api_manager_wired_in(
+    sim: &storageos_operator::sim::SimHandle,
+    flags: &[&str],
+    kube: Client,
+    namespace: &str,
+) -> (
+    std::sync::Arc<storageos_operator::apimanager::controllers::Context>,
+    std::sync::Arc<storageos_operator::apimanager::polls::Polls>,
+) {
     use storageos_operator::apimanager::flags::ApiManagerArgs;
     use storageos_operator::apimanager::metrics::ApiManagerMetrics;
     use storageos_operator::runtime::kube::metrics::ReconcileMetrics;
@@ -354,7 +373,7 @@ pub async fn api_manager_context_in(
     )
     .expect("StorageOS client");
     api.login().await.expect("login to the simulator");
-    let ctx = std::sync::Arc::new(Context::new(
+    storageos_operator::apimanager::polls::wire(
         kube,
         api,
         args.controllers(),
@@ -362,12 +381,7 @@ pub async fn api_manager_context_in(
         ReconcileMetrics::register(&mut registry),
         ApiManagerMetrics::register(&mut registry),
         storageos_operator::apimanager::controllers::pvc_cache(),
-    ));
-    // The process runs the StorageOS poll next to its controllers; so do the tests, for as
-    // long as the test's runtime lives.
-    let poll = ctx.clone();
-    tokio::spawn(async move { poll.poll_storageos().await });
-    ctx
+    )
 }
 
 /// The plane's three kwok nodes, as the tests that register them in the simulator name them.

@@ -31,7 +31,7 @@ use kube::runtime::events::EventType;
 use super::cached_pvc::CachedPvc;
 use super::maintenance::{self, Maintenance};
 use super::metrics::ApiManagerMetrics;
-use super::storageos_poll::{ApiSource, StorageOSPoll};
+use super::storageos_poll::Subscriptions;
 use crate::crd::StorageOSCluster;
 use crate::reasons::Reason;
 use crate::runtime::kube::cache::Shared;
@@ -58,9 +58,9 @@ pub struct Context {
     pub reconcile_metrics: ReconcileMetrics,
     /// StorageOS helper and shared volume metrics.
     pub metrics: ApiManagerMetrics,
-    /// The one StorageOS poll the controllers share (nodes and volumes): they subscribe,
-    /// [`Context::poll_storageos`] runs it.
-    pub storageos: StorageOSPoll,
+    /// The one StorageOS poll the controllers share (nodes and volumes): they subscribe, the
+    /// process runs it (`apimanager::polls`).
+    pub storageos: Subscriptions,
     /// Every PVC, cached once for the process (the webhooks' cache in `run`).
     pub pvcs: Shared<CachedPvc>,
     /// Every Node, cached once for the process as what its readers read of it
@@ -70,15 +70,18 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context for the controllers of one process; `pvcs` is the process's PVC cache
-    /// ([`pvc_cache`]), shared with the webhooks.
-    pub fn new(
+    /// A context for the controllers of one process (made by `apimanager::polls::wire`, with
+    /// the poll they subscribe to); `pvcs` is the process's PVC cache ([`pvc_cache`]), shared
+    /// with the webhooks.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
         kube: Client,
         api: storageos::Client,
         config: Config,
         namespace: String,
         reconcile_metrics: ReconcileMetrics,
         metrics: ApiManagerMetrics,
+        storageos: Subscriptions,
         pvcs: Shared<CachedPvc>,
     ) -> Self {
         Self {
@@ -88,35 +91,10 @@ impl Context {
             namespace,
             reconcile_metrics,
             metrics,
-            storageos: StorageOSPoll::default(),
+            storageos,
             pvcs,
             nodes: Shared::default(),
         }
-    }
-
-    /// Polls StorageOS (nodes and volumes) for every controller of this context until the
-    /// future is dropped. The process runs the node half on the fencer's worker
-    /// ([`fencing::worker`]) and the volume half with [`Context::poll_volumes`].
-    pub async fn poll_storageos(&self) {
-        self.storageos.run(&self.poll_source(), self.config.poll).await;
-    }
-
-    /// Polls the StorageOS volumes for every controller until the future is dropped.
-    pub async fn poll_volumes(&self) {
-        self.storageos.run_volumes(&self.poll_source(), self.config.poll).await;
-    }
-
-    fn poll_source(&self) -> ApiSource {
-        ApiSource {
-            api: self.api.clone(),
-            metrics: self.metrics.clone(),
-            pvcs: self.poll_pvcs(),
-        }
-    }
-
-    /// The PVC cache the poll reads (started with this context's client on first use).
-    pub fn poll_pvcs(&self) -> kube::runtime::reflector::Store<CachedPvc> {
-        self.pvcs.get(&self.kube, "storageos-poll")
     }
 
     /// The same context (configuration, caches, poll, metrics) talking through other clients:
@@ -194,8 +172,8 @@ where
 
 /// Runs every enabled controller but the fencer until the future is dropped (shutdown or lost
 /// leadership). Each subscribes to the StorageOS poll it needs; the process runs the volume poll
-/// next to them ([`Context::poll_volumes`]), and the node poll and the fencer on a worker of
-/// their own ([`fencing::worker`]), so that none of this work can delay fencing.
+/// next to them, and the node poll and the fencer on a worker of their own
+/// ([`fencing::worker`]), so that none of this work can delay fencing.
 pub async fn run(ctx: Arc<Context>) {
     tokio::join!(
         shared_volume::run(ctx.clone()),

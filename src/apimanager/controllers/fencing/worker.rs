@@ -17,12 +17,10 @@
 
 use std::sync::Arc;
 
-use kube::runtime::reflector::Store;
 use tokio::sync::oneshot;
 
-use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::controllers::Context;
-use crate::apimanager::storageos_poll::ApiSource;
+use crate::apimanager::polls::Polls;
 
 /// The worker thread's name (in `ps -T`, `top -H`, panics).
 pub const THREAD: &str = "fencer";
@@ -66,12 +64,11 @@ impl Drop for Report {
     }
 }
 
-/// Starts the node poll and the fencer of `ctx` on a thread of their own. `kube` is the
-/// configuration of `ctx.kube` (a client is made from it on the worker's runtime); `pvcs` is the
-/// process's PVC cache, already started on the main runtime (the poll reads it).
-/// Call it on the main runtime: the fencer's Node-state cache is started there, with the other
-/// caches.
-pub fn start(ctx: &Arc<Context>, kube: kube::Config, pvcs: Store<CachedPvc>) -> Result<Worker, Error> {
+/// Runs the node half of the process's `polls` and the fencer of `ctx` on a thread of their
+/// own. `kube` is the configuration of `ctx.kube` (a client is made from it on the worker's
+/// runtime). Call it on the main runtime: the fencer's Node-state cache is started there, with
+/// the other caches.
+pub fn start(ctx: &Arc<Context>, kube: kube::Config, polls: Arc<Polls>) -> Result<Worker, Error> {
     if ctx.config.fencer.is_some() {
         ctx.nodes.get(&ctx.kube, super::CONTROLLER);
     }
@@ -83,13 +80,13 @@ pub fn start(ctx: &Arc<Context>, kube: kube::Config, pvcs: Store<CachedPvc>) -> 
             to: Some(ended_tx),
             why: "it panicked (see the log)".into(),
         };
-        report.why = run(&ctx, kube, pvcs, stop);
+        report.why = run(&ctx, kube, &polls, stop);
     })?;
     Ok(Worker { _stop: stop_tx, ended })
 }
 
 /// The thread's body: until told to stop, or until something fails; returns why it ended.
-fn run(ctx: &Context, kube: kube::Config, pvcs: Store<CachedPvc>, stop: oneshot::Receiver<()>) -> String {
+fn run(ctx: &Context, kube: kube::Config, polls: &Polls, stop: oneshot::Receiver<()>) -> String {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return format!("cannot start its runtime: {e}"),
@@ -105,17 +102,7 @@ fn run(ctx: &Context, kube: kube::Config, pvcs: Store<CachedPvc>, stop: oneshot:
             Err(e) => return format!("cannot make its StorageOS client: {e}"),
         };
         let own = Arc::new(ctx.with_clients(kube, api.clone()));
-        let source = ApiSource {
-            api,
-            metrics: ctx.metrics.clone(),
-            pvcs,
-        };
-        let work = async {
-            tokio::join!(
-                own.storageos.run_nodes(&source, own.config.poll),
-                super::run(own.clone())
-            )
-        };
+        let work = async { tokio::join!(polls.run_nodes(api), super::run(own.clone())) };
         tokio::select! {
             _ = stop => "stopped".to_string(),
             _ = work => "the node poll ended".to_string(),
