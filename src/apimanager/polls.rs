@@ -77,15 +77,16 @@ pub fn wire(
         pvcs: pvcs.get(&kube, PVC_READER),
         poll,
     };
-    let ctx = Context::new(
+    let ctx = Context {
+        storageos: polls.subscriptions(),
         kube,
         api,
         config,
         namespace,
         reconcile_metrics,
         metrics,
-        polls.subscriptions(),
         pvcs,
-    );
+        nodes: Shared::default(),
+    };
     (Arc::new(ctx), Arc::new(polls))
 }

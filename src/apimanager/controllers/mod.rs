@@ -44,7 +44,8 @@ pub const EVENT_SOURCE: &str = "storageos-api-manager";
 
 pub use config::{Config, DrainConfig, DrainGuardConfig, Loop};
 
-/// What every controller shares.
+/// What every controller shares; made by `apimanager::polls::wire`, with the poll it subscribes
+/// to.
 pub struct Context {
     /// Kubernetes.
     pub kube: Client,
@@ -70,33 +71,6 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context for the controllers of one process (made by `apimanager::polls::wire`, with
-    /// the poll they subscribe to); `pvcs` is the process's PVC cache ([`pvc_cache`]), shared
-    /// with the webhooks.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        kube: Client,
-        api: storageos::Client,
-        config: Config,
-        namespace: String,
-        reconcile_metrics: ReconcileMetrics,
-        metrics: ApiManagerMetrics,
-        storageos: Subscriptions,
-        pvcs: Shared<CachedPvc>,
-    ) -> Self {
-        Self {
-            kube,
-            api,
-            config,
-            namespace,
-            reconcile_metrics,
-            metrics,
-            storageos,
-            pvcs,
-            nodes: Shared::default(),
-        }
-    }
-
     /// The same context (configuration, caches, poll, metrics) talking through other clients:
     /// the fencer's worker uses clients whose connections its own runtime drives.
     pub fn with_clients(&self, kube: Client, api: storageos::Client) -> Self {
