@@ -20,10 +20,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use storageos_operator::crd::StorageOSCluster;
+use storageos_operator::job::CONTROLLER as JOB_CONTROLLER;
 use support::real_node::{self, apply_yaml, container_pid, kubectl, manifest};
 use support::{TestNamespace, from_json, wait_for};
 
@@ -599,6 +600,23 @@ fn job(namespace: &str, name: &str, host_path: &str) -> serde_json::Value {
     })
 }
 
+/// Reconciles of `controller` summed over the operator's pods, read from their metrics on the
+/// pod network (which this host reaches): proof that the operator ran.
+async fn operator_reconciles(client: &Client, controller: &str) -> u64 {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
+    let selector = ListParams::default().labels("app.kubernetes.io/name=storageos-operator");
+    let mut sum = 0;
+    for pod in pods.list(&selector).await.map(|l| l.items).unwrap_or_default() {
+        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+            continue;
+        };
+        sum += support::evidence::reconciles_at_addr(&format!("{ip}:8080"), controller)
+            .await
+            .unwrap_or(0);
+    }
+    sum
+}
+
 /// Ready's reason, once the Job has one matching `want`.
 async fn job_reason(jobs: &Api<storageos_operator::crd::Job>, name: &str, want: &str) -> String {
     wait_for(
@@ -678,7 +696,19 @@ async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // A pass over the refused Job at the same generation (nudged by an annotation of the
+    // test's own) must not bring its DaemonSet back.
+    let passes = operator_reconciles(client, JOB_CONTROLLER).await;
+    let nudge = json!({"metadata": {"annotations": {"example.com/nudge": "refused"}}});
+    jobs.patch("escape-opt-in", &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .unwrap();
+    wait_for(
+        "a pass of the Job controller after the nudge",
+        Duration::from_secs(60),
+        || async { (operator_reconciles(client, JOB_CONTROLLER).await > passes).then_some(()) },
+    )
+    .await;
     assert!(
         daemonsets
             .get_opt(&daemonset_name("escape-opt-in"))

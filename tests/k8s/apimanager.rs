@@ -26,6 +26,17 @@ async fn metrics_text(port: u16) -> String {
         .unwrap()
 }
 
+/// Failed StorageOS logins, as the replica's `/metrics` count them.
+fn failed_logins(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("storageos_api_helper_total{") && l.contains("function=\"setup\""))
+        .filter(|l| !l.contains("error=\"\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 async fn readyz(port: u16) -> Option<u16> {
     let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.ok()?;
     Some(r.status().as_u16())
@@ -125,7 +136,12 @@ async fn webhooks_serve_while_storageos_is_down() {
     assert!(bundle.contains(ca.trim()), "the caBundle does not hold the Secret's CA");
     let tls = tokio::net::TcpStream::connect(("127.0.0.1", webhook_port)).await;
     assert!(tls.is_ok(), "the webhook server is not listening");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Still up after more failed logins: it kept trying, it did not crash (evidence, not a wait).
+    let failed = failed_logins(&metrics_text(replica.metrics_port).await);
+    wait_for("five more failed logins", Duration::from_secs(20), || async {
+        (failed_logins(&metrics_text(replica.metrics_port).await) >= failed + 5).then_some(())
+    })
+    .await;
     assert!(
         replica.child.try_wait().unwrap().is_none(),
         "the api-manager exited while the StorageOS API was down"

@@ -246,7 +246,18 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
     let idle_from = chrono::Utc::now();
     let before = versions(&client, &running).await;
     let writes_before = api_writes(&sim).len();
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    // Evidence that the operator ran in the window: a whole pass, nudged by a change that asks
+    // for nothing (an annotation of the test's own), not a wait that might hold no pass at all.
+    let passes = reconciles(&registry);
+    let nudge = json!({"metadata": {"annotations": {"example.com/nudge": "idle"}}});
+    clusters
+        .patch("storageos", &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .unwrap();
+    wait_for("a pass over the idle cluster", SETTLE, || async {
+        (reconciles(&registry) > passes).then_some(())
+    })
+    .await;
     assert_eq!(
         writes_by(OPERATOR, idle_from),
         [] as [String; 0],

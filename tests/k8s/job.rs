@@ -478,7 +478,7 @@ async fn a_job_with_a_host_path_outside_the_operator_allow_list_gets_no_daemonse
 async fn a_job_in_a_namespace_that_is_not_trusted_gets_no_daemonset() {
     let ns = TestNamespace::new("job-untrusted").await;
     support::install_crds(&ns.client).await;
-    let metrics = ReconcileMetrics::register(&mut Registry::default());
+    let (passes, metrics) = Reconciles::new(job::CONTROLLER);
     let ctx = Arc::new(
         job::Context::new(support::operator_client().await, metrics)
             .in_namespace(&ns.name)
@@ -497,8 +497,16 @@ async fn a_job_in_a_namespace_that_is_not_trusted_gets_no_daemonset() {
     })
     .await;
     assert!(ready.message.contains(&format!("{:?}", ns.name)), "{}", ready.message);
-    // Give the controller time to do anything else it would have done.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A pass over the refused Job (nudged by an annotation of the test's own) makes nothing.
+    let before = passes.count();
+    let nudge = json!({"metadata": {"annotations": {"example.com/nudge": "refused"}}});
+    jobs.patch("tenant-job", &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .unwrap();
+    wait_for("a pass over the refused Job", SETTLE, || async {
+        (passes.count() > before).then_some(())
+    })
+    .await;
     assert!(
         ns.api::<DaemonSet>()
             .list(&ListParams::default())

@@ -14,6 +14,7 @@ use storageos_operator::apimanager::controllers::mirror;
 use storageos_operator::crd::{StorageOSNode, StorageOSVolume};
 use storageos_operator::sim::{SimHandle, VolumeSeed};
 use storageos_operator::storageos::models::Health;
+use support::evidence::{after_polls, on_route};
 use support::identity::{API_MANAGER, writes_by};
 use support::{TestNamespace, from_json, logs, wait_for};
 
@@ -21,6 +22,9 @@ use support::{TestNamespace, from_json, logs, wait_for};
 const NODES: [&str; 3] = support::KWOK_NODES;
 /// The fencer's floor, and the default.
 const NODE_POLL: Duration = Duration::from_secs(5);
+/// The poll's node read and volume read, as the simulator records them.
+const NODE_READ: &str = "GET /v2/nodes";
+const VOLUME_READ: &str = "GET /v2/namespaces/{id}/volumes";
 const FLAGS: &[&str] = &["-node-poll-interval", "5s", "-volume-poll-interval", "1s"];
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -250,8 +254,8 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
         blocked_by_all,
     )
     .await;
-    // One more node poll, so that nothing of the seeding is still to be written.
-    tokio::time::sleep(NODE_POLL + Duration::from_secs(1)).await;
+    // A whole node poll more, so that nothing of the seeding is still to be written.
+    after_polls(&sim, NODE_READ, 2).await;
     let flap_from = chrono::Utc::now();
     sim.set_health(flapped, Health::Offline).unwrap();
     node_mirror(&nodes, flapped, "offline").await;
@@ -280,8 +284,8 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     sim.set_health(flapped, Health::Online).unwrap();
     node_mirror(&nodes, flapped, "online").await;
     wait_for("the flapped node's volumes healthy", SETTLE, unavailable("healthy")).await;
-    // A node poll after the volumes' (the drain fields follow the volume read).
-    tokio::time::sleep(NODE_POLL + Duration::from_secs(1)).await;
+    // A whole node poll after the volumes' (the drain fields follow the volume read).
+    after_polls(&sim, NODE_READ, 2).await;
     let writes = writes_by(API_MANAGER, flap_from);
     println!(
         "one flap of {flapped} ({on_flapped} of {} volumes on it): {writes:#?}",
@@ -306,13 +310,24 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     );
     assert_eq!(writes.len(), 2 * on_flapped + node_writes, "nothing else: {writes:#?}");
 
-    // An idle minute: nothing is written.
+    // An idle minute (as many node polls, and the volume polls between them): nothing is
+    // written.
     let idle_from = chrono::Utc::now();
     sim.clear_requests();
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    let polls = u32::try_from(Duration::from_secs(60).as_secs() / NODE_POLL.as_secs()).unwrap();
+    after_polls(&sim, NODE_READ, polls as usize).await;
     let writes = writes_by(API_MANAGER, idle_from);
-    let reads = sim.requests().len();
-    println!("idle minute: {} writes, {reads} StorageOS requests", writes.len());
+    let requests = sim.requests();
+    let volume_reads = requests.iter().filter(|r| on_route(r, VOLUME_READ)).count();
+    println!(
+        "idle minute: {} writes, {} StorageOS requests ({volume_reads} volume reads)",
+        writes.len(),
+        requests.len()
+    );
+    assert!(
+        volume_reads >= polls as usize,
+        "the volumes were read through the idle minute: {volume_reads} reads"
+    );
     assert!(writes.is_empty(), "writes at idle: {writes:#?}");
 
     // Removed from StorageOS: the mirror goes.

@@ -379,7 +379,7 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
         "{out}"
     );
     assert!(out.contains("deployment.apps/storageos-operator"), "{out}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    identity::audit_flushed(PLUGIN_USER).await;
     assert_eq!(real_writes_since(since), Vec::<String>::new(), "a dry run wrote");
 
     // The install, waiting for Running. The operator's pods are kwok fakes: run it here as
@@ -437,7 +437,7 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
     let since = chrono::Utc::now();
     let out = plugin_ok(&kubeconfig, &["install", "--etcd-endpoints", &etcd]);
     assert!(out.contains("Nothing to change"), "{out}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    identity::audit_flushed(PLUGIN_USER).await;
     let writes: Vec<String> = real_writes_since(since)
         .into_iter()
         .filter(|w| !w.starts_with("\"patch\""))
@@ -461,7 +461,7 @@ async fn install_status_bundle_upgrade_and_uninstall_as_a_user_runs_them() {
         out.contains("deployment.apps/storageos-operator configured (dry run)"),
         "{out}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    identity::audit_flushed(PLUGIN_USER).await;
     assert_eq!(real_writes_since(since), Vec::<String>::new(), "a dry run wrote");
     let live = deployments.get(install::NAME).await.unwrap();
     assert_ne!(

@@ -96,7 +96,13 @@ pub async fn after_reconciles_at(port: u16, controller: &str, since: u64, n: u64
 
 /// The reconcile count of `controller` in the process serving `/metrics` on `port`.
 pub async fn reconciles_at(port: u16, controller: &str) -> Option<u64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+    reconciles_at_addr(&format!("127.0.0.1:{port}"), controller).await
+}
+
+/// The reconcile count of `controller` in the process serving `/metrics` at `addr` (a pod's
+/// `IP:PORT`, say).
+pub async fn reconciles_at_addr(addr: &str, controller: &str) -> Option<u64> {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
         .await
         .ok()?
         .text()

@@ -316,6 +316,34 @@ pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Strin
         .collect()
 }
 
+/// Waits until the audit log holds every request `who` finished before the call. The apiserver
+/// writes an event before it answers, one after another: once a request `who` makes now (a
+/// dry-run create in a namespace named for the marker, refused or not) is in the log, so is
+/// everything it finished earlier.
+pub async fn audit_flushed(who: Identity) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let since = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let marker = format!("audit-marker-{}", super::suffix());
+    let api: Api<ConfigMap> = Api::namespaced(client_as(who).await, &marker);
+    let probe: ConfigMap = from_json(json!({"metadata": {"name": marker}}));
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let _ = api.create(&dry_run, &probe).await;
+    wait_for(
+        "the audit log to hold the marker request",
+        Duration::from_secs(30),
+        || async {
+            audit_events(who, since)
+                .iter()
+                .any(|e| e["requestURI"].as_str().is_some_and(|u| u.contains(&marker)))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// The audit events (JSON, as the apiserver wrote them) of every request `who` made from
 /// `since` on, for a test that needs more than [`audited`] shows (such as the response code).
 pub fn audit_events(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
