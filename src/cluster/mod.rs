@@ -22,6 +22,9 @@ pub mod rollout;
 pub mod select;
 pub mod settings_push;
 pub mod status;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod status_tests;
 pub mod status_write;
 
 use std::collections::HashSet;
