@@ -183,6 +183,8 @@ reasons! {
         "Normal: the image fields that held the Go operator's defaults now follow this operator's defaults.";
     FOREIGN_CSI_DRIVER = "ForeignCSIDriver", Event, "StorageOSCluster",
         "Warning: the CSIDriver csi.storageos.com existed, made by neither this operator nor the Go operator, and was taken over.";
+    UNDECODABLE = "Undecodable", Event, "StorageOSCluster, StorageOSUpgrade, Job",
+        "Warning: the object's stored form does not fit the operator's schema (a field of the wrong type); it is ignored until fixed.";
     ADOPTED = "Adopted", Event, "StorageOSCluster",
         "Normal: an object only the Go operator used was removed while taking over its install.";
     WATCHED_NAMESPACE_MISSING = "WatchedNamespaceMissing", Event, "Pod",

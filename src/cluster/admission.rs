@@ -17,8 +17,9 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use kube::api::DynamicObject;
+use kube::core::PartialObjectMeta;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::StorageOSCluster;
 use crate::reasons;
@@ -41,17 +42,17 @@ pub enum Verdict {
 /// The verdict on creating a StorageOSCluster `namespace/name` while `existing` are stored, for an
 /// operator watching `trusted`. Clusters being deleted do not count against it (the new one
 /// waits, `Pending`, until they are gone), but it says so.
-pub fn verdict(existing: &[StorageOSCluster], namespace: &str, name: &str, trusted: &TrustedNamespaces) -> Verdict {
+pub fn verdict<K: Resource>(existing: &[K], namespace: &str, name: &str, trusted: &TrustedNamespaces) -> Verdict {
     if let Some(refusal) = outside(trusted, "StorageOSCluster", namespace) {
         return refusal;
     }
-    let others: Vec<&StorageOSCluster> = existing
+    let others: Vec<&K> = existing
         .iter()
         .filter(|c| c.namespace().is_some_and(|ns| trusted.allows(&ns)))
         .filter(|c| !(c.name_any() == name && c.namespace().as_deref() == Some(namespace)))
         .collect();
-    let id = |c: &StorageOSCluster| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
-    if let Some(live) = others.iter().find(|c| c.metadata.deletion_timestamp.is_none()) {
+    let id = |c: &K| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
+    if let Some(live) = others.iter().find(|c| c.meta().deletion_timestamp.is_none()) {
         let (ns, n) = (live.namespace().unwrap_or_default(), live.name_any());
         return Verdict::Deny(format!(
             "StorageOSCluster {ns}/{n} already exists, and a Kubernetes cluster runs one StorageOS cluster; \
@@ -130,7 +131,8 @@ async fn validate(State(state): State<Arc<(Client, TrustedNamespaces)>>, Json(re
 
 /// The one-cluster verdict from the clusters in the watched namespaces.
 async fn clusters(client: &Client, trusted: &TrustedNamespaces, namespace: &str, name: &str) -> Verdict {
-    match trusted.list::<StorageOSCluster>(client).await {
+    // Metadata is all the verdict reads: a cluster whose spec no longer decodes still counts.
+    match trusted.list::<PartialObjectMeta<StorageOSCluster>>(client).await {
         Ok(list) => verdict(&list, namespace, name, trusted),
         Err(e) => {
             tracing::warn!(error = %e, "cannot list StorageOSClusters; allowing the create");
@@ -153,7 +155,7 @@ mod tests {
     #[test]
     fn outside_the_watched_namespaces_nothing_is_admitted_and_nothing_counts() {
         let watched = TrustedNamespaces::only("storageos");
-        let Verdict::Deny(m) = verdict(&[], "team-a", "x", &watched) else {
+        let Verdict::Deny(m) = verdict::<StorageOSCluster>(&[], "team-a", "x", &watched) else {
             panic!("a cluster outside the watched namespaces was admitted");
         };
         assert!(m.starts_with("NamespaceNotAllowed: "), "{m}");
@@ -183,7 +185,10 @@ mod tests {
 
     #[test]
     fn the_first_cluster_is_allowed() {
-        assert_eq!(verdict(&[], "storageos", "storageos", &any()), Verdict::Allow);
+        assert_eq!(
+            verdict::<StorageOSCluster>(&[], "storageos", "storageos", &any()),
+            Verdict::Allow
+        );
         // A retried create of the same object is not a second cluster.
         assert_eq!(
             verdict(

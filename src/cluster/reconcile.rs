@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -89,7 +90,8 @@ async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Ac
     }
     // Only a cluster in a trusted namespace can be (or hold back) the active one, and only those
     // are read: clusters elsewhere never cost a pass anything.
-    let trusted: Vec<StorageOSCluster> = ctx
+    // Their metadata is all that decides (a cluster whose spec no longer decodes still counts).
+    let trusted: Vec<PartialObjectMeta<StorageOSCluster>> = ctx
         .trusted
         .list(&ctx.client)
         .await

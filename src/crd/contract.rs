@@ -2,9 +2,7 @@
 //! the upgrade, the api-manager and the plugin talk to the cluster reconciler, and which cluster
 //! is the active one.
 
-use kube::ResourceExt;
-
-use super::StorageOSCluster;
+use kube::{Resource, ResourceExt};
 
 /// Annotation that lets a cluster be deleted while pods still use StorageOS volumes.
 pub const FORCE_DELETE_ANNOTATION: &str = "storageos.com/force-delete";
@@ -13,11 +11,13 @@ pub const PAUSED_BY_ANNOTATION: &str = "storageos.com/paused-by-upgrade";
 
 /// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
 /// deleted stays active until its finalizer is done, so two sets of objects never fight.
-pub fn active_cluster(clusters: &[StorageOSCluster]) -> Option<&StorageOSCluster> {
+/// Only metadata is read: a list of `PartialObjectMeta` decides as well, and a cluster whose
+/// spec no longer decodes still counts.
+pub fn active_cluster<K: Resource>(clusters: &[K]) -> Option<&K> {
     clusters.iter().min_by(|a, b| {
-        let key = |c: &StorageOSCluster| {
+        let key = |c: &K| {
             (
-                c.metadata.creation_timestamp.clone().map(|t| t.0),
+                c.meta().creation_timestamp.clone().map(|t| t.0),
                 c.namespace().unwrap_or_default(),
                 c.name_any(),
             )
@@ -27,8 +27,8 @@ pub fn active_cluster(clusters: &[StorageOSCluster]) -> Option<&StorageOSCluster
 }
 
 /// Whether `a` and `b` are the same cluster (a same-named replacement is not).
-pub fn same_cluster(a: &StorageOSCluster, b: &StorageOSCluster) -> bool {
-    a.metadata.uid == b.metadata.uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
+pub fn same_cluster<A: Resource, B: Resource>(a: &A, b: &B) -> bool {
+    a.meta().uid == b.meta().uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
 }
 
 #[cfg(test)]
@@ -37,6 +37,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::crd::StorageOSCluster;
 
     fn cluster(ns: &str, name: &str, created: i64) -> StorageOSCluster {
         serde_json::from_value(json!({
@@ -56,7 +57,7 @@ mod tests {
             (a.namespace().unwrap(), a.name_any()),
             ("a".to_string(), "y".to_string())
         );
-        assert!(active_cluster(&[]).is_none());
+        assert!(active_cluster::<StorageOSCluster>(&[]).is_none());
     }
 
     #[test]

@@ -624,6 +624,15 @@ async fn missing_etcd_tls_source_never_prunes_the_copy_and_long_names_delete() {
     operator.abort();
 }
 
+/// The cluster lock, two fresh namespaces and the admin client, the CRDs installed.
+async fn two_namespaces(a: &str, b: &str) -> (support::ClusterLock, TestNamespace, TestNamespace, kube::Client) {
+    let lock = support::cluster_lock();
+    let (a, b) = (TestNamespace::new(a).await, TestNamespace::new(b).await);
+    let client = a.client.clone();
+    support::install_crds(&client).await;
+    (lock, a, b, client)
+}
+
 /// Only clusters in trusted namespaces are honoured. A cluster in another namespace (created
 /// first, so it would otherwise be the active one, and without admission, which refuses it) is
 /// never even read: the operator watches only the trusted namespaces, so it gets no status, no
@@ -634,11 +643,7 @@ async fn missing_etcd_tls_source_never_prunes_the_copy_and_long_names_delete() {
 async fn clusters_outside_trusted_namespaces_and_their_secret_refs_are_refused() {
     use storageos_operator::reasons::NAMESPACE_NOT_ALLOWED;
 
-    let _lock = support::cluster_lock();
-    let ns = TestNamespace::new("trusted").await;
-    let tenant = TestNamespace::new("tenant").await;
-    let client = ns.client.clone();
-    support::install_crds(&client).await;
+    let (_lock, ns, tenant, client) = two_namespaces("trusted", "tenant").await;
     let sim = Simulator::start(sim::Config::default()).await.unwrap();
     let ctx = Context::new(
         support::operator_client().await,
@@ -818,5 +823,89 @@ async fn a_cluster_deleted_after_its_namespace_stopped_being_watched_leaves_noth
             .unwrap()
             .is_none()
     );
+    operator.abort();
+}
+
+/// One StorageOSCluster whose stored form no longer fits the schema (a field of the wrong type,
+/// stored while the CRD was looser) beside a valid one: the watch does not stall on it. The
+/// valid cluster is reconciled and rendered; the other gets one `Undecodable` Warning naming the
+/// field's complaint and is left alone (no finalizer, no status).
+#[tokio::test]
+async fn a_cluster_that_does_not_decode_does_not_stall_the_others() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use storageos_operator::reasons::UNDECODABLE;
+
+    let (_lock, ns, odd, client) = two_namespaces("decodes", "undecodable").await;
+    support::wait_no_clusters(&client, SETTLE).await;
+    let sim = Simulator::start(sim::Config::default()).await.unwrap();
+    secret(&ns).await;
+
+    // The valid cluster first (so it is the active one), then the odd one, written while
+    // `spec.debug` accepted anything.
+    let clusters: Api<StorageOSCluster> = ns.api();
+    clusters
+        .create(&PostParams::default(), &from_json(cluster_json(&ns.name, "storageos")))
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = "storageosclusters.storageos.com";
+    let path = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/debug";
+    let live = serde_json::to_value(crds.get(crd).await.unwrap()).unwrap();
+    let debug_schema = live.pointer(path).cloned().expect("spec.debug in the CRD's schema");
+    let set_debug = |schema: serde_json::Value| {
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!([{"op": "replace", "path": path, "value": schema}])).unwrap();
+        let crds = crds.clone();
+        async move {
+            crds.patch(crd, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+                .unwrap();
+        }
+    };
+    set_debug(json!({"x-kubernetes-preserve-unknown-fields": true})).await;
+    let odd_api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), &odd.name, &ApiResource::erase::<StorageOSCluster>(&()));
+    let mut odd_obj = cluster_json(&odd.name, "odd");
+    odd_obj["spec"]["debug"] = json!("yes");
+    let odd_obj: kube::api::DynamicObject = serde_json::from_value(odd_obj).unwrap();
+    wait_for("the looser schema to admit the odd cluster", SETTLE, || async {
+        odd_api.create(&PostParams::default(), &odd_obj).await.ok()
+    })
+    .await;
+    set_debug(debug_schema).await;
+
+    // The operator starts with both in its first list.
+    let operator = tokio::spawn(cluster::run(
+        context(&support::operator_client().await, &sim),
+        std::future::pending(),
+    ));
+    wait_for("the valid cluster's node DaemonSet", SETTLE, || async {
+        ns.api::<DaemonSet>().get_opt("storageos-daemonset").await.ok()?
+    })
+    .await;
+    let said = wait_for("an Undecodable event on the odd cluster", SETTLE, || async {
+        support::events(&client, &odd.name, Some("StorageOSCluster"), "odd", UNDECODABLE.name())
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert!(
+        support::message(&said).contains("spec.debug: invalid type"),
+        "{}",
+        support::message(&said)
+    );
+    let left = odd_api.get("odd").await.unwrap();
+    assert!(
+        left.metadata.finalizers.unwrap_or_default().is_empty() && left.data.get("status").is_none(),
+        "the operator wrote to the cluster it cannot decode"
+    );
+
+    odd_api.delete("odd", &DeleteParams::default()).await.unwrap();
+    clusters.delete("storageos", &DeleteParams::default()).await.unwrap();
+    wait_for("the valid cluster to be deleted", SETTLE, || async {
+        clusters.get_opt("storageos").await.ok()?.is_none().then_some(())
+    })
+    .await;
     operator.abort();
 }

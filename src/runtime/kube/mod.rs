@@ -12,6 +12,7 @@ pub mod finalizer;
 pub mod http;
 pub mod identity;
 pub mod leader;
+pub mod lenient;
 pub mod live;
 pub mod metrics;
 pub mod namespaced;

@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 use futures::stream::{self, BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
-use kube::api::Api;
+
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::lenient;
 use super::trusted::TrustedNamespaces;
 
 type Key = (String, String);
@@ -74,7 +75,9 @@ pub fn watch<K: Watched>(
     reader: Store<K>,
 ) -> BoxStream<'static, watcher::Result<Event<K>>> {
     let names = match trusted {
-        TrustedNamespaces::Any => return watcher::watcher(Api::<K>::all(client.clone()), config.clone()).boxed(),
+        TrustedNamespaces::Any => {
+            return lenient::watcher(client, lenient::api::<K>(client, None), config.clone(), reader).boxed();
+        }
         TrustedNamespaces::Only(names) => names.clone(),
     };
     let mut sources: Vec<Source<K>> = names
@@ -82,7 +85,13 @@ pub fn watch<K: Watched>(
         .map(|ns| {
             let ns = ns.clone();
             Source {
-                events: watcher::watcher(Api::<K>::namespaced(client.clone(), &ns), config.clone()).boxed(),
+                events: lenient::watcher(
+                    client,
+                    lenient::api::<K>(client, Some(&ns)),
+                    config.clone(),
+                    reader.clone(),
+                )
+                .boxed(),
                 owns: Arc::new(move |o: &K| o.namespace().as_deref() == Some(ns.as_str())),
             }
         })
@@ -93,7 +102,7 @@ pub fn watch<K: Watched>(
         let config = config.clone().labels(label).fields(&outside.join(","));
         let trusted = trusted.clone();
         sources.push(Source {
-            events: watcher::watcher(Api::<K>::all(client.clone()), config).boxed(),
+            events: lenient::watcher(client, lenient::api::<K>(client, None), config, reader.clone()).boxed(),
             owns: Arc::new(move |o: &K| !trusted.allows(&o.namespace().unwrap_or_default())),
         });
     }
