@@ -479,7 +479,6 @@ async fn observe(
     ctx: &Context,
 ) -> Result<Observed, Error> {
     use UpgradePhase::*;
-    let client = &ctx.client;
     let status = up.status.clone().unwrap_or_default();
     let mut o = Observed {
         force: up.spec.force == Some(true),
@@ -502,31 +501,7 @@ async fn observe(
         return Ok(o);
     }
     match phase {
-        Pending | Refused => {
-            // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
-            // whoever may create an upgrade elsewhere can neither take over nor block it.
-            let ns = up.namespace().unwrap_or_default();
-            let clusters: Vec<StorageOSCluster> = ctx.trusted.list(client).await?;
-            let active = crate::crd::active_cluster(&clusters);
-            o.other_namespace = active
-                .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
-                .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
-            let here = Api::<StorageOSUpgrade>::namespaced(client.clone(), &ns)
-                .list(&ListParams::default())
-                .await?
-                .items;
-            o.blocked_by = plan::first_in_line(&here)
-                .filter(|first| first.uid() != up.uid())
-                .map(key);
-            if o.blocked_by.is_none() && o.other_namespace.is_none() {
-                o.cluster = active.map(cluster_view);
-                if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
-                    let objects = render::resolve(&c.spec).namespace;
-                    o.drain_blocked = read::blocked_drains(&objects, ctx).await?;
-                    o.storageos = read::storageos(c, ctx).await;
-                }
-            }
-        }
+        Pending | Refused => observe_start(up, &mut o, ctx).await?,
         PullingImage | Pausing | UpgradingNodes | RollingBack => {
             let cluster = recorded_cluster(up, ctx).await?;
             o.cluster = cluster.as_ref().map(cluster_view);
@@ -553,6 +528,35 @@ async fn observe(
         o.apps = observe_apps(recorded, phase == ScalingDown, ctx).await?;
     }
     Ok(o)
+}
+
+/// What deciding whether the upgrade may start reads: the active cluster, the upgrades queued
+/// before it, and (when it is its turn) blocked drains and StorageOS.
+async fn observe_start(up: &StorageOSUpgrade, o: &mut Observed, ctx: &Context) -> Result<(), Error> {
+    // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
+    // whoever may create an upgrade elsewhere can neither take over nor block it.
+    let ns = up.namespace().unwrap_or_default();
+    let clusters: Vec<StorageOSCluster> = ctx.trusted.list(&ctx.client).await?;
+    let active = crate::crd::active_cluster(&clusters);
+    o.other_namespace = active
+        .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
+        .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
+    let here = Api::<StorageOSUpgrade>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    o.blocked_by = plan::first_in_line(&here)
+        .filter(|first| first.uid() != up.uid())
+        .map(key);
+    if o.blocked_by.is_none() && o.other_namespace.is_none() {
+        o.cluster = active.map(cluster_view);
+        if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
+            let objects = render::resolve(&c.spec).namespace;
+            o.drain_blocked = read::blocked_drains(&objects, ctx).await?;
+            o.storageos = read::storageos(c, ctx).await;
+        }
+    }
+    Ok(())
 }
 
 async fn observe_puller(up: &StorageOSUpgrade, ctx: &Context) -> Result<PullerView, Error> {
