@@ -57,7 +57,8 @@ async fn metrics_of_both() -> BTreeSet<String> {
 
     let mut operator = Registry::default();
     let m = storageos_operator::operator::register_metrics(&mut operator);
-    m.reconcile.observe("storageoscluster", ReconcileResult::Error, 0.1);
+    m.reconcile
+        .observe("storageoscluster", ReconcileResult::Error("kubernetes"), 0.1);
     let status: StorageOSClusterStatus = serde_json::from_value(serde_json::json!({})).unwrap();
     m.cluster.observe("default", "storageos", &status);
     m.cluster
@@ -68,7 +69,7 @@ async fn metrics_of_both() -> BTreeSet<String> {
 
     let mut api_manager = Registry::default();
     let m = storageos_operator::apimanager::run::register_metrics(&mut api_manager);
-    m.reconcile.observe("fencer", ReconcileResult::Error, 0.1);
+    m.reconcile.observe("fencer", ReconcileResult::Error("kubernetes"), 0.1);
     let api = client_with(m.api);
     api.login().await.unwrap();
     m.helper.track("list_nodes", api.list_nodes()).await.unwrap();

@@ -3,6 +3,7 @@
 //! was, not only "Kubernetes API: …".
 
 use crate::runtime::kube::apply;
+use crate::runtime::kube::controller::{ReconcileError, category, kube_category};
 use crate::storageos;
 
 /// Why a reconcile failed; every variant is retried with backoff.
@@ -42,6 +43,23 @@ impl Error {
             kube::Error::Api(s) => Some(s.code),
             _ => None,
         }
+    }
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube { source, .. } => kube_category(source),
+            Error::Apply(_) | Error::ApplyFailed { .. } if self.api_code() == Some(403) => category::FORBIDDEN,
+            Error::Apply(_) | Error::ApplyFailed { .. } => category::APPLY,
+            Error::StorageOS { .. } => category::STORAGEOS,
+        }
+    }
+
+    /// Only a read or write of the pass's own (a status write, the finalizer) is guarded by the
+    /// version it decided on; an apply's 409 is a field-manager conflict, reported.
+    fn lost_to_a_newer_version(&self) -> bool {
+        matches!(self, Error::Kube { .. }) && self.api_code() == Some(409)
     }
 }
 
@@ -90,5 +108,37 @@ mod tests {
         assert!(text.starts_with("cannot read Secret default/creds: "), "{text}");
         assert!(text.contains("forbidden"), "{text}");
         assert_eq!(e.api_code(), Some(403));
+    }
+
+    #[test]
+    fn each_failure_has_its_category_and_only_a_guarded_write_lost_to_a_newer_version() {
+        let kube = |code| Err::<(), _>(refused(code)).step("write the status").unwrap_err();
+        assert_eq!(kube(500).category(), category::KUBERNETES);
+        assert_eq!(kube(403).category(), category::FORBIDDEN);
+        assert_eq!(kube(409).category(), category::CONFLICT);
+        assert!(kube(409).lost_to_a_newer_version());
+        assert!(!kube(500).lost_to_a_newer_version());
+        let apply = |code| {
+            Error::Apply(apply::Error::Kube {
+                verb: "apply",
+                kind: "DaemonSet".into(),
+                name: "x".into(),
+                source: Box::new(refused(code)),
+            })
+        };
+        assert_eq!(apply(422).category(), category::APPLY);
+        assert_eq!(apply(403).category(), category::FORBIDDEN);
+        assert!(!apply(409).lost_to_a_newer_version());
+        let failed = Error::ApplyFailed {
+            failed: 1,
+            message: "x".into(),
+        };
+        assert_eq!(failed.category(), category::APPLY);
+        let invalid = storageos::Error::InvalidEndpoint {
+            endpoint: "x".into(),
+            reason: "y".into(),
+        };
+        let storageos = Err::<(), _>(invalid).step("read the nodes").unwrap_err();
+        assert_eq!(storageos.category(), category::STORAGEOS);
     }
 }

@@ -56,6 +56,7 @@ pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{ACTED_MARK_SELECTOR, CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};
 use crate::runtime::kube::controller::{self, ControllerKit, Reconciler};
+use crate::runtime::kube::trusted::TrustedNamespaces;
 use crate::runtime::kube::view_store;
 use node_cache::{ListedNode, ListedNodePod};
 
@@ -88,8 +89,16 @@ impl Reconciler for Context {
         &self.kit
     }
 
-    fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Error>> + Send {
-        reconcile::reconcile(cluster, ctx)
+    fn trusted(&self) -> &TrustedNamespaces {
+        &self.trusted
+    }
+
+    async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Self>) -> Result<Action, Error> {
+        reconcile::reconcile(cluster, ctx).await
+    }
+
+    async fn untrusted(cluster: Arc<StorageOSCluster>, ctx: Arc<Self>, refusal: String) -> Result<Action, Error> {
+        reconcile::untrusted(cluster, ctx, refusal).await
     }
 
     fn forget(&self, live: &[Arc<StorageOSCluster>]) {
@@ -220,20 +229,24 @@ pub(crate) mod tests {
         let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
         let ctx = context(client);
         let (kept, gone) = (cluster("ns", "kept"), cluster("ns", "gone"));
+        let refused = Error::ApplyFailed {
+            failed: 1,
+            message: "refused".into(),
+        };
         for _ in 0..4 {
-            ctx.kit.retry_after_error(&kept, &"refused");
-            ctx.kit.retry_after_error(&gone, &"refused");
+            ctx.kit.retry_after_error(&kept, &refused);
+            ctx.kit.retry_after_error(&gone, &refused);
         }
         ctx.set_go_leftovers_checked(("ns-gone".into(), Some(1)));
         controller::forget_deleted(&ctx, &[Arc::new(kept.clone())]);
         let first = Action::requeue(controller::backoff_delay(1));
         assert_eq!(
-            ctx.kit.retry_after_error(&gone, &"refused"),
+            ctx.kit.retry_after_error(&gone, &refused),
             first,
             "backoff of the deleted cluster kept"
         );
         assert_ne!(
-            ctx.kit.retry_after_error(&kept, &"refused"),
+            ctx.kit.retry_after_error(&kept, &refused),
             first,
             "backoff of a live cluster lost"
         );

@@ -18,28 +18,41 @@ use crate::crd::{PAUSED_BY_ANNOTATION, StorageOSCluster, active_cluster, same_cl
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
 use crate::render::labels::ACTED_MARK;
 use crate::runtime::kube::conditions::{self, now};
+use crate::runtime::kube::controller::ReconcileError;
 use crate::runtime::kube::finalizer;
-use crate::runtime::kube::{controller, status};
+use crate::runtime::kube::status;
 
-/// Reconciles one cluster. A failure is also shown on the cluster (Ready=False with the
-/// apiserver's message, which names the verb and resource of a forbidden request), never only in
-/// the log; the reconcile is then retried with backoff.
+/// Reconciles one cluster, in a trusted namespace. A failure is also shown on the cluster
+/// (Ready=False with the apiserver's message, which names the verb and resource of a forbidden
+/// request), never only in the log; the reconcile is then retried with backoff.
 pub async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let result = reconcile_steps(&cluster, &ctx).await;
+    reported(&cluster, &ctx, reconcile_steps(&cluster, &ctx).await).await
+}
+
+/// A cluster in a namespace the operator does not trust, shown `refusal`. Nothing is rendered or
+/// read for it. Deleted while it carries the finalizer of a time its namespace was watched, it
+/// was the operator's: what the operator made for it (found by its labels, cluster-scoped RBAC
+/// and webhooks included) is deleted as for any cluster, so nothing is orphaned; without the
+/// finalizer there is nothing to do.
+pub async fn untrusted(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>, refusal: String) -> Result<Action, Error> {
+    let result = if cluster.metadata.deletion_timestamp.is_some() {
+        finalize::finalize(&cluster, true, &ctx).await
+    } else {
+        not_allowed(&cluster, &ctx, refusal).await
+    };
+    reported(&cluster, &ctx, result).await
+}
+
+/// `result`, its failure first put on the cluster's status.
+async fn reported(cluster: &StorageOSCluster, ctx: &Context, result: Result<Action, Error>) -> Result<Action, Error> {
     match &result {
         // The apply step reports its own failures, naming each object; an object that just
-        // went away (404) is retried, not reported.
+        // went away (404) is retried, not reported. One that lost to a newer version of the
+        // cluster (409) failed nothing: the runner decides again on the newer object.
         Err(Error::ApplyFailed { .. }) | Ok(_) => {}
-        // A write guarded by the resourceVersion this pass decided on lost to a newer version
-        // (409): usually this operator's own status write of the pass before, whose watch event
-        // had not reached the cache yet. Nothing failed: decide again on the newer object (its
-        // watch event triggers a pass; this requeue is the fallback), without a warning or an
-        // error in the reconcile metrics, which busy clusters would otherwise show all the time.
-        Err(e @ Error::Kube { .. }) if e.api_code() == Some(409) => {
-            return Ok(controller::decide_again(super::CONTROLLER, &cluster.name_any(), e));
-        }
+        Err(e) if e.lost_to_a_newer_version() => {}
         Err(e @ Error::Kube { .. }) if e.api_code() == Some(404) => {}
-        Err(e) => report(&cluster, &ctx, e).await,
+        Err(e) => report(cluster, ctx, e).await,
     }
     result
 }
@@ -78,16 +91,6 @@ async fn report(cluster: &StorageOSCluster, ctx: &Context, e: &Error) {
 async fn reconcile_steps(cluster: &StorageOSCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    if !ctx.trusted.allows(&ns) {
-        // Nothing is rendered or read for it. Deleted while it carries the finalizer of a time
-        // its namespace was watched, it was the operator's: what the operator made for it
-        // (found by its labels, cluster-scoped RBAC and webhooks included) is deleted as for
-        // any cluster, so nothing is orphaned; without the finalizer there is nothing to do.
-        if cluster.metadata.deletion_timestamp.is_some() {
-            return finalize::finalize(cluster, true, ctx).await;
-        }
-        return not_allowed(cluster, &api, ctx).await;
-    }
     // Only a cluster in a trusted namespace can be (or hold back) the active one, and only those
     // are read: clusters elsewhere never cost a pass anything.
     // Their metadata is all that decides (a cluster whose spec no longer decodes still counts).
@@ -146,16 +149,15 @@ pub fn paused(cluster: &StorageOSCluster) -> Option<(Reason, String)> {
 
 /// Marks a cluster in a namespace the operator does not trust: Ready=False with reason
 /// `NamespaceNotAllowed` and one Warning event; nothing else is done for it.
-async fn not_allowed(cluster: &StorageOSCluster, api: &Api<StorageOSCluster>, ctx: &Context) -> Result<Action, Error> {
+async fn not_allowed(cluster: &StorageOSCluster, ctx: &Context, message: String) -> Result<Action, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
-    tracing::warn!(cluster = %cluster.name_any(), namespace = %namespace, "ignoring a StorageOSCluster in a namespace that is not trusted");
+    let api: Api<StorageOSCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     ctx.cluster_metrics.forget(&namespace, &cluster.name_any());
-    let message = ctx.trusted.refusal("StorageOSCluster", &namespace);
     let previous = cluster.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     status.phase = Some(phase::PENDING.into());
     let reasons = (NAMESPACE_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED);
-    status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
+    status::set_not_ready(&api, &ctx.kit, cluster, &previous, status, reasons, message)
         .await
         .step("write the status")?;
     Ok(Action::await_change())

@@ -9,10 +9,14 @@ use kube::client::Body;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
-use super::reconcile::reconcile;
 use super::tests::context;
-use super::{Error, FINALIZER};
+use super::{Context, Error, FINALIZER};
 use crate::crd::StorageOSCluster;
+
+/// One pass as the runner makes it: the gate, the reconcile, the 409 policy.
+async fn reconcile(cluster: Arc<StorageOSCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    crate::runtime::kube::controller::pass(cluster, ctx).await
+}
 
 /// One request the reconcile made: method, path (with query) and body.
 #[derive(Clone, Debug)]

@@ -31,7 +31,7 @@ use crate::crd::Job;
 use crate::reasons::Reason;
 use crate::render::labels::ACTED_MARK_SELECTOR;
 use crate::runtime::kube::apply::{self, Applier};
-use crate::runtime::kube::controller::{self, ControllerKit, Reconciler, controlling_owner};
+use crate::runtime::kube::controller::{self, ControllerKit, ReconcileError, Reconciler, category, controlling_owner};
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::runtime::kube::trusted::TrustedNamespaces;
 use daemonset::JOB_LABEL;
@@ -56,6 +56,20 @@ pub enum Error {
         "spec.labelSelector {0:?} is not a comma-separated list of key=value labels; set it to e.g. \"daemonset-job=true\" or remove it"
     )]
     InvalidLabelSelector(String),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(e) => e.category(),
+            Error::Apply(_) => category::APPLY,
+            Error::InvalidLabelSelector(_) => category::USER,
+        }
+    }
+
+    fn lost_to_a_newer_version(&self) -> bool {
+        matches!(self, Error::Kube(e) if e.lost_to_a_newer_version())
+    }
 }
 
 /// (namespace, name) of a Job.
@@ -167,16 +181,20 @@ impl Reconciler for Context {
     type Error = Error;
     const NAME: &'static str = CONTROLLER;
 
-    fn lost_to_a_newer_version(error: &Error) -> bool {
-        matches!(error, Error::Kube(e) if crate::runtime::kube::controller::is_conflict(e))
-    }
-
     fn kit(&self) -> &ControllerKit {
         &self.kit
     }
 
-    fn reconcile(job: Arc<Job>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Error>> + Send {
-        reconcile::reconcile(job, ctx)
+    fn trusted(&self) -> &TrustedNamespaces {
+        &self.trusted
+    }
+
+    async fn reconcile(job: Arc<Job>, ctx: Arc<Self>) -> Result<Action, Error> {
+        reconcile::reconcile(job, ctx).await
+    }
+
+    async fn untrusted(job: Arc<Job>, ctx: Arc<Self>, refusal: String) -> Result<Action, Error> {
+        reconcile::untrusted(job, ctx, refusal).await
     }
 
     /// Forgets cursors and completion marks of Jobs that no longer exist, and their DaemonSets.

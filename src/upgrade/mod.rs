@@ -44,7 +44,9 @@ use crate::cluster::api_clients::ApiClients;
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::render::labels::ACTED_MARK_SELECTOR;
 use crate::runtime::kube::apply::{self, Applier, FIELD_MANAGER};
-use crate::runtime::kube::controller::{self as kit, ControllerKit, Reconciler, controlling_owner};
+use crate::runtime::kube::controller::{
+    self as kit, ControllerKit, ReconcileError, Reconciler, category, controlling_owner,
+};
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::runtime::kube::trusted::TrustedNamespaces;
 
@@ -69,6 +71,20 @@ pub enum Error {
     /// Something the user must fix; shown as Degraded in the upgrade's status.
     #[error("{0}")]
     Problem(plan::Problem),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(e) => e.category(),
+            Error::Apply(_) => category::APPLY,
+            Error::Problem(_) => category::USER,
+        }
+    }
+
+    fn lost_to_a_newer_version(&self) -> bool {
+        matches!(self, Error::Kube(e) if e.lost_to_a_newer_version())
+    }
 }
 
 /// Shared state of the upgrade controller.
@@ -161,16 +177,20 @@ impl Reconciler for Context {
     type Error = Error;
     const NAME: &'static str = CONTROLLER;
 
-    fn lost_to_a_newer_version(error: &Error) -> bool {
-        matches!(error, Error::Kube(e) if crate::runtime::kube::controller::is_conflict(e))
-    }
-
     fn kit(&self) -> &ControllerKit {
         &self.kit
     }
 
-    fn reconcile(upgrade: Arc<StorageOSUpgrade>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Error>> + Send {
-        reconcile::reconcile(upgrade, ctx)
+    fn trusted(&self) -> &TrustedNamespaces {
+        &self.trusted
+    }
+
+    async fn reconcile(upgrade: Arc<StorageOSUpgrade>, ctx: Arc<Self>) -> Result<Action, Error> {
+        reconcile::reconcile(upgrade, ctx).await
+    }
+
+    async fn untrusted(upgrade: Arc<StorageOSUpgrade>, ctx: Arc<Self>, refusal: String) -> Result<Action, Error> {
+        reconcile::untrusted(upgrade, ctx, refusal).await
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch};
 use kube::core::Selector;
 use kube::runtime::controller::Action;
@@ -24,7 +25,7 @@ use super::status;
 use super::{Context, Error, FINALIZER, POLL, patch_params};
 use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
-use crate::reasons::{self, NAMESPACE_NOT_ALLOWED};
+use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
 use crate::render;
 use crate::render::labels::ACTED_MARK;
 use crate::runtime::kube::apply::ObjectKey;
@@ -40,103 +41,160 @@ fn key(u: &StorageOSUpgrade) -> String {
     format!("{}/{}", u.namespace().unwrap_or_default(), u.name_any())
 }
 
-/// Reconciles one upgrade.
+/// Reconciles one upgrade, in a trusted namespace: observe → decide ([`plan::next`]) → show
+/// the decision ([`report`]) or take that one step, and requeue at once.
 pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Completed and RolledBack are final: nothing to read, nothing to write.
-    if cached.meta().deletion_timestamp.is_none()
-        && matches!(
-            plan::phase_of(&cached),
-            UpgradePhase::Completed | UpgradePhase::RolledBack
-        )
-    {
-        return Ok(Action::await_change());
-    }
-    let api: Api<StorageOSUpgrade> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
-    let name = cached.name_any();
-    // The cache can lag behind this controller's own status writes, and a stale phase would
-    // repeat a finished one (scale an application down again): act on the upgrade as it is now.
-    let Some(mut up) = api.get_opt(&name).await? else {
+    let Some((up, api)) = current(&cached, &ctx).await? else {
         return Ok(Action::await_change());
     };
-    let namespace = up.namespace().unwrap_or_default();
-    if !ctx.trusted.allows(&namespace) {
-        return not_allowed(&up, &api, &ctx, &namespace).await;
-    }
     if up.meta().deletion_timestamp.is_some() {
         return finalize(&up, &api, &ctx).await;
     }
-    if let Some(written) = finalizer::add_marked(&api, &up, FINALIZER, ACTED_MARK, &patch_params()).await? {
-        up = written;
+    let up = match finalizer::add_marked(&api, &up, FINALIZER, ACTED_MARK, &patch_params()).await? {
+        Some(written) => written,
+        None => up,
+    };
+    let pass = Pass::new(&up, api, &ctx);
+    let recorded = pass.previous.scaled_apps.clone().unwrap_or_default();
+    let observed = observe(&up, pass.phase, &recorded, &ctx).await?;
+    let step = plan::next(&up.name_any(), &pass.image, pass.phase, &recorded, &observed);
+    if up.spec.dry_run == Some(true) && matches!(pass.phase, UpgradePhase::Pending | UpgradePhase::Refused) {
+        return pass.dry_run(&step, &observed).await;
     }
-    let image = up.spec.new_image.clone();
-    let phase = plan::phase_of(&up);
-    let previous = up.status.clone().unwrap_or_default();
-    let recorded = previous.scaled_apps.clone().unwrap_or_default();
-    let observed = observe(&up, phase, &recorded, &ctx).await?;
-    let generation = up.meta().generation;
-    let now = now();
-    let step = plan::next(&name, &image, phase, &recorded, &observed);
-    if up.spec.dry_run == Some(true) && matches!(phase, UpgradePhase::Pending | UpgradePhase::Refused) {
-        // Only the preview: the same decision, nothing touched.
-        let preview = preview::build(&step, &image, &observed, candidates(&ctx).await?);
-        let message = preview::summary(&preview);
-        let (next, news) = status::dry_run(&previous, preview, generation, &now);
-        write_status(&api, &up, &previous, next).await?;
-        if news {
-            ctx.kit.event(&up, EventType::Normal, reasons::DRY_RUN, message).await;
+    if let Some(report) = report(&step, &pass.previous, pass.generation, &pass.now) {
+        return pass.show(report).await;
+    }
+    if before_step(&ctx, &pass.api, &up, &describe(&step)).await? {
+        pass.take(step, &observed).await?;
+    }
+    // One step per reconcile, then back into the queue at once: another upgrade's reconcile
+    // (one saying it must wait) is not held up for a whole upgrade.
+    Ok(Action::requeue(Duration::ZERO))
+}
+
+/// An upgrade in a namespace the operator does not trust, shown `refusal` ([`not_allowed`]).
+pub async fn untrusted(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>, refusal: String) -> Result<Action, Error> {
+    let Some((up, api)) = current(&cached, &ctx).await? else {
+        return Ok(Action::await_change());
+    };
+    not_allowed(&up, &api, &ctx, refusal).await
+}
+
+/// The upgrade as it is now, and its API; None when there is nothing to do. Completed and
+/// RolledBack are final: nothing to read, nothing to write (unless it is being deleted).
+async fn current(
+    cached: &StorageOSUpgrade,
+    ctx: &Context,
+) -> Result<Option<(StorageOSUpgrade, Api<StorageOSUpgrade>)>, Error> {
+    if cached.meta().deletion_timestamp.is_none()
+        && matches!(
+            plan::phase_of(cached),
+            UpgradePhase::Completed | UpgradePhase::RolledBack
+        )
+    {
+        return Ok(None);
+    }
+    let api: Api<StorageOSUpgrade> = Api::namespaced(ctx.client.clone(), &cached.namespace().unwrap_or_default());
+    // The cache can lag behind this controller's own status writes, and a stale phase would
+    // repeat a finished one (scale an application down again): act on the upgrade as it is now.
+    Ok(api.get_opt(&cached.name_any()).await?.map(|up| (up, api)))
+}
+
+/// How a step that changes nothing but the upgrade's status is shown ([`report`]).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Report {
+    /// The status to write.
+    pub status: StorageOSUpgradeStatus,
+    /// The event to send, once: when the status first says so.
+    pub event: Option<(EventType, Reason, String)>,
+    /// What to log, at which level.
+    pub log: Option<(tracing::Level, String)>,
+    /// What the pass returns: a problem the user must fix is a reconcile error.
+    pub then: Result<Action, plan::Problem>,
+}
+
+impl Report {
+    /// A report without an event.
+    fn quiet(
+        status: StorageOSUpgradeStatus,
+        log: Option<(tracing::Level, String)>,
+        then: Result<Action, plan::Problem>,
+    ) -> Self {
+        let event = None;
+        Self {
+            status,
+            event,
+            log,
+            then,
         }
-        return Ok(Action::requeue(HOLD_RECHECK));
     }
-    let what = match &step {
-        Step::Idle => return Ok(Action::await_change()),
+
+    /// A report that warns (and logs) only when `news`: the status says so for the first time.
+    fn warning(
+        status: StorageOSUpgradeStatus,
+        news: bool,
+        (reason, message): (Reason, String),
+        log: Option<(tracing::Level, String)>,
+        then: Result<Action, plan::Problem>,
+    ) -> Self {
+        let log = log.filter(|_| news);
+        let event = news.then_some((EventType::Warning, reason, message));
+        Self {
+            status,
+            event,
+            log,
+            then,
+        }
+    }
+}
+
+/// How `step` is shown, when it takes nothing (pure); None for a step to take ([`describe`]).
+pub(crate) fn report(
+    step: &Step,
+    previous: &StorageOSUpgradeStatus,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Report> {
+    use tracing::Level;
+    let report = match step {
+        Step::Idle => Report::quiet(previous.clone(), None, Ok(Action::await_change())),
         Step::Wait(message) => {
-            tracing::debug!(upgrade = %key(&up), "{message}");
-            let next = status::waiting(&previous, message, generation, &now);
-            write_status(&api, &up, &previous, next).await?;
-            return Ok(Action::requeue(POLL));
+            let status = status::waiting(previous, message, generation, now);
+            Report::quiet(status, Some((Level::DEBUG, message.clone())), Ok(Action::requeue(POLL)))
         }
         Step::Blocked(first) => {
-            let (next, message, news) = status::blocked(&previous, first, generation, &now);
-            write_status(&api, &up, &previous, next).await?;
-            if news {
-                ctx.kit
-                    .event(&up, EventType::Warning, reasons::FAILED_CREATION, message)
-                    .await;
-            }
-            return Ok(Action::requeue(BLOCKED_RECHECK));
+            let (status, message, news) = status::blocked(previous, first, generation, now);
+            let then = Ok(Action::requeue(BLOCKED_RECHECK));
+            Report::warning(status, news, (reasons::FAILED_CREATION, message), None, then)
         }
         Step::Problem(problem) => {
             let message = problem.to_string();
-            let (next, news) = status::degraded(&previous, problem.reason(), &message, generation, &now);
-            write_status(&api, &up, &previous, next).await?;
-            if news {
-                ctx.kit.event(&up, EventType::Warning, problem.reason(), message).await;
-            }
-            return Err(Error::Problem(problem.clone()));
+            let (status, news) = status::degraded(previous, problem.reason(), &message, generation, now);
+            Report::warning(status, news, (problem.reason(), message), None, Err(problem.clone()))
         }
+        // Nothing is touched; StorageOS is read again after a while (no watch says when a
+        // volume finished syncing).
         Step::Hold(hold) => {
-            // Nothing is touched; StorageOS is read again after a while (no watch says when
-            // a volume finished syncing).
             let (reason, message) = (hold.reason(), hold.to_string());
-            let (next, news) = status::held(&previous, reason, &message, generation, &now);
-            write_status(&api, &up, &previous, next).await?;
-            if news {
-                tracing::info!(upgrade = %key(&up), "waiting to start: {message}");
-                ctx.kit.event(&up, EventType::Warning, reason, message).await;
-            }
-            return Ok(Action::requeue(HOLD_RECHECK));
+            let (status, news) = status::held(previous, reason, &message, generation, now);
+            let log = Some((Level::INFO, format!("waiting to start: {message}")));
+            Report::warning(status, news, (reason, message), log, Ok(Action::requeue(HOLD_RECHECK)))
         }
+        // Nothing was touched; a change of the spec (spec.force) brings it back here.
         Step::Refuse(refusal) => {
-            // Nothing was touched; a change of the spec (spec.force) brings it back here.
             let (reason, message) = (refusal.reason(), refusal.to_string());
-            let (next, news) = status::refused(&previous, reason, &message, generation, &now);
-            write_status(&api, &up, &previous, next).await?;
-            if news {
-                tracing::warn!(upgrade = %key(&up), "refused: {message}");
-                ctx.kit.event(&up, EventType::Warning, reason, message).await;
-            }
-            return Ok(Action::await_change());
+            let (status, news) = status::refused(previous, reason, &message, generation, now);
+            let log = Some((Level::WARN, format!("refused: {message}")));
+            Report::warning(status, news, (reason, message), log, Ok(Action::await_change()))
         }
+        Step::Advance(_) | Step::RollBack(_) | Step::Record(_) | Step::Act(_) => return None,
+    };
+    Some(report)
+}
+
+/// What taking `step` is, as logged before it is taken.
+pub(crate) fn describe(step: &Step) -> String {
+    match step {
         Step::Advance(to) => format!("entering phase {to:?}"),
         Step::RollBack(cause) => format!("rolling back: {cause}"),
         Step::Record(apps) => {
@@ -144,58 +202,157 @@ pub async fn reconcile(cached: Arc<StorageOSUpgrade>, ctx: Arc<Context>) -> Resu
             format!("recording {}", names.join(", "))
         }
         Step::Act(act) => act.to_string(),
-    };
-    if before_step(&ctx, &api, &up, &what).await? {
+        other => format!("{other:?}"),
+    }
+}
+
+/// The status on entering phase `to` from `phase`: entering PullingImage from Pending or
+/// Refused records the cluster and what a rollback restores, the image the nodes run (pure).
+pub(crate) fn advanced(
+    previous: &StorageOSUpgradeStatus,
+    phase: UpgradePhase,
+    to: UpgradePhase,
+    observed: &Observed,
+    image: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> StorageOSUpgradeStatus {
+    let started = matches!(phase, UpgradePhase::Pending | UpgradePhase::Refused)
+        .then(|| {
+            observed.cluster.as_ref().map(|c| UpgradeCluster {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+            })
+        })
+        .flatten();
+    let starting = started.is_some();
+    let mut next = status::advanced(previous, to, started, image, generation, now);
+    if starting {
+        next.previous_image = observed.nodes.as_ref().and_then(|n| n.template_image.clone());
+    }
+    next
+}
+
+/// The events on entering phase `to` with status `next` (pure).
+pub(crate) fn entering_events(
+    previous: &StorageOSUpgradeStatus,
+    next: &StorageOSUpgradeStatus,
+    to: UpgradePhase,
+    image: &str,
+) -> Vec<(EventType, Reason, String)> {
+    let cluster_name = next.cluster.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+    let mut events: Vec<(EventType, Reason, String)> = status::events_on_entering(to, &cluster_name, image)
+        .into_iter()
+        .map(|(reason, note)| (EventType::Normal, reason, note))
+        .collect();
+    if to == UpgradePhase::RolledBack {
+        let cause = next.rollback.as_ref().map(|r| r.cause.clone()).unwrap_or_default();
+        let note = format!(
+            "rolled back to {}: {cause}; delete this upgrade to leave maintenance",
+            previous.previous_image.clone().unwrap_or_default()
+        );
+        events.push((EventType::Warning, reasons::ROLLED_BACK, note));
+    }
+    events
+}
+
+/// One pass over an upgrade as it is now: what showing or taking its step reads.
+struct Pass<'a> {
+    up: &'a StorageOSUpgrade,
+    api: Api<StorageOSUpgrade>,
+    ctx: &'a Context,
+    phase: UpgradePhase,
+    image: String,
+    previous: StorageOSUpgradeStatus,
+    generation: Option<i64>,
+    now: Time,
+}
+
+impl<'a> Pass<'a> {
+    fn new(up: &'a StorageOSUpgrade, api: Api<StorageOSUpgrade>, ctx: &'a Context) -> Self {
+        Self {
+            up,
+            api,
+            ctx,
+            phase: plan::phase_of(up),
+            image: up.spec.new_image.clone(),
+            previous: up.status.clone().unwrap_or_default(),
+            generation: up.meta().generation,
+            now: now(),
+        }
+    }
+
+    async fn event(&self, (type_, reason, note): (EventType, Reason, String)) {
+        self.ctx.kit.event(self.up, type_, reason, note).await;
+    }
+
+    /// Only the preview: the same decision, nothing touched.
+    async fn dry_run(&self, step: &Step, observed: &Observed) -> Result<Action, Error> {
+        let preview = preview::build(step, &self.image, observed, candidates(self.ctx).await?);
+        let message = preview::summary(&preview);
+        let (next, news) = status::dry_run(&self.previous, preview, self.generation, &self.now);
+        write_status(&self.api, self.up, &self.previous, next).await?;
+        if news {
+            self.event((EventType::Normal, reasons::DRY_RUN, message)).await;
+        }
+        Ok(Action::requeue(HOLD_RECHECK))
+    }
+
+    /// Writes the report's status, then logs and sends its event.
+    async fn show(&self, report: Report) -> Result<Action, Error> {
+        write_status(&self.api, self.up, &self.previous, report.status).await?;
+        match report.log {
+            Some((tracing::Level::DEBUG, m)) => tracing::debug!(upgrade = %key(self.up), "{m}"),
+            Some((tracing::Level::WARN, m)) => tracing::warn!(upgrade = %key(self.up), "{m}"),
+            Some((_, m)) => tracing::info!(upgrade = %key(self.up), "{m}"),
+            None => {}
+        }
+        if let Some(event) = report.event {
+            self.event(event).await;
+        }
+        report.then.map_err(Error::Problem)
+    }
+
+    /// Takes `step` (one [`report`] does not show).
+    async fn take(&self, step: Step, observed: &Observed) -> Result<(), Error> {
         match step {
             Step::Advance(to) => {
-                let started = matches!(phase, UpgradePhase::Pending | UpgradePhase::Refused)
-                    .then(|| {
-                        observed.cluster.as_ref().map(|c| UpgradeCluster {
-                            namespace: c.namespace.clone(),
-                            name: c.name.clone(),
-                        })
-                    })
-                    .flatten();
-                let starting = started.is_some();
-                let mut next = status::advanced(&previous, to, started, &image, generation, &now);
-                if starting {
-                    // What a rollback restores: the image the nodes run before anything changes.
-                    next.previous_image = observed.nodes.as_ref().and_then(|n| n.template_image.clone());
-                }
-                let cluster_name = next.cluster.as_ref().map(|c| c.name.clone()).unwrap_or_default();
-                let next = write_status(&api, &up, &previous, next).await?;
-                for (reason, note) in status::events_on_entering(to, &cluster_name, &image) {
-                    ctx.kit.event(&up, EventType::Normal, reason, note).await;
-                }
-                if to == UpgradePhase::RolledBack {
-                    let cause = next.rollback.map(|r| r.cause).unwrap_or_default();
-                    let note = format!(
-                        "rolled back to {}: {cause}; delete this upgrade to leave maintenance",
-                        previous.previous_image.unwrap_or_default()
-                    );
-                    ctx.kit.event(&up, EventType::Warning, reasons::ROLLED_BACK, note).await;
+                let next = advanced(
+                    &self.previous,
+                    self.phase,
+                    to,
+                    observed,
+                    &self.image,
+                    self.generation,
+                    &self.now,
+                );
+                let next = write_status(&self.api, self.up, &self.previous, next).await?;
+                for event in entering_events(&self.previous, &next, to, &self.image) {
+                    self.event(event).await;
                 }
             }
             Step::RollBack(cause) => {
-                let back_to = previous.previous_image.clone().unwrap_or_default();
-                let next = status::rolling_back(&previous, &cause, &back_to, generation, &now);
-                write_status(&api, &up, &previous, next).await?;
-                tracing::warn!(upgrade = %key(&up), "rolling back to {back_to}: {cause}");
+                let back_to = self.previous.previous_image.clone().unwrap_or_default();
+                let next = status::rolling_back(&self.previous, &cause, &back_to, self.generation, &self.now);
+                write_status(&self.api, self.up, &self.previous, next).await?;
+                tracing::warn!(upgrade = %key(self.up), "rolling back to {back_to}: {cause}");
                 let note = format!("rolling back to {back_to}: {cause}");
-                ctx.kit
-                    .event(&up, EventType::Warning, reasons::ROLLING_BACK, note)
-                    .await;
+                self.event((EventType::Warning, reasons::ROLLING_BACK, note)).await;
             }
             Step::Record(apps) => {
-                write_status(&api, &up, &previous, status::recorded(&previous, &apps)).await?;
+                write_status(
+                    &self.api,
+                    self.up,
+                    &self.previous,
+                    status::recorded(&self.previous, &apps),
+                )
+                .await?;
             }
-            Step::Act(act) => execute(&up, &observed, &act, &ctx).await?,
+            Step::Act(act) => execute(self.up, observed, &act, self.ctx).await?,
             Step::Idle | Step::Wait(_) | Step::Blocked(_) | Step::Problem(_) | Step::Refuse(_) | Step::Hold(_) => {}
         }
+        Ok(())
     }
-    // One step per reconcile, then back into the queue at once: another upgrade's reconcile
-    // (one saying it must wait) is not held up for a whole upgrade.
-    Ok(Action::requeue(Duration::ZERO))
 }
 
 /// What `up` would do if it started now, read as its dry run reads it (`storageos-operator
@@ -215,14 +372,15 @@ async fn not_allowed(
     up: &StorageOSUpgrade,
     api: &Api<StorageOSUpgrade>,
     ctx: &Context,
-    namespace: &str,
+    message: String,
 ) -> Result<Action, Error> {
+    let namespace = up.namespace().unwrap_or_default();
     if up.meta().deletion_timestamp.is_some() {
         if finalizer::has(up, FINALIZER) {
             // Left mid-flight when its namespace stopped being watched: what it did to the
             // cluster beside it is undone (the pause annotation, so the cluster is reconciled
             // again once watched, and its puller), never what its status claims to have scaled.
-            let clusters = Api::<StorageOSCluster>::namespaced(ctx.client.clone(), namespace)
+            let clusters = Api::<StorageOSCluster>::namespaced(ctx.client.clone(), &namespace)
                 .list(&kube::api::ListParams::default())
                 .await?;
             for cluster in &clusters.items {
@@ -234,8 +392,6 @@ async fn not_allowed(
         }
         return Ok(Action::await_change());
     }
-    tracing::warn!(upgrade = %key(up), "ignoring a StorageOSUpgrade in a namespace that is not trusted");
-    let message = ctx.trusted.refusal("StorageOSUpgrade", namespace);
     let previous = up.status.clone().unwrap_or_default();
     let mut next = previous.clone();
     let mut conds = next.conditions.take().unwrap_or_default();
@@ -323,7 +479,6 @@ async fn observe(
     ctx: &Context,
 ) -> Result<Observed, Error> {
     use UpgradePhase::*;
-    let client = &ctx.client;
     let status = up.status.clone().unwrap_or_default();
     let mut o = Observed {
         force: up.spec.force == Some(true),
@@ -346,31 +501,7 @@ async fn observe(
         return Ok(o);
     }
     match phase {
-        Pending | Refused => {
-            // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
-            // whoever may create an upgrade elsewhere can neither take over nor block it.
-            let ns = up.namespace().unwrap_or_default();
-            let clusters: Vec<StorageOSCluster> = ctx.trusted.list(client).await?;
-            let active = crate::crd::active_cluster(&clusters);
-            o.other_namespace = active
-                .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
-                .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
-            let here = Api::<StorageOSUpgrade>::namespaced(client.clone(), &ns)
-                .list(&ListParams::default())
-                .await?
-                .items;
-            o.blocked_by = plan::first_in_line(&here)
-                .filter(|first| first.uid() != up.uid())
-                .map(key);
-            if o.blocked_by.is_none() && o.other_namespace.is_none() {
-                o.cluster = active.map(cluster_view);
-                if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
-                    let objects = render::resolve(&c.spec).namespace;
-                    o.drain_blocked = read::blocked_drains(&objects, ctx).await?;
-                    o.storageos = read::storageos(c, ctx).await;
-                }
-            }
-        }
+        Pending | Refused => observe_start(up, &mut o, ctx).await?,
         PullingImage | Pausing | UpgradingNodes | RollingBack => {
             let cluster = recorded_cluster(up, ctx).await?;
             o.cluster = cluster.as_ref().map(cluster_view);
@@ -397,6 +528,35 @@ async fn observe(
         o.apps = observe_apps(recorded, phase == ScalingDown, ctx).await?;
     }
     Ok(o)
+}
+
+/// What deciding whether the upgrade may start reads: the active cluster, the upgrades queued
+/// before it, and (when it is its turn) blocked drains and StorageOS.
+async fn observe_start(up: &StorageOSUpgrade, o: &mut Observed, ctx: &Context) -> Result<(), Error> {
+    // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
+    // whoever may create an upgrade elsewhere can neither take over nor block it.
+    let ns = up.namespace().unwrap_or_default();
+    let clusters: Vec<StorageOSCluster> = ctx.trusted.list(&ctx.client).await?;
+    let active = crate::crd::active_cluster(&clusters);
+    o.other_namespace = active
+        .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
+        .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
+    let here = Api::<StorageOSUpgrade>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    o.blocked_by = plan::first_in_line(&here)
+        .filter(|first| first.uid() != up.uid())
+        .map(key);
+    if o.blocked_by.is_none() && o.other_namespace.is_none() {
+        o.cluster = active.map(cluster_view);
+        if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
+            let objects = render::resolve(&c.spec).namespace;
+            o.drain_blocked = read::blocked_drains(&objects, ctx).await?;
+            o.storageos = read::storageos(c, ctx).await;
+        }
+    }
+    Ok(())
 }
 
 async fn observe_puller(up: &StorageOSUpgrade, ctx: &Context) -> Result<PullerView, Error> {
@@ -611,4 +771,138 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
     ctx.applier.forget(&puller_key(up));
     finalizer::remove(api, up, FINALIZER, &patch_params()).await?;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::upgrade::nodes::NodeView;
+    use crate::upgrade::path::PathError;
+    use crate::upgrade::plan::{Hold, Problem};
+
+    fn shown(step: &Step, previous: &StorageOSUpgradeStatus) -> Report {
+        report(step, previous, Some(1), &now()).unwrap()
+    }
+
+    #[test]
+    fn a_step_that_takes_nothing_shows_itself_and_warns_once() {
+        let fresh = StorageOSUpgradeStatus::default();
+        let blocked = shown(&Step::Blocked("ns/first".into()), &fresh);
+        assert_eq!(blocked.then, Ok(Action::requeue(BLOCKED_RECHECK)));
+        let (type_, reason, note) = blocked.event.clone().unwrap();
+        assert_eq!((type_, reason), (EventType::Warning, reasons::FAILED_CREATION));
+        assert!(note.contains("ns/first"), "{note}");
+        // Already shown: the same status again, and no second event.
+        let again = shown(&Step::Blocked("ns/first".into()), &blocked.status);
+        assert_eq!((again.event, again.status), (None, blocked.status));
+
+        let hold = shown(&Step::Hold(Hold::VolumesNotReady("v1".into())), &fresh);
+        assert_eq!(hold.then, Ok(Action::requeue(HOLD_RECHECK)));
+        assert!(hold.event.is_some() && hold.log.is_some());
+        let again = shown(&Step::Hold(Hold::VolumesNotReady("v1".into())), &hold.status);
+        assert_eq!((again.event, again.log), (None, None));
+
+        let refusal = PathError::Downgrade {
+            from: "storageos/node:v2.5.0".into(),
+            to: "storageos/node:v2.4.0".into(),
+        };
+        let refused = shown(&Step::Refuse(refusal.clone()), &fresh);
+        assert_eq!(refused.then, Ok(Action::await_change()));
+        assert_eq!(refused.event.map(|e| e.1), Some(refusal.reason()));
+    }
+
+    #[test]
+    fn a_problem_is_shown_and_is_a_reconcile_error() {
+        let fresh = StorageOSUpgradeStatus::default();
+        let problem = shown(&Step::Problem(Problem::NoCluster), &fresh);
+        assert_eq!(problem.then, Err(Problem::NoCluster));
+        assert_eq!(problem.event.map(|e| e.1), Some(Problem::NoCluster.reason()));
+        assert_ne!(problem.status, fresh);
+    }
+
+    #[test]
+    fn waiting_and_idle_send_no_event() {
+        let fresh = StorageOSUpgradeStatus::default();
+        let wait = shown(&Step::Wait("pods stopping".into()), &fresh);
+        assert_eq!((wait.event, wait.then), (None, Ok(Action::requeue(POLL))));
+        assert_eq!(wait.log.map(|l| l.1), Some("pods stopping".to_string()));
+        let idle = shown(&Step::Idle, &fresh);
+        assert_eq!((idle.status, idle.then), (fresh, Ok(Action::await_change())));
+    }
+
+    #[test]
+    fn a_step_to_take_is_not_shown_but_described() {
+        let fresh = StorageOSUpgradeStatus::default();
+        for (step, said) in [
+            (Step::Advance(UpgradePhase::Pausing), "entering phase Pausing"),
+            (
+                Step::RollBack("nodes not ready".into()),
+                "rolling back: nodes not ready",
+            ),
+            (Step::Act(Act::Pause), &Act::Pause.to_string()),
+        ] {
+            assert_eq!(report(&step, &fresh, Some(1), &now()), None, "{step:?}");
+            assert_eq!(describe(&step), said);
+        }
+    }
+
+    #[test]
+    fn starting_records_the_cluster_and_the_image_a_rollback_restores() {
+        let observed = Observed {
+            cluster: Some(ClusterView {
+                namespace: "ns".into(),
+                name: "c".into(),
+                ..Default::default()
+            }),
+            nodes: Some(NodeView {
+                template_image: Some("storageos/node:v2.5.0".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let fresh = StorageOSUpgradeStatus::default();
+        let (to, image, now) = (UpgradePhase::PullingImage, "storageos/node:v2.6.0", now());
+        let next = advanced(&fresh, UpgradePhase::Pending, to, &observed, image, Some(1), &now);
+        assert_eq!(next.cluster.as_ref().map(|c| c.name.as_str()), Some("c"));
+        assert_eq!(next.previous_image.as_deref(), Some("storageos/node:v2.5.0"));
+        // Later phases keep what was recorded at the start.
+        let later = advanced(
+            &next,
+            UpgradePhase::PullingImage,
+            UpgradePhase::Pausing,
+            &Observed::default(),
+            image,
+            Some(1),
+            &now,
+        );
+        assert_eq!(later.previous_image.as_deref(), Some("storageos/node:v2.5.0"));
+        let events = entering_events(&fresh, &next, to, image);
+        assert_eq!(
+            events.iter().map(|e| e.1).collect::<Vec<_>>(),
+            vec![reasons::PULL_IMAGE]
+        );
+    }
+
+    #[test]
+    fn entering_rolled_back_warns_with_the_cause_and_the_image_restored() {
+        let previous = StorageOSUpgradeStatus {
+            previous_image: Some("storageos/node:v2.5.0".into()),
+            ..Default::default()
+        };
+        let next = StorageOSUpgradeStatus {
+            rollback: Some(crate::crd::UpgradeRollback {
+                cause: "2 nodes not ready".into(),
+                image: "storageos/node:v2.5.0".into(),
+            }),
+            ..previous.clone()
+        };
+        let events = entering_events(&previous, &next, UpgradePhase::RolledBack, "storageos/node:v2.6.0");
+        let (type_, reason, note) = events.last().cloned().unwrap();
+        assert_eq!((type_, reason), (EventType::Warning, reasons::ROLLED_BACK));
+        assert_eq!(
+            note,
+            "rolled back to storageos/node:v2.5.0: 2 nodes not ready; delete this upgrade to leave maintenance"
+        );
+    }
 }

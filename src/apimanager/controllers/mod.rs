@@ -163,6 +163,13 @@ pub async fn run(ctx: Arc<Context>) {
     );
 }
 
+/// A StorageOS API failure (the node and volume delete syncs' error).
+impl crate::runtime::kube::controller::ReconcileError for crate::storageos::Error {
+    fn category(&self) -> &'static str {
+        crate::runtime::kube::controller::category::STORAGEOS
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

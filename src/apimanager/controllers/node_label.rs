@@ -26,6 +26,7 @@ use super::labels::{self, Failures, LabelSync, NodePlan, Syncing, plan_node};
 use super::node_state::NodeState;
 use crate::apimanager::storageos_poll;
 use crate::runtime::kube::cache::Shared;
+use crate::runtime::kube::controller::{ReconcileError, category};
 use crate::storageos;
 use std::future::Future;
 
@@ -41,6 +42,12 @@ pub enum Error {
     /// StorageOS could not be read or refused a write for now.
     #[error("cannot sync the labels of node {node} to StorageOS: {failures}; retrying with backoff")]
     Api { node: String, failures: Failures },
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        category::STORAGEOS
+    }
 }
 
 fn api_error(node: &NodeMeta, failures: Failures) -> Error {

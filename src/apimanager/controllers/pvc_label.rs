@@ -35,6 +35,7 @@ use crate::apimanager::storageclass::{ClassRef, STORAGECLASS_ANNOTATION, class_r
 use crate::apimanager::storageos_poll;
 use crate::reasons::{self, Reason};
 use crate::runtime::kube::cache::Shared;
+use crate::runtime::kube::controller::{ReconcileError, category};
 use crate::storageos;
 use crate::storageos::models::{Labels, Volume};
 use std::future::Future;
@@ -59,6 +60,15 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Api { .. } => category::STORAGEOS,
+            Error::Kube { source, .. } => source.category(),
+        }
+    }
 }
 
 /// The StorageClass decision for one PVC.

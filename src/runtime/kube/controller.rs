@@ -22,6 +22,62 @@ use super::namespaced;
 use super::trusted::TrustedNamespaces;
 use crate::reasons::Reason;
 
+/// The `category` label values of `controller_runtime_reconcile_errors_total`: a small fixed
+/// set, so a dashboard tells an apiserver outage from RBAC, StorageOS or a spec a person must fix.
+pub mod category {
+    /// A Kubernetes API read or write failed (unreachable, timed out, refused).
+    pub const KUBERNETES: &str = "kubernetes";
+    /// The apiserver refused a request for want of RBAC (403).
+    pub const FORBIDDEN: &str = "forbidden";
+    /// A write lost to a newer version of its object (409).
+    pub const CONFLICT: &str = "conflict";
+    /// A server-side apply of a child object was refused.
+    pub const APPLY: &str = "apply";
+    /// The StorageOS API failed or refused a request.
+    pub const STORAGEOS: &str = "storageos";
+    /// Something a person must change (a spec, an object in the way); retrying alone won't do.
+    pub const USER: &str = "user";
+    /// A written object was not read back as written in time.
+    pub const UNVERIFIED: &str = "unverified";
+    /// The object went away or was replaced during the reconcile.
+    pub const GONE: &str = "gone";
+}
+
+/// What a failed reconcile says about itself besides its message: the metrics label it, and
+/// the runner's 409 policy reads it.
+pub trait ReconcileError: Display {
+    /// The `category` label of the reconcile error metric, one of [`category`].
+    fn category(&self) -> &'static str;
+
+    /// Whether this is a write guarded by the version the reconcile decided on that lost to a
+    /// newer version (409): usually the controller's own write of the pass before, whose watch
+    /// event had not reached the cache yet. [`run`] then decides again on the newer version
+    /// (its watch event triggers a pass; a requeue after [`STALE_VIEW_RETRY`] is the fallback),
+    /// without a warning or a reconcile error in the metrics.
+    fn lost_to_a_newer_version(&self) -> bool {
+        false
+    }
+}
+
+/// The category of a Kubernetes API failure: its 403 and 409 apart from the rest.
+pub fn kube_category(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => category::FORBIDDEN,
+        kube::Error::Api(s) if s.code == 409 => category::CONFLICT,
+        _ => category::KUBERNETES,
+    }
+}
+
+impl ReconcileError for kube::Error {
+    fn category(&self) -> &'static str {
+        kube_category(self)
+    }
+
+    fn lost_to_a_newer_version(&self) -> bool {
+        is_conflict(self)
+    }
+}
+
 /// The `P` that controls `child` (its owner reference with `controller: true`, when that names a
 /// `P`), in the child's namespace: how a watched child maps back to the object to reconcile.
 pub fn controlling_owner<P, C>(child: &C) -> Option<ObjectRef<P>>
@@ -147,7 +203,7 @@ impl ControllerKit {
     /// Runs one reconcile of `obj`, recording its duration and outcome, and forgetting past
     /// failures when it succeeds. The reconcile runs in its trace span, the parent of the
     /// applies and StorageOS requests made inside it.
-    pub async fn timed<K: ResourceExt, E: Display>(
+    pub async fn timed<K: ResourceExt, E: ReconcileError>(
         &self,
         obj: &K,
         reconcile: impl Future<Output = Result<Action, E>>,
@@ -158,7 +214,7 @@ impl ControllerKit {
     /// [`ControllerKit::timed`] for work on `obj` that is not a controller's reconcile (a fencing pass, a
     /// queued delete): the same metrics, span and failure bookkeeping, and the work's own
     /// result.
-    pub async fn measure<K: ResourceExt, T, E: Display>(
+    pub async fn measure<K: ResourceExt, T, E: ReconcileError>(
         &self,
         obj: &K,
         work: impl Future<Output = Result<T, E>>,
@@ -175,7 +231,7 @@ impl ControllerKit {
                 }
                 ReconcileResult::Success
             }
-            Err(_) => ReconcileResult::Error,
+            Err(e) => ReconcileResult::Error(e.category()),
         };
         self.metrics
             .observe(self.name, outcome, started.elapsed().as_secs_f64());
@@ -190,7 +246,7 @@ impl ControllerKit {
     }
 
     /// The error policy: count the failure of `obj` and retry after its backoff.
-    pub fn retry_after_error<K: ResourceExt>(&self, obj: &K, error: &dyn Display) -> Action {
+    pub fn retry_after_error<K: ResourceExt>(&self, obj: &K, error: &dyn ReconcileError) -> Action {
         let n = match self.failures.lock() {
             Ok(mut f) => {
                 let n = f.entry(key(obj)).or_insert(0);
@@ -200,40 +256,43 @@ impl ControllerKit {
             Err(_) => 1,
         };
         let delay = backoff_delay(n);
-        tracing::warn!(controller = self.name, object = %obj.name_any(), error = %error, retry_in = ?delay, "reconcile failed");
+        tracing::warn!(controller = self.name, object = %obj.name_any(), error = %error, category = error.category(), retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }
 }
 
-/// A metadata-only object from JSON metadata, for tests of watch mappers.
 /// A controller built on the kit: its context holds the [`ControllerKit`] and says how to reconcile and
 /// what to forget of deleted objects. [`run`] does the rest the same way for every controller.
 pub trait Reconciler: Send + Sync + Sized + 'static {
     /// The kind reconciled.
     type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static;
     /// Why a reconcile failed.
-    type Error: std::error::Error + Send + Sync + 'static;
+    type Error: std::error::Error + ReconcileError + Send + Sync + 'static;
     /// The controller's name in logs.
     const NAME: &'static str;
 
     /// Events, backoff and metrics.
     fn kit(&self) -> &ControllerKit;
 
-    /// One reconcile of `obj`.
+    /// The namespaces whose objects [`run`] reconciles; an object elsewhere goes to
+    /// [`Reconciler::untrusted`] instead.
+    fn trusted(&self) -> &TrustedNamespaces;
+
+    /// One reconcile of `obj`, which is in a trusted namespace.
     fn reconcile(obj: Arc<Self::Object>, ctx: Arc<Self>) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// What is done instead of a reconcile for `obj`, in a namespace not trusted: undo what was
+    /// made for it, and show `refusal` on it (Ready=False, reason `NamespaceNotAllowed`, one
+    /// Warning event), or release it when it is being deleted.
+    fn untrusted(
+        obj: Arc<Self::Object>,
+        ctx: Arc<Self>,
+        refusal: String,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
     /// Forgets what the context keeps of objects no longer in `live` (the controller's cache);
     /// [`forget_deleted`] already forgets their backoff.
     fn forget(&self, _live: &[Arc<Self::Object>]) {}
-
-    /// Whether `error` is a write guarded by the version the reconcile decided on that lost to
-    /// a newer version (409): usually the controller's own write of the pass before, whose
-    /// watch event had not reached the cache yet. [`run`] then decides again on the newer
-    /// version (its watch event triggers a pass; a requeue after [`STALE_VIEW_RETRY`] is the
-    /// fallback), without a warning or a reconcile error in the metrics.
-    fn lost_to_a_newer_version(_error: &Self::Error) -> bool {
-        false
-    }
 }
 
 /// When a reconcile that lost to a newer version of its object is made again, unless the
@@ -289,7 +348,27 @@ pub fn forget_deleted<R: Reconciler>(ctx: &R, live: &[Arc<R::Object>]) {
     ctx.forget(live);
 }
 
-/// Runs `controller` until `shutdown` resolves: each reconcile is timed and traced
+/// One pass over `obj`, the same for every controller: the trusted-namespace gate (an object
+/// elsewhere gets [`Reconciler::untrusted`], with the refusal to show), then the reconcile, and
+/// the one 409 policy ([`ReconcileError::lost_to_a_newer_version`]: decide again, no error).
+pub async fn pass<R: Reconciler>(obj: Arc<R::Object>, ctx: Arc<R>) -> Result<Action, R::Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let result = if ctx.trusted().allows(&namespace) {
+        R::reconcile(obj.clone(), ctx.clone()).await
+    } else {
+        if obj.meta().deletion_timestamp.is_none() {
+            tracing::warn!(controller = R::NAME, object = %obj.name_any(), %namespace, "ignoring an object in a namespace that is not trusted");
+        }
+        let refusal = ctx.trusted().refusal(&R::Object::kind(&()), &namespace);
+        R::untrusted(obj.clone(), ctx.clone(), refusal).await
+    };
+    match result {
+        Err(e) if e.lost_to_a_newer_version() => Ok(decide_again(R::NAME, &obj.name_any(), &e)),
+        result => result,
+    }
+}
+
+/// Runs `controller` until `shutdown` resolves: each [`pass`] is timed and traced
 /// ([`ControllerKit::timed`]), a failure retried with the kit's backoff, deleted objects forgotten
 /// before each reconcile.
 pub async fn run<R: Reconciler>(
@@ -301,15 +380,7 @@ pub async fn run<R: Reconciler>(
     let results = controller.graceful_shutdown_on(shutdown).run(
         move |obj: Arc<R::Object>, ctx: Arc<R>| {
             forget_deleted(ctx.as_ref(), &store.state());
-            async move {
-                let reconcile = async {
-                    match R::reconcile(obj.clone(), ctx.clone()).await {
-                        Err(e) if R::lost_to_a_newer_version(&e) => Ok(decide_again(R::NAME, &obj.name_any(), &e)),
-                        result => result,
-                    }
-                };
-                ctx.kit().timed(obj.as_ref(), reconcile).await
-            }
+            async move { ctx.kit().timed(obj.as_ref(), pass(obj.clone(), ctx.clone())).await }
         },
         |obj, error, ctx| ctx.kit().retry_after_error(obj.as_ref(), error),
         ctx,
@@ -317,6 +388,7 @@ pub async fn run<R: Reconciler>(
     drain(R::NAME, results).await;
 }
 
+/// A metadata-only object from JSON metadata, for tests of watch mappers.
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) fn partial_meta<K: Resource<DynamicType = ()>>(
@@ -330,8 +402,106 @@ pub(crate) fn partial_meta<K: Resource<DynamicType = ()>>(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// Why the toy reconcile failed: its HTTP status.
+    #[derive(Debug, thiserror::Error)]
+    #[error("status {0}")]
+    struct Status(u16);
+
+    impl ReconcileError for Status {
+        fn category(&self) -> &'static str {
+            category::KUBERNETES
+        }
+
+        fn lost_to_a_newer_version(&self) -> bool {
+            self.0 == 409
+        }
+    }
+
+    /// A controller of ConfigMaps that fails with `fail` and records the refusals it is given.
+    struct Toy {
+        kit: ControllerKit,
+        trusted: TrustedNamespaces,
+        fail: Option<u16>,
+        refusals: Mutex<Vec<String>>,
+    }
+
+    impl Reconciler for Toy {
+        type Object = ConfigMap;
+        type Error = Status;
+        const NAME: &'static str = "toy";
+
+        fn kit(&self) -> &ControllerKit {
+            &self.kit
+        }
+
+        fn trusted(&self) -> &TrustedNamespaces {
+            &self.trusted
+        }
+
+        async fn reconcile(_: Arc<ConfigMap>, ctx: Arc<Self>) -> Result<Action, Status> {
+            match ctx.fail {
+                Some(code) => Err(Status(code)),
+                None => Ok(Action::requeue(Duration::from_secs(60))),
+            }
+        }
+
+        async fn untrusted(_: Arc<ConfigMap>, ctx: Arc<Self>, refusal: String) -> Result<Action, Status> {
+            if let Ok(mut r) = ctx.refusals.lock() {
+                r.push(refusal);
+            }
+            Ok(Action::await_change())
+        }
+    }
+
+    fn toy(fail: Option<u16>) -> Arc<Toy> {
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let metrics = ReconcileMetrics::register(&mut prometheus_client::registry::Registry::default());
+        Arc::new(Toy {
+            kit: ControllerKit::new(client, "toy", metrics),
+            trusted: TrustedNamespaces::only("ops"),
+            fail,
+            refusals: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn config_map(namespace: &str) -> Arc<ConfigMap> {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("c".into());
+        cm.metadata.namespace = Some(namespace.into());
+        Arc::new(cm)
+    }
+
+    #[tokio::test]
+    async fn the_gate_gives_an_untrusted_object_its_refusal_instead_of_a_reconcile() {
+        let ctx = toy(Some(500));
+        let action = pass(config_map("tenant"), ctx.clone()).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        let refusals = ctx.refusals.lock().unwrap().clone();
+        assert_eq!(refusals, vec![ctx.trusted.refusal("ConfigMap", "tenant")]);
+        assert!(matches!(pass(config_map("ops"), ctx).await, Err(Status(500))));
+    }
+
+    #[tokio::test]
+    async fn a_write_that_lost_to_a_newer_version_is_decided_again_not_failed() {
+        let action = pass(config_map("ops"), toy(Some(409))).await.unwrap();
+        assert_eq!(action, Action::requeue(STALE_VIEW_RETRY));
+        let ok = pass(config_map("ops"), toy(None)).await.unwrap();
+        assert_eq!(ok, Action::requeue(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn kubernetes_failures_are_told_apart_by_status() {
+        let status = |code| kube::Error::Api(kube::core::Status::failure("x", "y").with_code(code).boxed());
+        assert_eq!(status(403).category(), category::FORBIDDEN);
+        assert_eq!(status(409).category(), category::CONFLICT);
+        assert_eq!(status(500).category(), category::KUBERNETES);
+        assert!(status(409).lost_to_a_newer_version() && !status(500).lost_to_a_newer_version());
+    }
 
     #[test]
     fn trigger_backoff_doubles_from_100ms_to_2s_and_resets() {

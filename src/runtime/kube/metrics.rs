@@ -17,11 +17,18 @@ struct ControllerLabels {
     controller: String,
 }
 
-/// `controller_runtime_reconcile_{total,errors_total,time_seconds}`, labelled by controller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: String,
+    category: String,
+}
+
+/// `controller_runtime_reconcile_{total,errors_total,time_seconds}`, labelled by controller;
+/// the errors also by category (`ReconcileError::category` in `controller`).
 #[derive(Clone)]
 pub struct ReconcileMetrics {
     total: Family<ResultLabels, Counter>,
-    errors: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
     time: Family<ControllerLabels, Histogram>,
 }
 
@@ -30,8 +37,8 @@ pub struct ReconcileMetrics {
 pub enum ReconcileResult {
     /// Done; nothing scheduled.
     Success,
-    /// Failed; retried with backoff.
-    Error,
+    /// Failed, for a reason of this category; retried with backoff.
+    Error(&'static str),
     /// Done, but scheduled to run again after a delay.
     RequeueAfter,
 }
@@ -52,7 +59,7 @@ impl ReconcileMetrics {
         );
         registry.register(
             "controller_runtime_reconcile_errors",
-            "Total number of reconciliation errors per controller",
+            "Total number of reconciliation errors per controller and category",
             this.errors.clone(),
         );
         registry.register(
@@ -65,7 +72,8 @@ impl ReconcileMetrics {
 
     /// Creates the series of `controller` at zero, so that `/metrics` lists every running
     /// controller (and dashboards and alerts see a 0, not a missing series) before its first
-    /// reconcile.
+    /// reconcile. The errors' zero series has an empty category, which Prometheus drops: it is
+    /// the controller's series without a category.
     pub fn declare(&self, controller: &str) {
         for result in ["success", "error", "requeue_after"] {
             let _ = self.total.get_or_create(&ResultLabels {
@@ -73,18 +81,20 @@ impl ReconcileMetrics {
                 result: result.into(),
             });
         }
-        let labels = ControllerLabels {
+        let _ = self.errors.get_or_create(&ErrorLabels {
             controller: controller.into(),
-        };
-        let _ = self.errors.get_or_create(&labels);
-        let _ = self.time.get_or_create(&labels);
+            category: String::new(),
+        });
+        let _ = self.time.get_or_create(&ControllerLabels {
+            controller: controller.into(),
+        });
     }
 
     /// Records one reconcile of `controller` that took `seconds`.
     pub fn observe(&self, controller: &str, result: ReconcileResult, seconds: f64) {
         let result_label = match result {
             ReconcileResult::Success => "success",
-            ReconcileResult::Error => "error",
+            ReconcileResult::Error(_) => "error",
             ReconcileResult::RequeueAfter => "requeue_after",
         };
         self.total
@@ -93,10 +103,11 @@ impl ReconcileMetrics {
                 result: result_label.into(),
             })
             .inc();
-        if matches!(result, ReconcileResult::Error) {
+        if let ReconcileResult::Error(category) = result {
             self.errors
-                .get_or_create(&ControllerLabels {
+                .get_or_create(&ErrorLabels {
                     controller: controller.into(),
+                    category: category.into(),
                 })
                 .inc();
         }
@@ -123,7 +134,7 @@ mod tests {
         for line in [
             r#"controller_runtime_reconcile_total{controller="fencer",result="success"} 0"#,
             r#"controller_runtime_reconcile_total{controller="fencer",result="error"} 0"#,
-            r#"controller_runtime_reconcile_errors_total{controller="fencer"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="fencer",category=""} 0"#,
             r#"controller_runtime_reconcile_time_seconds_count{controller="fencer"} 0"#,
         ] {
             assert!(out.contains(line), "{line} missing from\n{out}");
@@ -135,7 +146,9 @@ mod tests {
         let mut registry = Registry::default();
         let m = ReconcileMetrics::register(&mut registry);
         m.observe("storageoscluster", ReconcileResult::Success, 0.01);
-        m.observe("storageoscluster", ReconcileResult::Error, 0.02);
+        m.observe("storageoscluster", ReconcileResult::Error("kubernetes"), 0.02);
+        m.observe("storageoscluster", ReconcileResult::Error("storageos"), 0.02);
+        m.observe("storageoscluster", ReconcileResult::Error("storageos"), 0.02);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
         assert!(
@@ -143,11 +156,19 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains(r#"controller_runtime_reconcile_errors_total{controller="storageoscluster"} 1"#),
+            out.contains(
+                r#"controller_runtime_reconcile_errors_total{controller="storageoscluster",category="kubernetes"} 1"#
+            ),
             "{out}"
         );
         assert!(
-            out.contains(r#"controller_runtime_reconcile_time_seconds_count{controller="storageoscluster"} 2"#),
+            out.contains(
+                r#"controller_runtime_reconcile_errors_total{controller="storageoscluster",category="storageos"} 2"#
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"controller_runtime_reconcile_time_seconds_count{controller="storageoscluster"} 4"#),
             "{out}"
         );
     }

@@ -20,7 +20,7 @@ use crate::apimanager::controllers::config::LabelSyncConfig;
 use crate::apimanager::controllers::{Context, periodic};
 use crate::reasons;
 use crate::runtime::kube::cache::Shared;
-use crate::runtime::kube::controller::ControllerKit;
+use crate::runtime::kube::controller::{ControllerKit, ReconcileError};
 use crate::storageos;
 
 /// The failed writes of one sync, sorted: a 400 means StorageOS will never accept the value
@@ -119,7 +119,7 @@ pub trait LabelSync: Send + Sync + 'static {
     /// The Kubernetes kind (from a process-wide cache).
     type Object: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static;
     /// Why one object's sync failed (retried with backoff).
-    type Error: std::error::Error + Send + 'static;
+    type Error: std::error::Error + ReconcileError + Send + 'static;
     /// The controller's name in metrics, logs and events.
     const NAME: &'static str;
 

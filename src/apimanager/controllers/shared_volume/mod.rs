@@ -33,7 +33,7 @@ use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::storageos_poll::VolumeSnapshot;
 use crate::reasons;
-use crate::runtime::kube::controller::ControllerKit;
+use crate::runtime::kube::controller::{ControllerKit, ReconcileError, category};
 use crate::storageos::{self, LABEL_NFS_MOUNT_ENDPOINT};
 use desired::{Candidate, Fix, SharedVolume};
 
@@ -69,6 +69,18 @@ pub enum Error {
     /// The cached PVC is gone or replaced (a fresh read says so): nothing is created for it.
     #[error("PVC {0} is gone or was replaced; nothing is created for it")]
     PvcGone(String),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(e) => e.category(),
+            Error::StorageOs(_) => category::STORAGEOS,
+            Error::NotVerified { .. } => category::UNVERIFIED,
+            Error::Headless(_) => category::USER,
+            Error::PvcGone(_) => category::GONE,
+        }
+    }
 }
 
 impl From<kube::Error> for Error {
