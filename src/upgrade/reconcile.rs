@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch};
-use kube::core::Selector;
+use kube::core::{DeserializeGuard, Selector};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -536,9 +536,11 @@ async fn observe_start(up: &StorageOSUpgrade, o: &mut Observed, ctx: &Context) -
     // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
     // whoever may create an upgrade elsewhere can neither take over nor block it.
     let ns = up.namespace().unwrap_or_default();
-    let clusters: Vec<StorageOSCluster> = ctx.trusted.list(&ctx.client).await?;
-    let active = crate::crd::active_cluster(&clusters);
-    o.other_namespace = active
+    // A cluster whose spec no longer decodes still counts for which one is active; it cannot be
+    // upgraded until fixed (its Undecodable event says how).
+    let clusters: Vec<DeserializeGuard<StorageOSCluster>> = ctx.trusted.list(&ctx.client).await?;
+    let listed = crate::crd::active_cluster(&clusters);
+    o.other_namespace = listed
         .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
         .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
     let here = Api::<StorageOSUpgrade>::namespaced(ctx.client.clone(), &ns)
@@ -549,6 +551,7 @@ async fn observe_start(up: &StorageOSUpgrade, o: &mut Observed, ctx: &Context) -
         .filter(|first| first.uid() != up.uid())
         .map(key);
     if o.blocked_by.is_none() && o.other_namespace.is_none() {
+        let active = listed.and_then(|c| c.0.as_ref().ok());
         o.cluster = active.map(cluster_view);
         if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
             let objects = render::resolve(&c.spec).namespace;
