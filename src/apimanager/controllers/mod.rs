@@ -19,6 +19,7 @@ pub mod out_of_service;
 pub mod pvc_label;
 pub mod shared_volume;
 pub mod snapshot;
+pub mod volume_claims;
 pub mod volume_health;
 
 use std::future::Future;

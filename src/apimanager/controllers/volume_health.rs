@@ -15,8 +15,8 @@ use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::mirror::build::pvc_of_in;
 use super::snapshot::{OnSnapshot, Subscription};
+use super::volume_claims::pvc_of_in;
 use super::{Context, attach::decide::users};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::storageos_poll::VolumeSnapshot;

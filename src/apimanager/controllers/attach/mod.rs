@@ -28,10 +28,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use super::fencing::episodes::too_many_offline;
-use super::mirror::build::pvc_of_in;
 use super::node_state::NodeState;
 use super::out_of_service::decide::ready;
 use super::snapshot::{OnSnapshot, Subscription};
+use super::volume_claims::pvc_of_in;
 use super::{Context, reflect};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::maintenance::Maintenance;

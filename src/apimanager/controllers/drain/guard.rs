@@ -21,7 +21,7 @@ pub const NODE_ANNOTATION: &str = "storageos.com/drain-guard-node";
 /// the upgrade under way.
 pub const BLOCKED_BY_ANNOTATION: &str = "storageos.com/drain-blocked-by";
 /// The field manager of the guards (the api-manager's).
-pub const FIELD_MANAGER: &str = crate::apimanager::controllers::mirror::FIELD_MANAGER;
+pub use crate::apimanager::controllers::volume_claims::FIELD_MANAGER;
 /// The budget's annotation saying since when a drain of the node has waited on the guard (RFC
 /// 3339), set from the first read that sees the node cordoned.
 pub const WAITING_SINCE_ANNOTATION: &str = "storageos.com/drain-waiting-since";

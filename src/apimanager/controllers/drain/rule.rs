@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::apimanager::controllers::mirror::build::pvc_of_in;
+use crate::apimanager::controllers::volume_claims::pvc_of_in;
 use crate::apimanager::storageos_poll::VolumeList;
 use crate::crd::DrainPolicy;
 use crate::storageos::models::{Health, LABEL_REPLICAS, Volume};

@@ -14,9 +14,7 @@ use crate::crd::{
     VolumeReplica,
 };
 use crate::runtime::kube::view::Labels;
-use crate::storageos::models::{
-    Health, LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Node, Volume,
-};
+use crate::storageos::models::{Health, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Node, Volume};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -274,20 +272,6 @@ pub fn writes<S: PartialEq>(known: Option<Known<'_, S>>, owner: Option<&OwnerRef
     }
 }
 
-/// The PVC a volume was provisioned for (`None` for a volume CSI did not make).
-pub fn pvc_of(v: &Volume) -> Option<(String, String)> {
-    let ns = v.labels.get(LABEL_CSI_PVC_NAMESPACE).filter(|s| !s.is_empty())?;
-    let name = v.labels.get(LABEL_CSI_PVC_NAME).filter(|s| !s.is_empty())?;
-    Some((ns.to_string(), name.to_string()))
-}
-
-/// [`pvc_of`] of a volume StorageOS keeps in its namespace `storageos_namespace` (None when not
-/// known): None when the labels name another Kubernetes namespace. The labels are writable
-/// through the StorageOS API; a mirror is only ever made where StorageOS keeps the volume.
-pub fn pvc_of_in(v: &Volume, storageos_namespace: Option<&str>) -> Option<(String, String)> {
-    pvc_of(v).filter(|(ns, _)| storageos_namespace == Some(ns.as_str()))
-}
-
 fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -355,7 +339,8 @@ pub fn volume_status(v: &Volume, pvc: &str, node_names: &HashMap<String, String>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::storageos::models::{Master, Replica};
+    use crate::apimanager::controllers::volume_claims::{pvc_of, pvc_of_in};
+    use crate::storageos::models::{LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, Master, Replica};
     use std::collections::BTreeMap;
 
     fn node(health: Health) -> Node {

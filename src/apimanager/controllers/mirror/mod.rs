@@ -27,10 +27,10 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
@@ -38,6 +38,7 @@ use super::Context;
 use super::drain::rule as drain;
 use super::node_state::NodeState;
 use super::snapshot::{OnSnapshot, Subscription};
+use super::volume_claims::{FIELD_MANAGER, owner_of, pvc_of_in};
 use crate::apimanager::cached_pvc::CachedPvc;
 use crate::apimanager::metrics::MirrorStep;
 use crate::apimanager::storageos_poll::{NodeSnapshot, VolumeSnapshot};
@@ -51,8 +52,6 @@ pub const CONTROLLER: &str = "storageos-mirror";
 /// Mirror writes in flight at once: a first pass over thousands of volumes finishes in seconds,
 /// not minutes, without flooding the apiserver.
 const WRITES_IN_FLIGHT: usize = 8;
-/// The field manager of the mirror's writes.
-pub const FIELD_MANAGER: &str = "storageos-api-manager";
 
 /// Why one mirror object was not written or deleted; retried at the next snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -152,18 +151,6 @@ where
             std::future::ready(())
         })
         .await;
-}
-
-/// An owner reference to `owner` (no `blockOwnerDeletion`: that would need rights on the
-/// owner's finalizers, and the mirror must never hold up a Node or PVC delete).
-pub fn owner_of<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
-    Some(OwnerReference {
-        api_version: K::api_version(&()).into_owned(),
-        kind: K::kind(&()).into_owned(),
-        name: owner.name_any(),
-        uid: owner.uid().filter(|u| !u.is_empty())?,
-        ..OwnerReference::default()
-    })
 }
 
 /// A mirror to write: where, its name (and key in the written map), its owner and status, what
@@ -329,7 +316,7 @@ impl Mirror<'_> {
         let mut stale = Vec::new();
         let mut healths = Vec::new();
         for (v, storageos_namespace) in list.volumes_with_namespace() {
-            let Some((namespace, pvc)) = build::pvc_of_in(v, storageos_namespace) else {
+            let Some((namespace, pvc)) = pvc_of_in(v, storageos_namespace) else {
                 continue;
             };
             // Owned by the PVC only when it is bound to this volume's PV (never an unbound PVC
