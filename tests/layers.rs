@@ -85,6 +85,41 @@ fn no_module_uses_one_on_its_own_floor_or_above() {
     );
 }
 
+/// The two daemons' own modules: the operator's controllers and the api-manager. Neither side
+/// uses the other; what they share (CRDs, contracts, the kit) lies below both. This is the
+/// boundary a crate per process will make Cargo's to enforce.
+const OPERATOR_SIDE: &[&str] = &["cluster", "job", "preview", "upgrade", "operator"];
+const API_MANAGER_SIDE: &[&str] = &["apimanager"];
+
+#[test]
+fn the_operator_and_the_api_manager_do_not_use_each_other() {
+    let tree = Tree::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let side = |m: &str| {
+        if OPERATOR_SIDE.contains(&m) {
+            Some("operator")
+        } else if API_MANAGER_SIDE.contains(&m) {
+            Some("api-manager")
+        } else {
+            None
+        }
+    };
+    let mut crossing = Vec::new();
+    for (file, targets) in &tree.arrows {
+        let from = side(&top(&tree.modules[file]));
+        for target in targets {
+            let to = side(&top(&tree.modules[target]));
+            if from.is_some() && to.is_some() && from != to {
+                crossing.push(format!("{} uses {}", tree.shown(file), tree.shown(target)));
+            }
+        }
+    }
+    assert!(
+        crossing.is_empty(),
+        "the operator and the api-manager use each other (move what they share into `crd`):\n{}",
+        crossing.join("\n")
+    );
+}
+
 #[test]
 fn no_files_use_each_other_in_a_loop() {
     let tree = Tree::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));

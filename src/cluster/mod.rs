@@ -45,13 +45,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-pub use crate::crd::{FORCE_DELETE_ANNOTATION, PAUSED_BY_ANNOTATION};
+pub use crate::crd::{FORCE_DELETE_ANNOTATION, NODE_POD_SELECTOR, PAUSED_BY_ANNOTATION};
 pub use context::{CONTROLLER, Context, NodeCaches, OperatorConfig};
 pub use error::Error;
 pub use ownership::FINALIZER;
-
-/// Labels of the StorageOS node pods (the node DaemonSet's, as the Go operator set them).
-pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
 
 use crate::crd::StorageOSCluster;
 use crate::render::labels::{ACTED_MARK_SELECTOR, CLUSTER_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY, label_value};

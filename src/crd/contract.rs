@@ -1,6 +1,7 @@
 //! The rules several components share about a StorageOSCluster: the annotations through which
-//! the upgrade, the api-manager and the plugin talk to the cluster reconciler, and which cluster
-//! is the active one.
+//! the upgrade, the api-manager and the plugin talk to the cluster reconciler, which cluster is
+//! the active one, the node pods' labels, and how the upgrade finds the api-manager's drain
+//! guards. Named once here, so no component reads another's internals for them.
 
 use kube::{Resource, ResourceExt};
 
@@ -8,6 +9,22 @@ use kube::{Resource, ResourceExt};
 pub const FORCE_DELETE_ANNOTATION: &str = "storageos.com/force-delete";
 /// Annotation a StorageOSUpgrade sets (to its name) to pause the cluster reconciler.
 pub const PAUSED_BY_ANNOTATION: &str = "storageos.com/paused-by-upgrade";
+
+/// Labels of the StorageOS node pods (the node DaemonSet's, as the Go operator set them).
+pub const NODE_POD_SELECTOR: &str = "app=storageos,kind=daemonset";
+
+/// The `app.kubernetes.io/component` of the api-manager's drain guards (pods and budgets).
+pub const DRAIN_GUARD_COMPONENT: &str = "drain-guard";
+/// The label naming a drain guard's node (the node name, or a digest of it when too long for a
+/// label).
+pub const DRAIN_GUARD_NODE_LABEL: &str = "storageos.com/drain-guard-node";
+/// The annotation with a drain guard's full node name.
+pub const DRAIN_GUARD_NODE_ANNOTATION: &str = "storageos.com/drain-guard-node";
+
+/// The label selector of every drain guard pod and budget (`kubectl get pods,pdb -l ...`).
+pub fn drain_guard_selector() -> String {
+    format!("app.kubernetes.io/component={DRAIN_GUARD_COMPONENT},{DRAIN_GUARD_NODE_LABEL}")
+}
 
 /// The cluster that may act: the oldest, by creation time then namespace/name. A cluster being
 /// deleted stays active until its finalizer is done, so two sets of objects never fight.

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
-pub use crate::apimanager::controllers::drain::guard::{NODE_ANNOTATION, guard_selector};
+pub use crate::crd::{DRAIN_GUARD_NODE_ANNOTATION as NODE_ANNOTATION, drain_guard_selector as guard_selector};
 
 /// The nodes the drain guards' PodDisruptionBudgets name (in full, in their annotation; the
 /// label holds a digest of a long name), sorted, once each.

@@ -56,8 +56,6 @@ pub const CONTROLLER: &str = "storageosupgrade";
 pub const FINALIZER: &str = "finalizer.storageosupgrade.storageos.com";
 /// How often an upgrade under way looks again while it waits.
 pub const POLL: Duration = Duration::from_secs(2);
-/// Labels of the StorageOS node pods.
-const NODE_POD_LABELS: &str = "app=storageos,kind=daemonset";
 
 /// Why an upgrade reconcile failed; every variant is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -218,7 +216,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     // page of 500 was a 30 MB peak of the operator's heap at 5,000 nodes (docs/benchmarks.md).
     let node_pods = watcher(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
-        crate::runtime::kube::cache::every().labels(NODE_POD_LABELS),
+        crate::runtime::kube::cache::every().labels(crate::crd::NODE_POD_SELECTOR),
     )
     .default_backoff()
     .touched_objects();

@@ -11,12 +11,11 @@ use serde_json::{Value, json};
 
 use sha2::{Digest, Sha256};
 
-/// `app.kubernetes.io/component` of every guard pod and budget.
-pub const COMPONENT: &str = "drain-guard";
-/// The label naming a guard's node (the node name, or a digest of it when too long for a label).
-pub const NODE_LABEL: &str = "storageos.com/drain-guard-node";
-/// The annotation with the guard's full node name.
-pub const NODE_ANNOTATION: &str = "storageos.com/drain-guard-node";
+/// What the upgrade finds the guards by (a contract, named once in `crd`).
+pub use crate::crd::{
+    DRAIN_GUARD_COMPONENT as COMPONENT, DRAIN_GUARD_NODE_ANNOTATION as NODE_ANNOTATION,
+    DRAIN_GUARD_NODE_LABEL as NODE_LABEL, drain_guard_selector as guard_selector,
+};
 /// The annotation listing why the node is guarded: the PVCs whose last online copy it holds, or
 /// the upgrade under way.
 pub const BLOCKED_BY_ANNOTATION: &str = "storageos.com/drain-blocked-by";
@@ -42,11 +41,6 @@ pub struct Want {
     pub waiting_since: Option<DateTime<Utc>>,
     /// When the hold ended.
     pub released: Option<DateTime<Utc>>,
-}
-
-/// The label selector of every guard pod and budget (`kubectl get pods,pdb -l ...`).
-pub fn guard_selector() -> String {
-    format!("app.kubernetes.io/component={COMPONENT},{NODE_LABEL}")
 }
 
 /// The key of a node's guard: its name when short, else `h-` and a digest of it.
