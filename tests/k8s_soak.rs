@@ -1023,7 +1023,7 @@ async fn seeded_chaos_soak_keeps_every_invariant() {
     check(&h, "the idle window saw the processes poll", polls >= 4, || {
         format!("only {polls} successful node polls in the idle {IDLE:?} from {idle_from}")
     });
-    tokio::time::sleep(Duration::from_secs(2)).await; // the audit log's batch
+    support::identity::audit_flushed(API_MANAGER).await;
     for who in [OPERATOR, API_MANAGER] {
         let writes: Vec<String> = support::identity::writes_by(who, idle_from)
             .into_iter()

@@ -302,6 +302,7 @@ pub fn writes_by(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Str
 pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<String> {
     audit_events(who, since)
         .iter()
+        .filter(|e| !is_marker(e))
         .map(|e| {
             let o = &e["objectRef"];
             let sub = o["subresource"].as_str().map(|s| format!("/{s}")).unwrap_or_default();
@@ -316,6 +317,16 @@ pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Strin
         .collect()
 }
 
+/// The prefix of the namespaces [`audit_flushed`]'s marker requests name (none exists).
+const MARKER: &str = "audit-marker-";
+
+/// Whether an audit event is an [`audit_flushed`] marker, which is nobody's work.
+fn is_marker(e: &Value) -> bool {
+    e["objectRef"]["namespace"]
+        .as_str()
+        .is_some_and(|ns| ns.starts_with(MARKER))
+}
+
 /// Waits until the audit log holds every request `who` finished before the call. The apiserver
 /// writes an event before it answers, one after another: once a request `who` makes now (a
 /// dry-run create in a namespace named for the marker, refused or not) is in the log, so is
@@ -323,7 +334,7 @@ pub fn audited(who: Identity, since: chrono::DateTime<chrono::Utc>) -> Vec<Strin
 pub async fn audit_flushed(who: Identity) {
     use k8s_openapi::api::core::v1::ConfigMap;
     let since = chrono::Utc::now() - chrono::Duration::seconds(5);
-    let marker = format!("audit-marker-{}", super::suffix());
+    let marker = format!("{MARKER}{}", super::suffix());
     let api: Api<ConfigMap> = Api::namespaced(client_as(who).await, &marker);
     let probe: ConfigMap = from_json(json!({"metadata": {"name": marker}}));
     let dry_run = PostParams {
