@@ -120,6 +120,23 @@ fn the_operator_and_the_api_manager_do_not_use_each_other() {
     );
 }
 
+/// The most lines a file of `src/` holds (docs/architecture.md): past it, a file is about more
+/// than one thing. Unit tests live beside it in a `*_tests.rs` file when they would not fit.
+const MAX_LINES: usize = 700;
+
+#[test]
+fn no_file_of_src_is_over_the_line_cap() {
+    let mut files = Vec::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .map(|f| (f, std::fs::read_to_string(f).expect("readable source").lines().count()))
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(f, n)| format!("{} ({n} lines)", f.display()))
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines (split them): {long:#?}");
+}
+
 #[test]
 fn no_files_use_each_other_in_a_loop() {
     let tree = Tree::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));

@@ -18,6 +18,7 @@ pub mod apps;
 pub mod drain;
 pub mod health;
 pub mod nodes;
+mod observe;
 pub mod path;
 pub mod plan;
 pub mod plan_command;

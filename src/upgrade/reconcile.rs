@@ -5,30 +5,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch};
-use kube::core::{DeserializeGuard, Selector};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::apps::{self, LiveApp, Volumes};
-use super::nodes::{self, NODE_CONTAINER, NODE_DAEMONSET, NodeView};
-use super::plan::{self, Act, ClusterView, Observed, Step};
+use super::apps;
+use super::nodes::{NODE_CONTAINER, NODE_DAEMONSET};
+use super::observe::{candidates, key, observe, puller_key, recorded_cluster};
+use super::plan::{self, Act, Observed, Step};
 use super::preview;
-use super::pull::{self, PullerView};
-use super::read;
+use super::pull;
 use super::status;
 use super::{Context, Error, FINALIZER, POLL, patch_params};
 use crate::crd::PAUSED_BY_ANNOTATION;
-use crate::crd::{ScaledApp, StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
+use crate::crd::{StorageOSCluster, StorageOSUpgrade, StorageOSUpgradeStatus, UpgradeCluster, UpgradePhase};
 use crate::reasons::{self, NAMESPACE_NOT_ALLOWED, Reason};
-use crate::render;
 use crate::render::labels::ACTED_MARK;
-use crate::runtime::kube::apply::ObjectKey;
 use crate::runtime::kube::conditions::{self, now};
 use crate::runtime::kube::finalizer;
 
@@ -36,10 +32,6 @@ use crate::runtime::kube::finalizer;
 const BLOCKED_RECHECK: Duration = Duration::from_secs(30);
 /// How often an upgrade that may not start yet (volumes syncing, a drain blocked) looks again.
 const HOLD_RECHECK: Duration = Duration::from_secs(5);
-
-fn key(u: &StorageOSUpgrade) -> String {
-    format!("{}/{}", u.namespace().unwrap_or_default(), u.name_any())
-}
 
 /// Reconciles one upgrade, in a trusted namespace: observe → decide ([`plan::next`]) → show
 /// the decision ([`report`]) or take that one step, and requeue at once.
@@ -439,221 +431,6 @@ async fn write_status(
     Ok(next)
 }
 
-fn cluster_view(c: &StorageOSCluster) -> ClusterView {
-    ClusterView {
-        namespace: c.namespace().unwrap_or_default(),
-        name: c.name_any(),
-        paused_by: c.annotations().get(PAUSED_BY_ANNOTATION).cloned(),
-        node_image: c.spec.images.as_ref().and_then(|i| i.node_container.clone()),
-        objects_namespace: render::resolve(&c.spec).namespace,
-        deleting: c.meta().deletion_timestamp.is_some(),
-    }
-}
-
-/// `namespace/name` of the cluster recorded in the upgrade's status when that is in another
-/// namespace than the upgrade: only a forged status says so, and it is never acted on.
-fn recorded_elsewhere(up: &StorageOSUpgrade) -> Option<String> {
-    let c = up.status.as_ref()?.cluster.as_ref()?;
-    (Some(c.namespace.as_str()) != up.namespace().as_deref()).then(|| format!("{}/{}", c.namespace, c.name))
-}
-
-/// The cluster recorded in the upgrade's status, as it is now; None when the record names
-/// another namespace than the upgrade's ([`recorded_elsewhere`]).
-async fn recorded_cluster(up: &StorageOSUpgrade, ctx: &Context) -> Result<Option<StorageOSCluster>, Error> {
-    let Some(c) = up.status.as_ref().and_then(|s| s.cluster.as_ref()) else {
-        return Ok(None);
-    };
-    if recorded_elsewhere(up).is_some() {
-        return Ok(None);
-    }
-    Ok(Api::<StorageOSCluster>::namespaced(ctx.client.clone(), &c.namespace)
-        .get_opt(&c.name)
-        .await?)
-}
-
-/// Reads what the decision at `phase` needs, and nothing more.
-async fn observe(
-    up: &StorageOSUpgrade,
-    phase: UpgradePhase,
-    recorded: &[ScaledApp],
-    ctx: &Context,
-) -> Result<Observed, Error> {
-    use UpgradePhase::*;
-    let status = up.status.clone().unwrap_or_default();
-    let mut o = Observed {
-        force: up.spec.force == Some(true),
-        timeout: up.spec.timeout.clone(),
-        previous_image: status.previous_image.clone(),
-        rolling_back: status.rollback.is_some(),
-        in_phase: status.phase_since.as_ref().map(|since| {
-            let elapsed = now().0.duration_since(since.0);
-            Duration::try_from(elapsed).unwrap_or(Duration::ZERO)
-        }),
-        recorded_cluster: up
-            .status
-            .as_ref()
-            .and_then(|s| s.cluster.as_ref())
-            .map(|c| format!("{}/{}", c.namespace, c.name)),
-        other_namespace: recorded_elsewhere(up),
-        ..Default::default()
-    };
-    if o.other_namespace.is_some() {
-        return Ok(o);
-    }
-    match phase {
-        Pending | Refused => observe_start(up, &mut o, ctx).await?,
-        PullingImage | Pausing | UpgradingNodes | RollingBack => {
-            let cluster = recorded_cluster(up, ctx).await?;
-            o.cluster = cluster.as_ref().map(cluster_view);
-            if phase == UpgradingNodes
-                && let Some(c) = &cluster
-            {
-                o.storageos = read::storageos(c, ctx).await;
-            }
-        }
-        _ => {}
-    }
-    if matches!(phase, PullingImage | Pausing) {
-        o.puller = observe_puller(up, ctx).await?;
-    }
-    if matches!(phase, Pending | Refused | PullingImage | UpgradingNodes | RollingBack)
-        && let Some(c) = &o.cluster
-    {
-        o.nodes = observe_nodes(&c.objects_namespace, ctx).await?;
-    }
-    if phase == ScalingDown {
-        o.candidates = candidates(ctx).await?;
-    }
-    if matches!(phase, ScalingDown | ScalingUp) {
-        o.apps = observe_apps(recorded, phase == ScalingDown, ctx).await?;
-    }
-    Ok(o)
-}
-
-/// What deciding whether the upgrade may start reads: the active cluster, the upgrades queued
-/// before it, and (when it is its turn) blocked drains and StorageOS.
-async fn observe_start(up: &StorageOSUpgrade, o: &mut Observed, ctx: &Context) -> Result<(), Error> {
-    // Only the cluster in the upgrade's own namespace, and only upgrades there queue:
-    // whoever may create an upgrade elsewhere can neither take over nor block it.
-    let ns = up.namespace().unwrap_or_default();
-    // A cluster whose spec no longer decodes still counts for which one is active; it cannot be
-    // upgraded until fixed (its Undecodable event says how).
-    let clusters: Vec<DeserializeGuard<StorageOSCluster>> = ctx.trusted.list(&ctx.client).await?;
-    let listed = crate::crd::active_cluster(&clusters);
-    o.other_namespace = listed
-        .filter(|c| c.namespace().as_deref() != Some(ns.as_str()))
-        .map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()));
-    let here = Api::<StorageOSUpgrade>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    o.blocked_by = plan::first_in_line(&here)
-        .filter(|first| first.uid() != up.uid())
-        .map(key);
-    if o.blocked_by.is_none() && o.other_namespace.is_none() {
-        let active = listed.and_then(|c| c.0.as_ref().ok());
-        o.cluster = active.map(cluster_view);
-        if let Some(c) = active.filter(|c| c.meta().deletion_timestamp.is_none()) {
-            let objects = render::resolve(&c.spec).namespace;
-            o.drain_blocked = read::blocked_drains(&objects, ctx).await?;
-            o.storageos = read::storageos(c, ctx).await;
-        }
-    }
-    Ok(())
-}
-
-async fn observe_puller(up: &StorageOSUpgrade, ctx: &Context) -> Result<PullerView, Error> {
-    let ns = up.namespace().unwrap_or_default();
-    let ds = Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&pull::daemonset_name(&up.name_any()))
-        .await?;
-    let pods = match &ds {
-        Some(_) => {
-            let selector: Selector = pull::selector(&up.name_any()).into_iter().collect();
-            Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                .list(&ListParams::default().labels_from(&selector))
-                .await?
-                .items
-        }
-        None => Vec::new(),
-    };
-    Ok(pull::view(ds.as_ref(), &pods))
-}
-
-async fn observe_nodes(namespace: &str, ctx: &Context) -> Result<Option<NodeView>, Error> {
-    let Some(ds) = Api::<DaemonSet>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(NODE_DAEMONSET)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let selector = ds
-        .spec
-        .as_ref()
-        .and_then(|s| Selector::try_from(s.selector.clone()).ok())
-        .filter(|s| !s.selects_all());
-    let pods = match selector {
-        Some(selector) => {
-            Api::<Pod>::namespaced(ctx.client.clone(), namespace)
-                .list(&ListParams::default().labels_from(&selector))
-                .await?
-                .items
-        }
-        None => Vec::new(),
-    };
-    Ok(Some(nodes::view(&ds, &pods)))
-}
-
-/// Every running Deployment and StatefulSet that uses StorageOS volumes, in all namespaces.
-/// Every list goes a page at a time; of the PVs only StorageOS ones are kept, and of the
-/// Deployments and StatefulSets only those that qualify (this runs at every ScalingDown poll).
-async fn candidates(ctx: &Context) -> Result<Vec<ScaledApp>, Error> {
-    use crate::runtime::kube::cache::{LIST_PAGE, pick_in_pages};
-    use crate::storageos::kube::is_storageos_volume;
-
-    let c = &ctx.client;
-    let pvcs: Vec<PersistentVolumeClaim> = pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |p| p).await?;
-    let pvs: Vec<PersistentVolume> = pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |p| {
-        p.into_iter().filter(is_storageos_volume).collect()
-    })
-    .await?;
-    let classes: Vec<StorageClass> = Api::all(c.clone()).list(&ListParams::default()).await?.items;
-    let volumes = Volumes::new(&pvcs, &pvs, &classes);
-    let mut found = pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |deployments| {
-        apps::qualifying(&deployments, &[], &volumes)
-    })
-    .await?;
-    found.extend(
-        pick_in_pages(&Api::all(c.clone()), LIST_PAGE, |statefulsets| {
-            apps::qualifying(&[], &statefulsets, &volumes)
-        })
-        .await?,
-    );
-    found.sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
-    Ok(found)
-}
-
-async fn observe_apps(
-    recorded: &[ScaledApp],
-    count_pods: bool,
-    ctx: &Context,
-) -> Result<Vec<(ScaledApp, Option<LiveApp>)>, Error> {
-    let mut out = Vec::with_capacity(recorded.len());
-    for app in recorded {
-        out.push((app.clone(), apps::observe(&ctx.client, app, count_pods).await?));
-    }
-    Ok(out)
-}
-
-fn puller_key(up: &StorageOSUpgrade) -> ObjectKey {
-    ObjectKey {
-        api_version: "apps/v1".into(),
-        kind: "DaemonSet".into(),
-        namespace: up.namespace(),
-        name: pull::daemonset_name(&up.name_any()),
-    }
-}
-
 /// Sets (`Some`) or removes (`None`) the pause annotation on the cluster. This annotation is
 /// the maintenance signal: the cluster reconciler skips a cluster that carries it, and the
 /// api-manager suspends fencing and node delete while any cluster carries it. The StorageOS v2
@@ -777,135 +554,5 @@ async fn finalize(up: &StorageOSUpgrade, api: &Api<StorageOSUpgrade>, ctx: &Cont
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use crate::upgrade::nodes::NodeView;
-    use crate::upgrade::path::PathError;
-    use crate::upgrade::plan::{Hold, Problem};
-
-    fn shown(step: &Step, previous: &StorageOSUpgradeStatus) -> Report {
-        report(step, previous, Some(1), &now()).unwrap()
-    }
-
-    #[test]
-    fn a_step_that_takes_nothing_shows_itself_and_warns_once() {
-        let fresh = StorageOSUpgradeStatus::default();
-        let blocked = shown(&Step::Blocked("ns/first".into()), &fresh);
-        assert_eq!(blocked.then, Ok(Action::requeue(BLOCKED_RECHECK)));
-        let (type_, reason, note) = blocked.event.clone().unwrap();
-        assert_eq!((type_, reason), (EventType::Warning, reasons::FAILED_CREATION));
-        assert!(note.contains("ns/first"), "{note}");
-        // Already shown: the same status again, and no second event.
-        let again = shown(&Step::Blocked("ns/first".into()), &blocked.status);
-        assert_eq!((again.event, again.status), (None, blocked.status));
-
-        let hold = shown(&Step::Hold(Hold::VolumesNotReady("v1".into())), &fresh);
-        assert_eq!(hold.then, Ok(Action::requeue(HOLD_RECHECK)));
-        assert!(hold.event.is_some() && hold.log.is_some());
-        let again = shown(&Step::Hold(Hold::VolumesNotReady("v1".into())), &hold.status);
-        assert_eq!((again.event, again.log), (None, None));
-
-        let refusal = PathError::Downgrade {
-            from: "storageos/node:v2.5.0".into(),
-            to: "storageos/node:v2.4.0".into(),
-        };
-        let refused = shown(&Step::Refuse(refusal.clone()), &fresh);
-        assert_eq!(refused.then, Ok(Action::await_change()));
-        assert_eq!(refused.event.map(|e| e.1), Some(refusal.reason()));
-    }
-
-    #[test]
-    fn a_problem_is_shown_and_is_a_reconcile_error() {
-        let fresh = StorageOSUpgradeStatus::default();
-        let problem = shown(&Step::Problem(Problem::NoCluster), &fresh);
-        assert_eq!(problem.then, Err(Problem::NoCluster));
-        assert_eq!(problem.event.map(|e| e.1), Some(Problem::NoCluster.reason()));
-        assert_ne!(problem.status, fresh);
-    }
-
-    #[test]
-    fn waiting_and_idle_send_no_event() {
-        let fresh = StorageOSUpgradeStatus::default();
-        let wait = shown(&Step::Wait("pods stopping".into()), &fresh);
-        assert_eq!((wait.event, wait.then), (None, Ok(Action::requeue(POLL))));
-        assert_eq!(wait.log.map(|l| l.1), Some("pods stopping".to_string()));
-        let idle = shown(&Step::Idle, &fresh);
-        assert_eq!((idle.status, idle.then), (fresh, Ok(Action::await_change())));
-    }
-
-    #[test]
-    fn a_step_to_take_is_not_shown_but_described() {
-        let fresh = StorageOSUpgradeStatus::default();
-        for (step, said) in [
-            (Step::Advance(UpgradePhase::Pausing), "entering phase Pausing"),
-            (
-                Step::RollBack("nodes not ready".into()),
-                "rolling back: nodes not ready",
-            ),
-            (Step::Act(Act::Pause), &Act::Pause.to_string()),
-        ] {
-            assert_eq!(report(&step, &fresh, Some(1), &now()), None, "{step:?}");
-            assert_eq!(describe(&step), said);
-        }
-    }
-
-    #[test]
-    fn starting_records_the_cluster_and_the_image_a_rollback_restores() {
-        let observed = Observed {
-            cluster: Some(ClusterView {
-                namespace: "ns".into(),
-                name: "c".into(),
-                ..Default::default()
-            }),
-            nodes: Some(NodeView {
-                template_image: Some("storageos/node:v2.5.0".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let fresh = StorageOSUpgradeStatus::default();
-        let (to, image, now) = (UpgradePhase::PullingImage, "storageos/node:v2.6.0", now());
-        let next = advanced(&fresh, UpgradePhase::Pending, to, &observed, image, Some(1), &now);
-        assert_eq!(next.cluster.as_ref().map(|c| c.name.as_str()), Some("c"));
-        assert_eq!(next.previous_image.as_deref(), Some("storageos/node:v2.5.0"));
-        // Later phases keep what was recorded at the start.
-        let later = advanced(
-            &next,
-            UpgradePhase::PullingImage,
-            UpgradePhase::Pausing,
-            &Observed::default(),
-            image,
-            Some(1),
-            &now,
-        );
-        assert_eq!(later.previous_image.as_deref(), Some("storageos/node:v2.5.0"));
-        let events = entering_events(&fresh, &next, to, image);
-        assert_eq!(
-            events.iter().map(|e| e.1).collect::<Vec<_>>(),
-            vec![reasons::PULL_IMAGE]
-        );
-    }
-
-    #[test]
-    fn entering_rolled_back_warns_with_the_cause_and_the_image_restored() {
-        let previous = StorageOSUpgradeStatus {
-            previous_image: Some("storageos/node:v2.5.0".into()),
-            ..Default::default()
-        };
-        let next = StorageOSUpgradeStatus {
-            rollback: Some(crate::crd::UpgradeRollback {
-                cause: "2 nodes not ready".into(),
-                image: "storageos/node:v2.5.0".into(),
-            }),
-            ..previous.clone()
-        };
-        let events = entering_events(&previous, &next, UpgradePhase::RolledBack, "storageos/node:v2.6.0");
-        let (type_, reason, note) = events.last().cloned().unwrap();
-        assert_eq!((type_, reason), (EventType::Warning, reasons::ROLLED_BACK));
-        assert_eq!(
-            note,
-            "rolled back to storageos/node:v2.5.0: 2 nodes not ready; delete this upgrade to leave maintenance"
-        );
-    }
-}
+#[path = "reconcile_tests.rs"]
+mod tests;
