@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmarks at scale (SPEC §10): for each node count, a fresh local control plane with that
-# many kwok nodes, the StorageOS simulator, and the release build of the operator and of the
-# api-manager, each a process acting as its own ServiceAccount. It measures
+# Benchmarks at scale (results in docs/benchmarks.md): for each node count, a fresh local
+# control plane with that many kwok nodes, the StorageOS simulator, and the release build of
+# the operator and of the api-manager, each a process acting as its own ServiceAccount. It
+# measures
 #
 #   - RSS (VmRSS, VmHWM) of both after a steady idle minute, and their CPU seconds in it (the
 #     minute starts once the api-manager has written nothing for 15 s after the workload, at most

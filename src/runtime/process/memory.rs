@@ -66,7 +66,10 @@ pub fn set_up_allocator() -> bool {
 
 /// Returns the free pages of every malloc arena to the kernel; true when some were.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code, reason = "the one foreign call of the crate: glibc's malloc_trim")]
+#[allow(
+    unsafe_code,
+    reason = "glibc's malloc_trim, as mallopt above (and statvfs in checks::host)"
+)]
 pub fn trim() -> bool {
     // SAFETY: malloc_trim takes no pointer, has no precondition and is MT-safe (malloc_trim(3)).
     unsafe { libc::malloc_trim(0) != 0 }
