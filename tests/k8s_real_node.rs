@@ -442,23 +442,7 @@ async fn install_wait_stops_on_an_operator_image_that_cannot_be_pulled(client: &
 
 /// `kubectl storageos preflight ARGS -o json` against the real-node plane: (exit ok, report).
 fn preflight(args: &[&str]) -> (bool, serde_json::Value) {
-    let kubeconfig = real_node::plane().state().join("kubeconfig");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("preflight")
-        .args(args)
-        .args(["-o", "json"])
-        .output()
-        .expect("run kubectl-storageos");
-    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "preflight {args:?} -o json is not JSON ({e}):\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.success(), report)
+    support::preflight(&real_node::plane().state().join("kubeconfig"), args)
 }
 
 /// The checks of a report whose name starts with `prefix`, as (name, result, message).

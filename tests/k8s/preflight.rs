@@ -377,22 +377,7 @@ async fn an_arm64_node_is_named_and_a_foreign_csi_driver_is_reported() {
 
 /// `kubectl storageos preflight ARGS -o json` with the plane's admin kubeconfig: (exit ok, report).
 fn preflight(args: &[&str]) -> (bool, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
-        .arg("--kubeconfig")
-        .arg(support::kubeconfig_path())
-        .arg("preflight")
-        .args(args)
-        .args(["-o", "json"])
-        .output()
-        .expect("run kubectl-storageos");
-    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "preflight {args:?} -o json is not JSON ({e}):\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.success(), report)
+    support::preflight(support::kubeconfig_path(), args)
 }
 
 /// The check named `name` of a report.

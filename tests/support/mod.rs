@@ -783,3 +783,23 @@ pub mod install;
 pub mod operator;
 pub mod real_node;
 pub mod seed;
+
+/// `kubectl storageos preflight ARGS -o json` as the admin of `kubeconfig`: (exit ok, report).
+pub fn preflight(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, serde_json::Value) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-storageos"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("preflight")
+        .args(args)
+        .args(["-o", "json"])
+        .output()
+        .expect("run kubectl-storageos");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "preflight {args:?} -o json is not JSON ({e}):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), report)
+}
