@@ -103,27 +103,23 @@ impl Current {
         }
     }
 
-    /// The verifier now (a poisoned lock still holds the last one written).
+    /// What `read` takes of the pair now (a poisoned lock still holds the last one written).
+    fn read<T>(&self, read: impl FnOnce(&(Arc<dyn ClientCertVerifier>, rustls::RootCertStore)) -> T) -> T {
+        read(&self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// The verifier now.
     fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
-        match self.inner.read() {
-            Ok(g) => g.0.clone(),
-            Err(poisoned) => poisoned.into_inner().0.clone(),
-        }
+        self.read(|(verifier, _)| verifier.clone())
     }
 
     /// The CAs now.
     pub fn roots(&self) -> rustls::RootCertStore {
-        match self.inner.read() {
-            Ok(g) => g.1.clone(),
-            Err(poisoned) => poisoned.into_inner().1.clone(),
-        }
+        self.read(|(_, roots)| roots.clone())
     }
 
     pub fn replace(&self, verifier: Arc<dyn ClientCertVerifier>, roots: rustls::RootCertStore) {
-        match self.inner.write() {
-            Ok(mut g) => *g = (verifier, roots),
-            Err(poisoned) => *poisoned.into_inner() = (verifier, roots),
-        }
+        *self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (verifier, roots);
     }
 }
 
