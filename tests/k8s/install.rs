@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use storageos_operator::crd::StorageOSCluster;
 use storageos_operator::install;
@@ -352,42 +352,31 @@ async fn hundreds_of_large_crs_outside_the_watched_namespaces_leave_the_operator
     // ~200 KiB each, in an annotation (the one place any kind takes that much).
     let blob = "x".repeat(200 * 1024);
     let mut elsewhere = Vec::new();
-    for kind in ["cluster", "upgrade", "job"] {
-        let ns = support::TestNamespace::new(&format!("big-{kind}")).await;
+    let kinds = [
+        (
+            ApiResource::erase::<StorageOSCluster>(&()),
+            json!({"secretRefName": "storageos-api", "secretRefNamespace": "storageos",
+                   "kvBackend": {"address": "http://etcd.storageos-etcd.svc:2379"}}),
+        ),
+        (
+            ApiResource::erase::<StorageOSUpgrade>(&()),
+            json!({"newImage": "storageos/node:v2.4.2"}),
+        ),
+        (
+            ApiResource::erase::<Job>(&()),
+            json!({"image": "busybox", "args": ["true"], "mountPath": "/data",
+                   "hostPath": "/var/lib/storageos", "completionWord": "done"}),
+        ),
+    ];
+    for (resource, spec) in kinds {
+        let ns = support::TestNamespace::new(&format!("big-{}", resource.kind.to_lowercase())).await;
+        let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &resource);
         for i in 0..100 {
-            let meta =
-                json!({"name": format!("big-{i}"), "namespace": ns.name, "annotations": {"example.com/blob": blob}});
-            match kind {
-                "cluster" => {
-                    let c: StorageOSCluster = support::from_json(json!({
-                        "apiVersion": "storageos.com/v1", "kind": "StorageOSCluster", "metadata": meta,
-                        "spec": {"secretRefName": "storageos-api", "secretRefNamespace": ns.name,
-                                 "kvBackend": {"address": "http://etcd.storageos-etcd.svc:2379"}}
-                    }));
-                    ns.api::<StorageOSCluster>()
-                        .create(&Default::default(), &c)
-                        .await
-                        .unwrap();
-                }
-                "upgrade" => {
-                    let u: StorageOSUpgrade = support::from_json(json!({
-                        "apiVersion": "storageos.com/v1", "kind": "StorageOSUpgrade", "metadata": meta,
-                        "spec": {"newImage": "storageos/node:v2.4.2"}
-                    }));
-                    ns.api::<StorageOSUpgrade>()
-                        .create(&Default::default(), &u)
-                        .await
-                        .unwrap();
-                }
-                _ => {
-                    let j: Job = support::from_json(json!({
-                        "apiVersion": "storageos.com/v1", "kind": "Job", "metadata": meta,
-                        "spec": {"image": "busybox", "args": ["true"], "mountPath": "/data",
-                                 "hostPath": "/var/lib/storageos", "completionWord": "done"}
-                    }));
-                    ns.api::<Job>().create(&Default::default(), &j).await.unwrap();
-                }
-            }
+            let object: DynamicObject = support::from_json(json!({
+                "apiVersion": resource.api_version, "kind": resource.kind, "spec": spec,
+                "metadata": {"name": format!("big-{i}"), "namespace": ns.name, "annotations": {"example.com/blob": blob}}
+            }));
+            api.create(&Default::default(), &object).await.unwrap();
         }
         elsewhere.push(ns);
     }
