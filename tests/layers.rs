@@ -120,6 +120,31 @@ fn the_operator_and_the_api_manager_do_not_use_each_other() {
     );
 }
 
+/// What the controller and process kit (`src/runtime/`) may not name outside its tests: the
+/// StorageOS client, the simulator and the CRDs. It is the kit crate-to-be: Kubernetes and
+/// process plumbing, with nothing of StorageOS but the `Reason` type of the reasons table.
+const NOT_IN_THE_KIT: &[&str] = &["crate::storageos", "storageos_client", "crate::sim", "crate::crd"];
+
+#[test]
+fn the_kit_names_nothing_of_storageos() {
+    let mut files = Vec::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime"), &mut files);
+    let mut named = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable source");
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            if let Some(name) = NOT_IN_THE_KIT.iter().find(|name| line.contains(*name)) {
+                named.push(format!("{}:{}: {name}", f.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "the kit names StorageOS (pass it in instead): {named:#?}"
+    );
+}
+
 /// The most lines a file of `src/` holds (docs/architecture.md): past it, a file is about more
 /// than one thing. Unit tests live beside it in a `*_tests.rs` file when they would not fit.
 const MAX_LINES: usize = 700;

@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
 use super::storageclass::{LEGACY_CLASS_ANNOTATION, PvcFields, STORAGECLASS_ANNOTATION};
-use crate::runtime::kube::view::{self, Labels};
+use crate::runtime::kube::view;
+use crate::storageos::LabelSet as Labels;
 use crate::storageos::kube::{CSI_DRIVER, PROVISIONER_ANNOTATIONS, provisioned_by_storageos};
 
 /// A PVC as its cache keeps it: name, namespace, UID, version, creation and deletion times,

@@ -18,8 +18,9 @@ use serde::{Deserialize, Deserializer};
 use smol_str::SmolStr;
 
 use crate::checks::Platform;
-use crate::runtime::kube::view::{self, Condition, Labels, condition_status};
+use crate::runtime::kube::view::{self, Condition, condition_status};
 use crate::runtime::kube::view_store::{Listed, View};
+use crate::storageos::LabelSet as Labels;
 
 /// A Node as the cluster controller keeps it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

@@ -271,4 +271,26 @@ mod tests {
             "past the cap, a key is its object's own"
         );
     }
+
+    #[test]
+    fn labels_are_kept_sorted_and_read_like_the_map_they_came_from() {
+        let map = BTreeMap::from([
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ("app".to_string(), "db".to_string()),
+            ("empty".to_string(), String::new()),
+        ]);
+        let labels = LabelSet::from(map.clone());
+        assert_eq!((labels.len(), labels.is_empty()), (3, false));
+        assert_eq!(labels.get("app"), Some("db"));
+        assert_eq!(labels.get("empty"), Some(""));
+        assert_eq!(labels.get("kubernetes.io/os"), Some("linux"));
+        assert_eq!(labels.get("missing"), None);
+        assert_eq!(
+            labels.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ["app", "empty", "kubernetes.io/os"]
+        );
+        assert_eq!(labels.to_map(), map);
+        assert!(LabelSet::from(None).is_empty() && LabelSet::from(None).get("app").is_none());
+        assert_eq!(LabelSet::from(Some(map)), labels);
+    }
 }

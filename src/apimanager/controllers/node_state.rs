@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 
-use crate::runtime::kube::view::{self, Condition, Labels, condition_status};
+use crate::runtime::kube::view::{self, Condition, condition_status};
+use crate::storageos::LabelSet as Labels;
 use crate::storageos::kube::{CSI_NODE_ANNOTATION, runs_storageos};
 
 /// The annotation marking the out-of-service taint as the out-of-service controller's (value:

@@ -81,12 +81,6 @@ impl<A: Annotations> From<Meta<A>> for ObjectMeta {
     }
 }
 
-/// Labels as a view keeps them ([`LabelSet`](crate::storageos::LabelSet): sorted pairs in one
-/// allocation, keys shared process-wide, short values inline), the same type the StorageOS
-/// models keep theirs in. A view with these keeps `metadata.labels` empty, so
-/// `ResourceExt::labels()` is empty on it: its readers read the view's own field.
-pub use crate::storageos::LabelSet as Labels;
-
 /// `#[serde(deserialize_with = "view::meta")]` for a view's `metadata`: [`Meta`] as `ObjectMeta`.
 pub fn meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     Meta::<NoAnnotations>::deserialize(d).map(ObjectMeta::from)
@@ -263,27 +257,5 @@ mod tests {
         .unwrap();
         assert_eq!(condition_status(Some(cs), "Ready").as_deref(), Some("False"));
         assert_eq!(condition_status(None, "Ready"), None);
-    }
-
-    #[test]
-    fn labels_are_kept_sorted_and_read_like_the_map_they_came_from() {
-        let map = BTreeMap::from([
-            ("kubernetes.io/os".to_string(), "linux".to_string()),
-            ("app".to_string(), "db".to_string()),
-            ("empty".to_string(), String::new()),
-        ]);
-        let labels = Labels::from(map.clone());
-        assert_eq!((labels.len(), labels.is_empty()), (3, false));
-        assert_eq!(labels.get("app"), Some("db"));
-        assert_eq!(labels.get("empty"), Some(""));
-        assert_eq!(labels.get("kubernetes.io/os"), Some("linux"));
-        assert_eq!(labels.get("missing"), None);
-        assert_eq!(
-            labels.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            ["app", "empty", "kubernetes.io/os"]
-        );
-        assert_eq!(labels.to_map(), map);
-        assert!(Labels::from(None).is_empty() && Labels::from(None).get("app").is_none());
-        assert_eq!(Labels::from(Some(map)), labels);
     }
 }

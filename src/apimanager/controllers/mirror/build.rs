@@ -13,7 +13,7 @@ use crate::crd::{
     NodeCapacity, NodeMirrorStatus, SyncProgress, VolumeAttachment, VolumeMaster, VolumeMirrorStatus, VolumeNfs,
     VolumeReplica,
 };
-use crate::runtime::kube::view::Labels;
+use crate::storageos::LabelSet as Labels;
 use crate::storageos::models::{Health, LABEL_NFS_MOUNT_ENDPOINT, LABEL_REPLICAS, Node, Volume};
 
 const GIB: u64 = 1 << 30;
