@@ -586,19 +586,19 @@ fn job(namespace: &str, name: &str, host_path: &str) -> serde_json::Value {
 
 /// Reconciles of `controller` summed over the operator's pods, read from their metrics on the
 /// pod network (which this host reaches): proof that the operator ran.
-async fn operator_reconciles(client: &Client, controller: &str) -> u64 {
+/// `None` unless every running pod's metrics were read.
+async fn operator_reconciles(client: &Client, controller: &str) -> Option<u64> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
     let selector = ListParams::default().labels("app.kubernetes.io/name=storageos-operator");
     let mut sum = 0;
-    for pod in pods.list(&selector).await.map(|l| l.items).unwrap_or_default() {
-        let Some(ip) = pod.status.and_then(|s| s.pod_ip) else {
+    for pod in pods.list(&selector).await.ok()?.items {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let Some(ip) = pod.status.and_then(|s| s.pod_ip).filter(|_| running) else {
             continue;
         };
-        sum += support::evidence::reconciles_at_addr(&format!("{ip}:8080"), controller)
-            .await
-            .unwrap_or(0);
+        sum += support::evidence::reconciles_at_addr(&format!("{ip}:8080"), controller).await?;
     }
-    sum
+    Some(sum)
 }
 
 /// Ready's reason, once the Job has one matching `want`.
@@ -682,7 +682,10 @@ async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client
     .await;
     // A pass over the refused Job at the same generation (nudged by an annotation of the
     // test's own) must not bring its DaemonSet back.
-    let passes = operator_reconciles(client, JOB_CONTROLLER).await;
+    let passes = wait_for("the operator's reconcile count", Duration::from_secs(60), || {
+        operator_reconciles(client, JOB_CONTROLLER)
+    })
+    .await;
     let nudge = json!({"metadata": {"annotations": {"example.com/nudge": "refused"}}});
     jobs.patch("escape-opt-in", &PatchParams::default(), &Patch::Merge(&nudge))
         .await
@@ -690,7 +693,7 @@ async fn jobs_never_mount_a_symlink_out_of_the_allowed_directory(client: &Client
     wait_for(
         "a pass of the Job controller after the nudge",
         Duration::from_secs(60),
-        || async { (operator_reconciles(client, JOB_CONTROLLER).await > passes).then_some(()) },
+        || async { (operator_reconciles(client, JOB_CONTROLLER).await? > passes).then_some(()) },
     )
     .await;
     assert!(

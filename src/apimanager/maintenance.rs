@@ -12,7 +12,7 @@
 //! read counts as "cannot tell", which callers must treat as "do nothing".
 
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::PAUSED_BY_ANNOTATION;
 use crate::crd::{StorageOSCluster, StorageOSUpgrade, UpgradePhase};
@@ -35,14 +35,14 @@ pub fn holds(phase: UpgradePhase) -> bool {
 }
 
 /// The upgrade a cluster's pause annotation names, if it carries a non-empty one.
-fn paused_by(c: &StorageOSCluster) -> Option<&String> {
+fn paused_by<K: Resource>(c: &K) -> Option<&String> {
     c.annotations().get(PAUSED_BY_ANNOTATION).filter(|v| !v.is_empty())
 }
 
 /// The maintenance state named by `clusters`, given the `upgrades` their annotations name
 /// (pure, for tests): an annotation counts only if the upgrade it names is in `upgrades`, in the
 /// cluster's namespace, in a phase that [`holds`] the cluster.
-pub fn from_clusters(clusters: &[StorageOSCluster], upgrades: &[StorageOSUpgrade]) -> Maintenance {
+pub fn from_clusters<K: Resource>(clusters: &[K], upgrades: &[StorageOSUpgrade]) -> Maintenance {
     clusters
         .iter()
         .find_map(|c| {
@@ -91,13 +91,14 @@ pub fn parse_cluster(s: &str) -> Result<(String, String), String> {
 /// the apiserver answers the plain-text `404 page not found`, which is not a `Status` with
 /// reason NotFound.
 pub async fn current(client: &Client, own: Option<&(String, String)>) -> Result<Maintenance, kube::Error> {
+    // Metadata only: a cluster whose spec no longer decodes still says whether it is paused.
     let clusters = match own {
         Some((ns, name)) => Api::<StorageOSCluster>::namespaced(client.clone(), ns)
-            .get_opt(name)
+            .get_metadata_opt(name)
             .await
             .map(|c| c.into_iter().collect::<Vec<_>>()),
         None => Api::<StorageOSCluster>::all(client.clone())
-            .list(&ListParams::default())
+            .list_metadata(&ListParams::default())
             .await
             .map(|l| l.items),
     };

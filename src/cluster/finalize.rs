@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -169,7 +170,7 @@ pub async fn finalize(cluster: &StorageOSCluster, is_active: bool, ctx: &Context
         let uid = cluster.uid();
         let others = ctx
             .trusted
-            .list::<StorageOSCluster>(&ctx.client)
+            .list::<PartialObjectMeta<StorageOSCluster>>(&ctx.client)
             .await
             .step("list the StorageOSClusters that may share the drain guards' namespace")?
             .into_iter()

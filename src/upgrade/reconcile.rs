@@ -373,7 +373,7 @@ async fn not_allowed(
             // cluster beside it is undone (the pause annotation, so the cluster is reconciled
             // again once watched, and its puller), never what its status claims to have scaled.
             let clusters = Api::<StorageOSCluster>::namespaced(ctx.client.clone(), &namespace)
-                .list(&kube::api::ListParams::default())
+                .list_metadata(&kube::api::ListParams::default())
                 .await?;
             for cluster in &clusters.items {
                 unpause_if_paused_by(ctx, up, cluster).await?;
@@ -453,7 +453,11 @@ async fn set_paused_by(
 }
 
 /// Removes the pause annotation from `cluster` when it names `up` (and nothing otherwise).
-async fn unpause_if_paused_by(ctx: &Context, up: &StorageOSUpgrade, cluster: &StorageOSCluster) -> Result<(), Error> {
+async fn unpause_if_paused_by<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    up: &StorageOSUpgrade,
+    cluster: &K,
+) -> Result<(), Error> {
     if cluster.annotations().get(PAUSED_BY_ANNOTATION) != Some(&up.name_any()) {
         return Ok(());
     }

@@ -258,6 +258,7 @@ async fn cluster_lifecycle_on_the_real_control_plane() {
         (reconciles(&registry) > passes).then_some(())
     })
     .await;
+    support::identity::audit_flushed(OPERATOR).await;
     assert_eq!(
         writes_by(OPERATOR, idle_from),
         [] as [String; 0],

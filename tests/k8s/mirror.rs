@@ -14,7 +14,7 @@ use storageos_operator::apimanager::controllers::mirror;
 use storageos_operator::crd::{StorageOSNode, StorageOSVolume};
 use storageos_operator::sim::{SimHandle, VolumeSeed};
 use storageos_operator::storageos::models::Health;
-use support::evidence::{after_polls, on_route};
+use support::evidence::{after_polls, after_polls_within, on_route};
 use support::identity::{API_MANAGER, writes_by};
 use support::{TestNamespace, from_json, logs, wait_for};
 
@@ -315,7 +315,13 @@ async fn nodes_and_volumes_show_in_kubectl_and_follow_storageos() {
     let idle_from = chrono::Utc::now();
     sim.clear_requests();
     let polls = u32::try_from(Duration::from_secs(60).as_secs() / NODE_POLL.as_secs()).unwrap();
-    after_polls(&sim, NODE_READ, polls as usize).await;
+    after_polls_within(
+        &sim,
+        NODE_READ,
+        polls as usize,
+        NODE_POLL * polls + Duration::from_secs(30),
+    )
+    .await;
     let writes = writes_by(API_MANAGER, idle_from);
     let requests = sim.requests();
     let volume_reads = requests.iter().filter(|r| on_route(r, VOLUME_READ)).count();

@@ -15,10 +15,15 @@ pub const EVIDENCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// StorageOS has then run at least `n` passes since the call; a negative check made after it
 /// covers those passes.
 pub async fn after_polls(sim: &SimHandle, route: &str, n: usize) -> Vec<RequestRecord> {
+    after_polls_within(sim, route, n, EVIDENCE_TIMEOUT).await
+}
+
+/// [`after_polls`] waiting at most `timeout` (for many polls: their intervals and a margin).
+pub async fn after_polls_within(sim: &SimHandle, route: &str, n: usize, timeout: Duration) -> Vec<RequestRecord> {
     let since = sim.requests().last().map_or(0, |r| r.seq);
     super::wait_for(
         &format!("{n} more successful `{route}` requests to the simulator (proof the component ran)"),
-        EVIDENCE_TIMEOUT,
+        timeout,
         || async {
             let seen: Vec<RequestRecord> = sim
                 .requests()

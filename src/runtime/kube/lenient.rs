@@ -7,7 +7,7 @@
 //! does not fit is reported (a log line and a Warning event on it, once per version) and left
 //! out, and the rest flow on. Each object is decoded through kube's `DeserializeGuard`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +30,8 @@ use crate::reasons;
 struct Reporting {
     client: Client,
     recorder: Arc<Recorder>,
-    seen: Arc<Mutex<HashSet<(String, String)>>>,
+    /// By UID: the version last reported (one entry per object that does not decode now).
+    seen: Arc<Mutex<HashMap<String, String>>>,
 }
 
 /// Who the events of undecodable objects are published as.
@@ -49,12 +50,23 @@ impl Reporting {
         }
     }
 
+    /// The object decodes again, or is gone: a later undecodable version is news.
+    fn forget(&self, meta: &ObjectMeta) {
+        if let (Some(uid), Ok(mut seen)) = (&meta.uid, self.seen.lock()) {
+            seen.remove(uid);
+        }
+    }
+
     async fn report<K: Resource<DynamicType = ()> + DeserializeOwned>(&self, meta: &ObjectMeta, error: &str) {
-        let version = (
+        let (uid, version) = (
             meta.uid.clone().unwrap_or_default(),
             meta.resource_version.clone().unwrap_or_default(),
         );
-        let first = self.seen.lock().map(|mut s| s.insert(version)).unwrap_or(true);
+        let first = self
+            .seen
+            .lock()
+            .map(|mut s| s.insert(uid, version.clone()).as_ref() != Some(&version))
+            .unwrap_or(true);
         if !first {
             return;
         }
@@ -76,7 +88,7 @@ impl Reporting {
             ..Default::default()
         };
         let note = format!(
-            "this {kind} does not fit the operator's schema ({error}) and is ignored until it is fixed: `kubectl edit` that field, or delete and re-create the object"
+            "this {kind} does not fit the operator's schema ({error}) and is ignored until it is fixed: `kubectl edit` that field (a deletion does not finish before then: the operator's finalizer stays until it can read the object)"
         );
         if let Err(e) = self
             .recorder
@@ -129,26 +141,38 @@ where
                 Ok(event) => event,
                 Err(e) => return Some(Err(e)),
             };
-            let valid = |o: DeserializeGuard<K>| async {
-                match o.0 {
-                    Ok(k) => Some(k),
-                    Err(invalid) => {
-                        reporting.report::<K>(&invalid.metadata, &invalid.error).await;
-                        None
-                    }
-                }
+            let stored = |meta: &ObjectMeta| {
+                let name = meta.name.clone().unwrap_or_default();
+                let key = match &meta.namespace {
+                    Some(ns) => ObjectRef::<K>::new(&name).within(ns),
+                    None => ObjectRef::<K>::new(&name),
+                };
+                store.get(&key).map(|k| k.as_ref().clone())
             };
             Some(Ok(match event {
                 Event::Init => Event::Init,
                 Event::InitDone => Event::InitDone,
-                Event::InitApply(o) => Event::InitApply(valid(o).await?),
-                Event::Apply(o) => Event::Apply(valid(o).await?),
-                Event::Delete(DeserializeGuard(Ok(k))) => Event::Delete(k),
+                Event::InitApply(DeserializeGuard(Ok(k))) => {
+                    reporting.forget(k.meta());
+                    Event::InitApply(k)
+                }
+                Event::Apply(DeserializeGuard(Ok(k))) => {
+                    reporting.forget(k.meta());
+                    Event::Apply(k)
+                }
+                // A copy that decoded before no longer stands for the object: it leaves the
+                // cache, so nothing goes on acting on a spec the object no longer has.
+                Event::InitApply(DeserializeGuard(Err(invalid))) | Event::Apply(DeserializeGuard(Err(invalid))) => {
+                    reporting.report::<K>(&invalid.metadata, &invalid.error).await;
+                    Event::Delete(stored(&invalid.metadata)?)
+                }
+                Event::Delete(DeserializeGuard(Ok(k))) => {
+                    reporting.forget(k.meta());
+                    Event::Delete(k)
+                }
                 Event::Delete(DeserializeGuard(Err(invalid))) => {
-                    let meta = invalid.metadata;
-                    let key =
-                        ObjectRef::<K>::new(&meta.name.unwrap_or_default()).within(&meta.namespace.unwrap_or_default());
-                    Event::Delete(store.get(&key)?.as_ref().clone())
+                    reporting.forget(&invalid.metadata);
+                    Event::Delete(stored(&invalid.metadata)?)
                 }
             }))
         }
