@@ -145,6 +145,14 @@ mod tests {
     }
 
     #[test]
+    fn the_plugins_node_check_pod_arguments_parse() {
+        // What the plugin's node-check pod runs (its test pins the same list).
+        let args = ["node-check", "--node", "n1", "--peers", "10.0.0.8,10.0.0.9", "--window", "20s"];
+        let cli = Cli::try_parse_from(std::iter::once("storageos-operator").chain(args)).unwrap();
+        assert!(matches!(cli.command, Command::NodeCheck(_)), "{cli:?}");
+    }
+
+    #[test]
     fn go_single_dash_flags_are_accepted_after_api_manager() {
         let got = normalize_go_flags(args("bin -v api-manager -api-endpoint=x --api-endpoint y -5 -"));
         assert_eq!(got, args("bin -v api-manager --api-endpoint=x --api-endpoint y -5 -"));

@@ -14,7 +14,7 @@ use crate::apimanager::storageos_poll::{MIN_VOLUME_POLL, PollConfig};
 use crate::crd::DrainPolicy;
 use crate::duration::{parse_flag as duration, parse_interval_flag as interval};
 use crate::rbac::components::DRAIN_GUARD_NAMESPACE;
-use crate::render::defaults::{DEFAULT_COOL_DOWN, DEFAULT_OFFLINE_POLLS};
+use crate::crd::contract::{DEFAULT_COOL_DOWN, DEFAULT_OFFLINE_POLLS};
 
 /// Arguments of `storageos-operator api-manager`.
 #[derive(Args, Debug, Clone)]

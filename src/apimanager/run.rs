@@ -114,7 +114,7 @@ async fn kube_client(args: &ApiManagerArgs) -> Result<(kube::Client, kube::Confi
         STARTUP_PATIENCE,
     )
     .await?;
-    c.require(&crate::render::MIN_KUBERNETES)?;
+    c.require(&crate::crd::contract::MIN_KUBERNETES)?;
     tracing::info!(server = %c.server, from = %c.from, version = %c.version, "connected to Kubernetes");
     Ok((c.client, c.config))
 }

@@ -8,6 +8,8 @@ use kube::ResourceExt;
 use serde::Deserialize;
 use smol_str::SmolStr;
 
+pub use crate::crd::contract::ineligible_os_arch;
+
 use super::{Check, MIN_CPU_MILLIS, MIN_MEMORY_BYTES, Verdict, check, pass};
 
 /// A node's operating system, architecture and kernel, as its kubelet reports them
@@ -26,7 +28,7 @@ pub struct Platform {
 /// excluded). The cluster controller reads it from its Node cache
 /// (`cluster::node_cache::CachedNode::ineligible`; a node that reports nothing is not excluded).
 pub fn ineligible_platform(info: &Platform) -> Option<String> {
-    if let Some(why) = platform(&info.operating_system, &info.architecture) {
+    if let Some(why) = ineligible_os_arch(&info.operating_system, &info.architecture) {
         return Some(why);
     }
     let major = info
@@ -49,23 +51,6 @@ pub fn ineligible(node: &Node) -> Option<String> {
         architecture: info.architecture.as_str().into(),
         kernel_version: info.kernel_version.as_str().into(),
     })
-}
-
-/// The OS and architecture rule of [`ineligible_platform`]; an empty value is unknown, not excluded.
-fn platform(os: &str, arch: &str) -> Option<String> {
-    if !os.is_empty() && os != "linux" {
-        return Some(format!("operating system {os}"));
-    }
-    if !arch.is_empty() && arch != "amd64" {
-        return Some(format!("architecture {arch}"));
-    }
-    None
-}
-
-/// [`ineligible_platform`] from a Node's well-known labels `kubernetes.io/os` and
-/// `kubernetes.io/arch` (empty when missing; the kernel is not among them).
-pub fn ineligible_os_arch(os: &str, arch: &str) -> Option<String> {
-    platform(os, arch)
 }
 
 /// OS, architecture, kernel, runtime and allocatable resources of one node.

@@ -48,6 +48,55 @@ pub fn same_cluster<A: Resource, B: Resource>(a: &A, b: &B) -> bool {
     a.meta().uid == b.meta().uid && a.namespace() == b.namespace() && a.name_any() == b.name_any()
 }
 
+/// Whether StorageOS can run on a node of this OS and architecture (the Node's well-known labels
+/// `kubernetes.io/os` and `kubernetes.io/arch`; empty is unknown, not excluded): why not, or None.
+/// The operator's eligibility condition and the api-manager's node mirror agree through it.
+pub fn ineligible_os_arch(os: &str, arch: &str) -> Option<String> {
+    if !os.is_empty() && os != "linux" {
+        return Some(format!("operating system {os}"));
+    }
+    if !arch.is_empty() && arch != "amd64" {
+        return Some(format!("architecture {arch}"));
+    }
+    None
+}
+
+/// The oldest Kubernetes the rendered objects are valid for (GA APIs of 1.33).
+pub const MIN_KUBERNETES: semver::Version = semver::Version::new(1, 33, 0);
+
+/// `spec.nodeOutOfService.offlinePolls` unset (the api-manager flag's default too).
+pub const DEFAULT_OFFLINE_POLLS: u16 = 3;
+/// `spec.nodeOutOfService.coolDown` unset (the api-manager flag's default too).
+pub const DEFAULT_COOL_DOWN: &str = "5m";
+
+/// The longest label value Kubernetes accepts.
+pub const MAX_LABEL_VALUE: usize = 63;
+
+/// FNV-1a: a hash that never changes between builds, since it ends up in immutable selectors.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A valid label value naming `name` (an object name, up to 253 characters): the name itself, or,
+/// for names longer than a label value may be, a prefix of it and a stable hash of the whole name.
+/// Where the full name matters, it is kept in an annotation next to the label.
+pub fn label_value(name: &str) -> String {
+    if name.len() <= MAX_LABEL_VALUE {
+        return name.to_string();
+    }
+    let hash = format!("{:016x}", stable_hash(name));
+    // Object names are ASCII (DNS subdomains), so byte slicing is on character boundaries.
+    let keep = MAX_LABEL_VALUE - hash.len() - 1;
+    let prefix = name.get(..keep).unwrap_or_default();
+    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    match prefix.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        true => format!("{prefix}-{hash}"),
+        false => hash,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -81,5 +130,19 @@ mod tests {
     fn same_name_in_another_namespace_is_not_the_same_cluster() {
         assert!(!same_cluster(&cluster("a", "x", 1), &cluster("b", "x", 1)));
         assert!(same_cluster(&cluster("a", "x", 1), &cluster("a", "x", 1)));
+    }
+
+    #[test]
+    fn long_names_get_a_valid_stable_label_value() {
+        let long = format!("{}.x", "a".repeat(80));
+        let v = label_value(&long);
+        assert!(v.len() <= MAX_LABEL_VALUE, "{v}");
+        assert!(v.starts_with("aaaa") && v.chars().last().unwrap().is_ascii_alphanumeric());
+        assert_eq!(v, label_value(&long));
+        assert_ne!(v, label_value(&format!("{}.y", "a".repeat(80))));
+        assert_eq!(label_value("short"), "short");
+        assert_eq!(label_value(&"b".repeat(63)), "b".repeat(63));
+        // Pinned: the value is part of immutable selectors and must never change.
+        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
     }
 }

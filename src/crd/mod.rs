@@ -6,7 +6,7 @@
 
 pub mod check;
 mod cluster;
-mod contract;
+pub mod contract;
 mod formats;
 mod job;
 mod mirror;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, ResourceRequirements, Toleration};
 
+pub use crate::crd::contract::{DEFAULT_COOL_DOWN, DEFAULT_OFFLINE_POLLS};
 use crate::crd::{DrainPolicy, StorageOSClusterSpec};
 
 /// Namespace of the operands when `spec.namespace` is empty.
@@ -22,10 +23,6 @@ pub const DEFAULT_SERVICE_TYPE: &str = "ClusterIP";
 pub const DEFAULT_API_PORT: i32 = 5705;
 /// Ingress host name when `spec.ingress.hostname` is empty.
 pub const DEFAULT_INGRESS_HOSTNAME: &str = "storageos.local";
-/// `spec.nodeOutOfService.offlinePolls` unset (the api-manager flag's default too).
-pub const DEFAULT_OFFLINE_POLLS: u16 = 3;
-/// `spec.nodeOutOfService.coolDown` unset (the api-manager flag's default too).
-pub const DEFAULT_COOL_DOWN: &str = "5m";
 /// The CSI helpers run as a Deployment unless the spec asks for a StatefulSet.
 pub const DEFAULT_CSI_STRATEGY: &str = "deployment";
 /// CSI socket of the node driver, as the CRD defaults it.

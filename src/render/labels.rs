@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+pub use crate::crd::contract::{MAX_LABEL_VALUE, label_value};
+
 /// Labels as the templates see them.
 pub type Labels = BTreeMap<String, String>;
 
@@ -22,38 +24,10 @@ pub const ACTED_MARK: (&str, &str) = ("storageos.com/operator-acted", "true");
 /// [`ACTED_MARK`] as a label selector.
 pub const ACTED_MARK_SELECTOR: &str = "storageos.com/operator-acted=true";
 
-/// The longest label value Kubernetes accepts.
-pub const MAX_LABEL_VALUE: usize = 63;
-
 /// Label key prefixes Kubernetes gives meaning to (`rbac.authorization.k8s.io/aggregate-to-view`
 /// aggregates a ClusterRole into `view`): a CR label under one of them, or a subdomain of one, is
 /// never copied onto a child.
 pub const RESERVED_PREFIXES: [&str; 3] = ["kubernetes.io", "k8s.io", "rbac.authorization.k8s.io"];
-
-/// FNV-1a: a hash that never changes between builds, since it ends up in immutable selectors.
-fn stable_hash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// A valid label value naming `name` (an object name, up to 253 characters): the name itself, or,
-/// for names longer than a label value may be, a prefix of it and a stable hash of the whole name.
-/// Where the full name matters, it is kept in an annotation next to the label.
-pub fn label_value(name: &str) -> String {
-    if name.len() <= MAX_LABEL_VALUE {
-        return name.to_string();
-    }
-    let hash = format!("{:016x}", stable_hash(name));
-    // Object names are ASCII (DNS subdomains), so byte slicing is on character boundaries.
-    let keep = MAX_LABEL_VALUE - hash.len() - 1;
-    let prefix = name.get(..keep).unwrap_or_default();
-    let prefix = prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
-    match prefix.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        true => format!("{prefix}-{hash}"),
-        false => hash,
-    }
-}
 
 /// Whether `key` is under a prefix Kubernetes reserves (see [`RESERVED_PREFIXES`]).
 pub fn is_reserved(key: &str) -> bool {
@@ -194,16 +168,6 @@ mod tests {
 
     #[test]
     fn long_names_get_a_valid_stable_label_value() {
-        let long = format!("{}.x", "a".repeat(80));
-        let v = label_value(&long);
-        assert!(v.len() <= MAX_LABEL_VALUE, "{v}");
-        assert!(v.starts_with("aaaa") && v.chars().last().unwrap().is_ascii_alphanumeric());
-        assert_eq!(v, label_value(&long));
-        assert_ne!(v, label_value(&format!("{}.y", "a".repeat(80))));
-        assert_eq!(label_value("short"), "short");
-        assert_eq!(label_value(&"b".repeat(63)), "b".repeat(63));
-        // Pinned: the value is part of immutable selectors and must never change.
-        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
         // Every label value derived from a 253-character cluster name is valid.
         let name = "c".repeat(253);
         for l in [

@@ -27,8 +27,7 @@ pub use inputs::{FORWARDED_NODE_ENV, Inputs, node_env_from, node_env_from_proces
 pub use objects::{KINDS, Object, ServiceMonitor, ServiceMonitorEndpoint, ServiceMonitorSpec};
 pub use values::SCHEDULER_NAME;
 
-/// The oldest Kubernetes the rendered objects are valid for (GA APIs of 1.33).
-pub const MIN_KUBERNETES: semver::Version = semver::Version::new(1, 33, 0);
+pub use crate::crd::contract::MIN_KUBERNETES;
 
 /// Why rendering failed. Template errors name the template and document.
 #[derive(Debug, thiserror::Error)]

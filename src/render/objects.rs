@@ -223,4 +223,42 @@ mod tests {
             "metadata": {"name": "m"}, "spec": {"selector": {}, "endpoints": [{"port": "metrics", "intervall": "5s"}]}});
         assert!(Object::from_value(bad).unwrap().is_err());
     }
+
+    #[test]
+    fn every_rendered_kind_can_be_applied_and_pruned() {
+        let held = crate::rbac::operator::cluster_role_rules();
+        for &(api_version, kind, _) in KINDS {
+            if kind == "Namespace" {
+                continue;
+            }
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let plural =
+                kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind)).plural;
+            let rule = |verbs: &[&str], names: Option<&[&str]>| k8s_openapi::api::rbac::v1::PolicyRule {
+                api_groups: Some(vec![group.to_string()]),
+                resources: Some(vec![plural.clone()]),
+                verbs: verbs.iter().map(|v| v.to_string()).collect(),
+                resource_names: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
+                ..Default::default()
+            };
+            // Admission objects are changed only by the names the operator renders.
+            let named = match kind {
+                "MutatingWebhookConfiguration" => Some(crate::rbac::operator::WEBHOOK_CONFIGS),
+                "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => Some(crate::rbac::operator::ADMISSION_POLICIES),
+                _ => None,
+            };
+            let needed = match named {
+                Some(names) => vec![
+                    rule(&["list", "watch", "create"], None),
+                    rule(&["get", "patch", "delete"], Some(names)),
+                ],
+                None => vec![rule(crate::rbac::operator::MANAGE, None)],
+            };
+            assert!(
+                crate::rbac::missing(&held, &needed).is_empty(),
+                "{kind}: {:?}",
+                crate::rbac::missing(&held, &needed)
+            );
+        }
+    }
 }

@@ -24,7 +24,7 @@ use rand::TryCryptoRng;
 use super::keys::{self, KeyError};
 use super::lookups::{LookupError, Lookups};
 use crate::go::parse_bool;
-use crate::render::labels::label_value;
+use crate::crd::contract::label_value;
 
 /// PVC label or StorageClass parameter that turns encryption on.
 pub const ENCRYPTION: &str = "storageos.com/encryption";

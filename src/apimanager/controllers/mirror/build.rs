@@ -37,7 +37,7 @@ pub fn quantity(bytes: u64) -> String {
 /// the Node is not known: then nothing is said).
 pub fn with_eligibility(mut status: NodeMirrorStatus, labels: Option<&Labels>) -> NodeMirrorStatus {
     let why = labels.and_then(|l| {
-        crate::checks::ineligible_os_arch(
+        crate::crd::contract::ineligible_os_arch(
             l.get("kubernetes.io/os").unwrap_or_default(),
             l.get("kubernetes.io/arch").unwrap_or_default(),
         )
