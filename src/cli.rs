@@ -147,7 +147,15 @@ mod tests {
     #[test]
     fn the_plugins_node_check_pod_arguments_parse() {
         // What the plugin's node-check pod runs (its test pins the same list).
-        let args = ["node-check", "--node", "n1", "--peers", "10.0.0.8,10.0.0.9", "--window", "20s"];
+        let args = [
+            "node-check",
+            "--node",
+            "n1",
+            "--peers",
+            "10.0.0.8,10.0.0.9",
+            "--window",
+            "20s",
+        ];
         let cli = Cli::try_parse_from(std::iter::once("storageos-operator").chain(args)).unwrap();
         assert!(matches!(cli.command, Command::NodeCheck(_)), "{cli:?}");
     }

@@ -3,8 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::runtime::kube::identity::{tests::answer_once, user_agent};
+use tracing_subscriber::prelude::*;
+
+use crate::runtime::kube::identity::user_agent;
 use crate::storageos::{Client, Config, ERROR_BODY_LIMIT, Error};
+use operator_kit::testing::answer_once;
 
 #[tokio::test]
 async fn requests_name_the_component() {
@@ -100,4 +103,23 @@ async fn a_client_with_connections_of_its_own_shares_the_token() {
     first.login().await.unwrap();
     assert!(own.has_token(), "the login of one is the other's");
     assert_eq!(own.base_url(), first.base_url());
+}
+
+/// The client's spans carry the kit's trace target, so they are exported with the rest, and stay
+/// out of the logs like the rest.
+#[test]
+fn the_clients_spans_are_exported_with_the_kits() {
+    assert_eq!(
+        crate::storageos::spans::TARGET,
+        crate::telemetry::spans::TARGET,
+        "one trace target"
+    );
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::sink)
+        .with_filter(crate::telemetry::logs_filter(tracing_subscriber::EnvFilter::new(
+            "trace",
+        )));
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(logs), || {
+        assert!(crate::storageos::spans::storageos_request("GET", "/nodes").is_disabled());
+    });
 }

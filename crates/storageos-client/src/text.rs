@@ -1,5 +1,6 @@
-//! Text cut to a length: messages quoted from another server (a StorageOS error body may be
-//! megabytes), and, in the operator, event notes.
+//! Text cut to a length: messages quoted from the StorageOS API (an error body may be
+//! megabytes). The controller kit has the same rule for event notes; the client depends on no
+//! Kubernetes crate for it.
 
 /// What is appended to text that was cut.
 const CUT: &str = " …(truncated)";
