@@ -27,7 +27,7 @@ fn review_id_prefix(line: &str) -> bool {
 fn no_function_is_named_after_a_review_finding() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in ["src", "tests", "examples"] {
+    for dir in ["src", "crates", "tests", "examples"] {
         rust_files(&root.join(dir), &mut files);
     }
     let found: Vec<String> = files
