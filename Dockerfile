@@ -15,6 +15,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY crates ./crates
 COPY templates ./templates
+# The example CRs the OLM bundle and the chart embed (include_str!).
+COPY deploy/examples ./deploy/examples
 RUN cargo build --release --locked --no-default-features --bin storageos-operator \
  && strip target/release/storageos-operator
 
