@@ -1,4 +1,4 @@
-//! docs/features.md lists the component images of this release as `src/render/images.rs` has
+//! docs/features.md lists the component images of this release as `crates/cluster-operator/src/render/images.rs` has
 //! them: a default image changed in the code without the table (or the reverse) fails here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -33,6 +33,6 @@ fn the_image_table_is_the_code_s() {
     pretty_assertions::assert_eq!(
         table,
         code,
-        "docs/features.md's image table against src/render/images.rs"
+        "docs/features.md's image table against crates/cluster-operator/src/render/images.rs"
     );
 }

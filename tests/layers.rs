@@ -255,7 +255,7 @@ fn top(module: &[String]) -> String {
 /// The library's files, their module paths and who uses whom.
 struct Tree {
     src: PathBuf,
-    /// File → module path (`src/cluster/mod.rs` → `["cluster"]`).
+    /// File → module path (`crates/cluster-operator/src/cluster/mod.rs` → `["cluster"]`).
     modules: BTreeMap<PathBuf, Vec<String>>,
     /// File → the files it uses, outside test code.
     arrows: BTreeMap<PathBuf, BTreeSet<PathBuf>>,

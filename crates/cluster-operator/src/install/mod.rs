@@ -279,7 +279,7 @@ pub fn build(image: &str) -> Result<Install, Error> {
 
 /// The webhook that refuses a second StorageOSCluster. `failurePolicy: Ignore`: a down operator
 /// never blocks a create (the second cluster is then left Pending, as before). No `caBundle`:
-/// the replicas inject their CA (src/operator/webhook.rs).
+/// the replicas inject their CA (crates/cluster-operator/src/operator/webhook.rs).
 fn validating_webhook() -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
