@@ -80,5 +80,8 @@ fn the_build_stage_copies_every_file_the_code_embeds() {
         }
     }
     assert!(embedded > 10, "found only {embedded} embedded files");
-    assert!(missing.is_empty(), "embedded files the Dockerfile does not COPY: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "embedded files the Dockerfile does not COPY: {missing:?}"
+    );
 }

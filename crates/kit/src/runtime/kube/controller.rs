@@ -22,26 +22,7 @@ use super::namespaced;
 use super::trusted::TrustedNamespaces;
 use crate::reasons::Reason;
 
-/// The `category` label values of `controller_runtime_reconcile_errors_total`: a small fixed
-/// set, so a dashboard tells an apiserver outage from RBAC, StorageOS or a spec a person must fix.
-pub mod category {
-    /// A Kubernetes API read or write failed (unreachable, timed out, refused).
-    pub const KUBERNETES: &str = "kubernetes";
-    /// The apiserver refused a request for want of RBAC (403).
-    pub const FORBIDDEN: &str = "forbidden";
-    /// A write lost to a newer version of its object (409).
-    pub const CONFLICT: &str = "conflict";
-    /// A server-side apply of a child object was refused.
-    pub const APPLY: &str = "apply";
-    /// The StorageOS API failed or refused a request.
-    pub const STORAGEOS: &str = "storageos";
-    /// Something a person must change (a spec, an object in the way); retrying alone won't do.
-    pub const USER: &str = "user";
-    /// A written object was not read back as written in time.
-    pub const UNVERIFIED: &str = "unverified";
-    /// The object went away or was replaced during the reconcile.
-    pub const GONE: &str = "gone";
-}
+pub use super::metrics::category;
 
 /// What a failed reconcile says about itself besides its message: the metrics label it, and
 /// the runner's 409 policy reads it.

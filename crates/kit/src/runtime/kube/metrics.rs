@@ -17,6 +17,32 @@ struct ControllerLabels {
     controller: String,
 }
 
+/// The `category` label values of `controller_runtime_reconcile_errors_total`: a small fixed
+/// set, so a dashboard tells an apiserver outage from RBAC, StorageOS or a spec a person must fix.
+pub mod category {
+    /// A Kubernetes API read or write failed (unreachable, timed out, refused).
+    pub const KUBERNETES: &str = "kubernetes";
+    /// The apiserver refused a request for want of RBAC (403).
+    pub const FORBIDDEN: &str = "forbidden";
+    /// A write lost to a newer version of its object (409).
+    pub const CONFLICT: &str = "conflict";
+    /// A server-side apply of a child object was refused.
+    pub const APPLY: &str = "apply";
+    /// The StorageOS API failed or refused a request.
+    pub const STORAGEOS: &str = "storageos";
+    /// Something a person must change (a spec, an object in the way); retrying alone won't do.
+    pub const USER: &str = "user";
+    /// A written object was not read back as written in time.
+    pub const UNVERIFIED: &str = "unverified";
+    /// The object went away or was replaced during the reconcile.
+    pub const GONE: &str = "gone";
+
+    /// Every category: each controller's series start at zero for all of them.
+    pub const ALL: &[&str] = &[
+        KUBERNETES, FORBIDDEN, CONFLICT, APPLY, STORAGEOS, USER, UNVERIFIED, GONE,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     controller: String,
@@ -72,8 +98,8 @@ impl ReconcileMetrics {
 
     /// Creates the series of `controller` at zero, so that `/metrics` lists every running
     /// controller (and dashboards and alerts see a 0, not a missing series) before its first
-    /// reconcile. The errors' zero series has an empty category, which Prometheus drops: it is
-    /// the controller's series without a category.
+    /// reconcile; its errors at zero in every category, so the first error of a kind is an
+    /// increase `rate()` sees, not the start of a series.
     pub fn declare(&self, controller: &str) {
         for result in ["success", "error", "requeue_after"] {
             let _ = self.total.get_or_create(&ResultLabels {
@@ -81,10 +107,12 @@ impl ReconcileMetrics {
                 result: result.into(),
             });
         }
-        let _ = self.errors.get_or_create(&ErrorLabels {
-            controller: controller.into(),
-            category: String::new(),
-        });
+        for category in category::ALL {
+            let _ = self.errors.get_or_create(&ErrorLabels {
+                controller: controller.into(),
+                category: (*category).into(),
+            });
+        }
         let _ = self.time.get_or_create(&ControllerLabels {
             controller: controller.into(),
         });
@@ -134,11 +162,14 @@ mod tests {
         for line in [
             r#"controller_runtime_reconcile_total{controller="fencer",result="success"} 0"#,
             r#"controller_runtime_reconcile_total{controller="fencer",result="error"} 0"#,
-            r#"controller_runtime_reconcile_errors_total{controller="fencer",category=""} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="fencer",category="kubernetes"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="fencer",category="storageos"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="fencer",category="gone"} 0"#,
             r#"controller_runtime_reconcile_time_seconds_count{controller="fencer"} 0"#,
         ] {
             assert!(out.contains(line), "{line} missing from\n{out}");
         }
+        assert!(!out.contains(r#"category="""#), "no series without a category:\n{out}");
     }
 
     #[test]
