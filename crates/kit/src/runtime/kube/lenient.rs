@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -31,8 +31,13 @@ struct Reporting {
     client: Client,
     recorder: Arc<Recorder>,
     /// By UID: the version last reported (one entry per object that does not decode now).
-    seen: Arc<Mutex<HashMap<String, String>>>,
+    seen: &'static Mutex<HashMap<String, String>>,
 }
+
+/// What [`Reporting::seen`] holds, shared by every lenient watch of the process: a kind watched
+/// twice (the operator's controllers and its OLM condition both watch the clusters; each
+/// namespace has a watch of its own) still reports each version once.
+static SEEN: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Mutex::default);
 
 /// Who the events of undecodable objects are published as.
 const REPORTER: &str = "storageos-operator-watch";
@@ -46,7 +51,7 @@ impl Reporting {
         Self {
             client: client.clone(),
             recorder: Arc::new(Recorder::new(client.clone(), reporter)),
-            seen: Arc::default(),
+            seen: &SEEN,
         }
     }
 
