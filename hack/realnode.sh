@@ -130,7 +130,7 @@ EOF
 }
 
 # The sandbox ("pause") image: Kubernetes' own pause.c from the module source the plane was built
-# from, linked statically, in a one-layer image written by hack/oci.py.
+# from, linked statically, in a one-layer image written with crane (hack/tools.sh oci).
 build_pause() {
   [[ -s $PAUSE_ARCHIVE ]] && return 0
   rn_log "building the sandbox image $PAUSE_IMAGE (Kubernetes' pause.c)"
@@ -145,7 +145,7 @@ build_pause() {
   gcc -Os -static -DVERSION="$K8S_VERSION" -o "$work/rootfs/pause" "$c" \
     || { rm -rf "$work"; die "gcc -static of pause.c failed (needs Debian's libc6-dev)"; }
   strip "$work/rootfs/pause"
-  python3 "$ROOT/hack/oci.py" "$work/rootfs" "$PAUSE_ARCHIVE" "$PAUSE_IMAGE" --entrypoint /pause --user 65535:65535 >/dev/null
+  "$ROOT/hack/tools.sh" oci "$PAUSE_ARCHIVE" "$PAUSE_IMAGE" "amd64=$work/rootfs" --entrypoint /pause --user 65535:65535 >/dev/null
   rm -rf "$work"
 }
 

@@ -62,6 +62,54 @@ cmd_go() {
   echo "$bin"
 }
 
+# An OCI image archive of one layer per root filesystem, written with crane into a registry on
+# loopback (crane edits images in a registry only) and pulled back as an OCI layout, tarred. The
+# layer is a reproducible tar (sorted, mtime 0, owner root, gzip without name or time) and crane
+# writes no time or host into the config (created is the zero time), so the same inputs give the
+# same digests. Two or more ARCH=ROOTFS give an OCI index of linux/ARCH images, which carries the
+# annotations of its first image. TAG is the archive's `org.opencontainers.image.ref.name`: the
+# name `ctr images import` gives the image, so fully qualified when it is for a node. FLAGS go to
+# `crane mutate` (--entrypoint, --cmd, --user, -e K=V, -l K=V, -a K=V); PATH is set.
+cmd_oci() { # OUT TAG ARCH=ROOTFS[,ARCH=ROOTFS...] [FLAGS...]
+  local out=$1 tag=$2 images bin work reg="" ref refs=() platform
+  IFS=, read -r -a images <<<"$3"
+  shift 3
+  bin=$(cmd_go)/crane
+  work=$(mktemp -d)
+  "$bin" registry serve --address 127.0.0.1:0 2>"$work/registry.log" &
+  # shellcheck disable=SC2064 # expanded now: the registry's PID and the directory of this call
+  trap "kill $!; rm -rf '$work'" EXIT
+  crane() { "$bin" "$@" 2>>"$work/crane.log" || { cat "$work/crane.log" >&2; die "crane $1 failed"; }; }
+  until [[ -n $reg ]]; do
+    sleep 0.1
+    kill -0 $! 2>/dev/null || { cat "$work/registry.log" >&2; die "crane registry serve failed"; }
+    reg=$(sed -n 's/.*serving on port /127.0.0.1:/p' "$work/registry.log")
+  done
+  for image in "${images[@]}"; do
+    platform=linux/${image%%=*}
+    [[ $platform == linux/arm64 ]] && platform+=/v8
+    (cd "${image#*=}" && LC_ALL=C tar --format=gnu --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -c -- *) \
+      | gzip -9n >"$work/layer.tar.gz"
+    ref=$(crane append --oci-empty-base -f "$work/layer.tar.gz" -t "$reg/image:base")
+    ref=$(crane mutate "$ref" --set-platform "$platform" -t "$reg/image:${image%%=*}" -l "org.opencontainers.image.ref.name=$tag" \
+      -e PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@")
+    refs+=(-m "$ref")
+  done
+  if [[ ${#images[@]} -gt 1 ]]; then
+    crane index append "${refs[@]}" -t "$reg/image:top" >/dev/null
+    crane manifest "$reg/image:top" | jq -c --argjson a "$(crane manifest "${refs[1]}" | jq .annotations)" '.annotations = $a' \
+      | curl -fsS -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary @- "http://$reg/v2/image/manifests/top"
+  else
+    crane tag "${refs[1]}" top
+  fi
+  crane pull --format oci --annotate-ref "$reg/image:top" "$work/layout"
+  sed -i "s|\"$reg/image:top\"|\"$tag\"|" "$work/layout/index.json"
+  mkdir -p "$(dirname "$out")"
+  tar --format=gnu --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out.tmp" -C "$work/layout" oci-layout index.json blobs
+  mv "$out.tmp" "$out"
+  echo "$out: $tag ($(crane digest "$reg/image:top"))"
+}
+
 cmd_actionlint() {
   local src=$ROOT/hack/lint-tools sum v bin
   sum=$(cat "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
@@ -117,6 +165,7 @@ cmd_qemu() {
 
 case ${1:-} in
   go) cmd_go ;;
+  oci) shift; cmd_oci "$@" ;;
   actionlint) cmd_actionlint ;;
   qemu) cmd_qemu ;;
   sbom) cmd_sbom ;;
