@@ -30,36 +30,35 @@ CARGO_CYCLONEDX_VERSION=0.5.9
 log() { printf '[tools] %s\n' "$*" >&2; }
 die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
 
-mod_version() { awk -v m="$1" '$1 == m {print $2; exit}' "$SRC/go.mod"; }
+mod_version() { awk -v m="$2" '$1 == m {print $2; exit}' "$1/go.mod"; }
 
-# Named after the versions and a hash of go.mod/go.sum, so a version change builds anew.
-go_bin_dir() {
-  local sum
-  sum=$(cat "$SRC/go.mod" "$SRC/go.sum" | sha256sum | cut -c1-12)
-  echo "$CACHE/bin/dist-helm-$(mod_version helm.sh/helm/v4)-crane-$(mod_version github.com/google/go-containerregistry)-$sum"
+# `go build` of PACKAGES of the Go module in DIR (versions and go.sum there), once, into
+# $CACHE/bin/NAME-<hash of go.mod and go.sum>: a version change builds anew. Prints that directory.
+go_build() { # dir name ldflags packages...
+  local dir=$1 bin ld=$3 p start=$SECONDS
+  bin=$CACHE/bin/$2-$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-12)
+  shift 3
+  for p in "$@"; do
+    [[ -x $bin/${p##*/} ]] && continue
+    command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
+    log "building ${*##*/} from Go modules (first time only)"
+    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+    # As hack/k8s.sh: no stray GOFLAGS or toolchain switch; go.sum is committed, so read-only.
+    (cd "$dir" && GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local \
+      go build -p 2 -trimpath -ldflags "-s -w $ld" -o "$bin.tmp/" "$@") \
+      || die "building ${*##*/} failed (see the Go output above)"
+    rm -rf "$bin" && mv "$bin.tmp" "$bin"
+    log "built in $((SECONDS - start))s: $bin"
+    break
+  done
+  echo "$bin"
 }
 
 cmd_go() {
-  local bin
-  bin=$(go_bin_dir)
-  if [[ ! -x $bin/helm || ! -x $bin/crane ]]; then
-    command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
-    local helm_v start=$SECONDS
-    helm_v=$(mod_version helm.sh/helm/v4)
-    log "building helm $helm_v and crane $(mod_version github.com/google/go-containerregistry) from Go modules (first time only)"
-    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
-    (
-      cd "$SRC"
-      # As hack/k8s.sh: no stray GOFLAGS or toolchain switch; go.sum is committed, so read-only.
-      export GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local
-      go build -p 2 -trimpath -o "$bin.tmp/" \
-        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_v" \
-        helm.sh/helm/v4/cmd/helm github.com/google/go-containerregistry/cmd/crane
-    ) || die "building helm and crane failed (see the Go output above)"
-    rm -rf "$bin" && mv "$bin.tmp" "$bin"
-    log "built in $((SECONDS - start))s: $bin"
-  fi
-  echo "$bin"
+  local helm_v
+  helm_v=$(mod_version "$SRC" helm.sh/helm/v4)
+  go_build "$SRC" "dist-helm-$helm_v-crane-$(mod_version "$SRC" github.com/google/go-containerregistry)" \
+    "-X helm.sh/helm/v4/internal/version.version=$helm_v" helm.sh/helm/v4/cmd/helm github.com/google/go-containerregistry/cmd/crane
 }
 
 # An OCI image archive of one layer per root filesystem, written with crane into a registry on
@@ -111,22 +110,8 @@ cmd_oci() { # OUT TAG ARCH=ROOTFS[,ARCH=ROOTFS...] [FLAGS...]
 }
 
 cmd_actionlint() {
-  local src=$ROOT/hack/lint-tools sum v bin
-  sum=$(cat "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
-  v=$(awk '$1 == "github.com/rhysd/actionlint" {print $2; exit}' "$src/go.mod")
-  bin=$CACHE/bin/actionlint-$v-$sum
-  if [[ ! -x $bin/actionlint ]]; then
-    command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
-    log "building actionlint $v from its Go module (first time only)"
-    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
-    (
-      cd "$src"
-      export GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local
-      go build -p 2 -trimpath -ldflags "-s -w" -o "$bin.tmp/" github.com/rhysd/actionlint/cmd/actionlint
-    ) || die "building actionlint failed (see the Go output above)"
-    rm -rf "$bin" && mv "$bin.tmp" "$bin"
-  fi
-  echo "$bin/actionlint"
+  local src=$ROOT/hack/lint-tools
+  echo "$(go_build "$src" "actionlint-$(mod_version "$src" github.com/rhysd/actionlint)" "" github.com/rhysd/actionlint/cmd/actionlint)/actionlint"
 }
 
 cmd_sbom() {
@@ -140,13 +125,18 @@ cmd_sbom() {
   echo "$root/bin"
 }
 
+# Installs a Debian package (as root); the second argument says what it is for.
+apt_install() {
+  [[ $(id -u) == 0 ]] || die "$2 needs Debian's $1 (apt-get install $1, as root)"
+  log "installing Debian's $1 ($2; first time only)"
+  apt-get install -y -qq "$1" >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && apt-get install -y -qq "$1" >/dev/null; } \
+    || die "apt-get install $1 failed"
+}
+
 cmd_cross() {
   if ! command -v aarch64-linux-gnu-gcc >/dev/null || [[ ! -d /usr/aarch64-linux-gnu/lib ]]; then
-    [[ $(id -u) == 0 ]] || die "the arm64 build needs gcc-aarch64-linux-gnu (Debian): apt-get install gcc-aarch64-linux-gnu"
-    log "installing Debian's gcc-aarch64-linux-gnu (the arm64 linker and C library; first time only)"
-    apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null 2>&1 \
-      || { apt-get update -qq >/dev/null && apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null; } \
-      || die "apt-get install gcc-aarch64-linux-gnu failed"
+    apt_install gcc-aarch64-linux-gnu "the arm64 build (its linker and C library)"
   fi
   if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
     log "adding the Rust target aarch64-unknown-linux-gnu (first time only)"
@@ -154,14 +144,8 @@ cmd_cross() {
   fi
 }
 
-cmd_qemu() {
-  command -v qemu-aarch64 >/dev/null && return 0
-  [[ $(id -u) == 0 ]] || die "the arm64 image check needs qemu-user (Debian): apt-get install qemu-user"
-  log "installing Debian's qemu-user (runs the arm64 binary in the image test; first time only)"
-  apt-get install -y -qq qemu-user >/dev/null 2>&1 \
-    || { apt-get update -qq >/dev/null && apt-get install -y -qq qemu-user >/dev/null; } \
-    || die "apt-get install qemu-user failed"
-}
+# qemu-aarch64 runs the arm64 binary from its image's root filesystem (image.sh, the image test).
+cmd_qemu() { command -v qemu-aarch64 >/dev/null || apt_install qemu-user "the arm64 image check"; }
 
 case ${1:-} in
   go) cmd_go ;;
