@@ -12,6 +12,8 @@
 #                     libraries go into the arm64 image), and the Rust target
 #
 #   hack/tools.sh go        build helm and crane (first time only); prints their directory
+#   hack/tools.sh oci OUT TAG ARCH=ROOTFS[,...] [crane mutate flags]   an OCI image archive
+#                           written with crane (hack/image.sh, the real node's pause image)
 #   hack/tools.sh actionlint  build actionlint (first time only); prints the binary's path
 #   hack/tools.sh sbom      install cargo-cyclonedx (first time only); prints its bin directory
 #   hack/tools.sh cross     make sure the aarch64 cross toolchain is installed
@@ -41,7 +43,7 @@ go_build() { # dir name ldflags packages...
   for p in "$@"; do
     [[ -x $bin/${p##*/} ]] && continue
     command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
-    log "building ${*##*/} from Go modules (first time only)"
+    log "building ${*##*/} from Go modules into $bin (first time only)"
     rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
     # As hack/k8s.sh: no stray GOFLAGS or toolchain switch; go.sum is committed, so read-only.
     (cd "$dir" && GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local \
@@ -155,5 +157,5 @@ case ${1:-} in
   sbom) cmd_sbom ;;
   cross) cmd_cross ;;
   all) cmd_go >/dev/null && cmd_actionlint >/dev/null && cmd_sbom >/dev/null && cmd_cross && cmd_qemu ;;
-  *) die "usage: hack/tools.sh go | actionlint | sbom | cross | qemu | all" ;;
+  *) die "usage: hack/tools.sh go | oci OUT TAG ARCH=ROOTFS[,...] [FLAGS] | actionlint | sbom | cross | qemu | all" ;;
 esac
