@@ -61,19 +61,11 @@ build_k8s() {
   local mod
   mod=$(curl -fsSL "https://proxy.golang.org/k8s.io/kubernetes/@v/$K8S_VERSION.mod") \
     || die "cannot fetch k8s.io/kubernetes@$K8S_VERSION go.mod from the Go module proxy"
-  local godir
-  godir=$(awk '/^go /{print $2; exit}' <<<"$mod")
   {
-    echo "module storageos-operator.local/k8s-build"
-    echo
-    echo "go $godir"
-    echo
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    echo
+    printf 'module storageos-operator.local/k8s-build\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\n' \
+      "$(awk '/^go /{print $2; exit}' <<<"$mod")" "$K8S_VERSION"
     # Each staging module of the tag, replaced by its published mirror (v1.Y.Z <-> v0.Y.Z).
-    sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' <<<"$mod" | while read -r m; do
-      echo "replace $m => $m v0.${K8S_VERSION#v1.}"
-    done
+    sed -n "s#^[[:space:]]*\\(k8s.io/[^ ]*\\) => ./staging/.*#replace \\1 => \\1 v0.${K8S_VERSION#v1.}#p" <<<"$mod"
   } >"$src/go.mod"
   # `go build` of packages of a dependency needs a package in the main module to anchor go.sum.
   printf 'package build\n' >"$src/doc.go"
@@ -134,13 +126,8 @@ build_kwok() {
   # heartbeat from its module source, as kwokctl does.
   local stages
   stages=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
-  local f
-  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-    [[ -f $stages/$f ]] || die "kwok stage $f not found in $stages"
-    printf -- '---\n' >>"$KWOK_BIN.tmp/stages.yaml"
-    cat "$stages/$f" >>"$KWOK_BIN.tmp/stages.yaml"
-  done
+  yaml_docs "$stages" node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml >"$KWOK_BIN.tmp/stages.yaml"
   rm -rf "$KWOK_BIN" && mv "$KWOK_BIN.tmp" "$KWOK_BIN"
 }
 
@@ -154,14 +141,17 @@ kwok_log_crds() {
   mod=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION
   [[ -d $mod ]] || (go_env && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION") \
     || die "cannot download the kwok $KWOK_VERSION module source for its CRDs"
-  local f out=$KWOK_BIN/log-crds.yaml.tmp
-  : >"$out"
-  for f in kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml; do
-    [[ -f $mod/kustomize/crd/bases/$f ]] || die "kwok CRD $f not found in $mod/kustomize/crd/bases"
-    printf -- '---\n' >>"$out"
-    cat "$mod/kustomize/crd/bases/$f" >>"$out"
+  yaml_docs "$mod/kustomize/crd/bases" kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml >"$KWOK_BIN/log-crds.yaml.tmp"
+  mv "$KWOK_BIN/log-crds.yaml.tmp" "$KWOK_BIN/log-crds.yaml"
+}
+
+yaml_docs() { # dir files...: the files of kwok's module source as one YAML stream
+  local dir=$1 f
+  shift
+  for f in "$@"; do
+    [[ -f $dir/$f ]] || die "$f not found in $dir"
+    printf -- '---\n' && cat "$dir/$f"
   done
-  mv "$out" "$KWOK_BIN/log-crds.yaml"
 }
 
 cmd_build() {
@@ -185,43 +175,49 @@ API_HOST=127.0.0.1
 
 # ---------------------------------------------------------------- certificates
 
+# A key and certificate DIR/NAME.{key,crt} for SUBJECT with the extensions EXT (printf %b),
+# signed by the CA $STATE/pki/CA.{crt,key} (default ca).
+cert() { # dir name subject ext [ca]
+  local d=$1 ca=$STATE/pki/${5:-ca}
+  printf '%b' "$4" >"$d/$2.ext"
+  { openssl req -newkey rsa:2048 -nodes -keyout "$d/$2.key" -out "$d/$2.csr" -subj "$3" \
+    && openssl x509 -req -in "$d/$2.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial \
+      -out "$d/$2.crt" -days 3650 -extfile "$d/$2.ext"; } 2>/dev/null || die "openssl: the certificate $d/$2 failed"
+}
+
+# A kubeconfig for the plane with the client certificate DIR/NAME.{crt,key}, written to OUT
+# (default DIR/NAME.kubeconfig).
+kubeconfig() { # dir name [out]
+  local b64='base64 -w0'
+  cat >"${3:-$1/$2.kubeconfig}" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "https://$API_HOST:$K8S_PORT", certificate-authority-data: $($b64 "$STATE/pki/ca.crt")}}]
+users: [{name: $2, user: {client-certificate-data: $($b64 "$1/$2.crt"), client-key-data: $($b64 "$1/$2.key")}}]
+contexts: [{name: local, context: {cluster: local, user: $2}}]
+current-context: local
+EOF
+}
+
+CLIENT_EXT='basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n'
+
 gen_pki() {
   local d=$STATE/pki
   mkdir -p "$d"
-  (
-    cd "$d"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
-      -subj "/CN=storageos-operator-test-ca" 2>/dev/null
-    cat >server.ext <<EOF
-basicConstraints=CA:FALSE
-keyUsage=digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$RN_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-EOF
-    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
-    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
-      -days 3650 -extfile server.ext 2>/dev/null
-    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >client.ext
-    openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
-    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt \
-      -days 3650 -extfile client.ext 2>/dev/null
-    # The apiserver's client certificate for kubelets (logs, exec, port-forward on a real node).
-    openssl req -newkey rsa:2048 -nodes -keyout apiserver-kubelet-client.key -out apiserver-kubelet-client.csr \
-      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
-    openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
-      -out apiserver-kubelet-client.crt -days 3650 -extfile client.ext 2>/dev/null
-    # The client certificate the apiserver presents to admission webhooks (see admission.yaml
-    # below), from a CA of its own: a webhook that requires it (the api-manager with
-    # spec.apiManager.webhookClientCAConfigMap) serves the apiserver and nobody else.
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key -out webhook-client-ca.crt \
-      -days 3650 -subj "/CN=storageos-operator-test-webhook-client-ca" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -keyout webhook-client.key -out webhook-client.csr \
-      -subj "/CN=kube-apiserver-webhook-client" 2>/dev/null
-    openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt -CAkey webhook-client-ca.key \
-      -CAcreateserial -out webhook-client.crt -days 3650 -extfile client.ext 2>/dev/null
-    openssl genrsa -out sa.key 2048 2>/dev/null
-    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  ) || die "generating certificates with openssl failed"
+  ca() { openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/$1.key" -out "$d/$1.crt" -days 3650 -subj "/CN=$2" 2>/dev/null || die "openssl: the CA $1 failed"; }
+  ca ca storageos-operator-test-ca
+  cert "$d" apiserver /CN=kube-apiserver "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n\
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$RN_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+  cert "$d" admin /O=system:masters/CN=admin "$CLIENT_EXT"
+  # The apiserver's client certificate for kubelets (logs, exec, port-forward on a real node).
+  cert "$d" apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client "$CLIENT_EXT"
+  # The client certificate the apiserver presents to admission webhooks (see admission.yaml
+  # below), from a CA of its own: a webhook that requires it (the api-manager with
+  # spec.apiManager.webhookClientCAConfigMap) serves the apiserver and nobody else.
+  ca webhook-client-ca storageos-operator-test-webhook-client-ca
+  cert "$d" webhook-client /CN=kube-apiserver-webhook-client "$CLIENT_EXT" webhook-client-ca
+  { openssl genrsa -out "$d/sa.key" 2048 && openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub"; } 2>/dev/null \
+    || die "openssl: the ServiceAccount signing key failed"
   cat >"$STATE/webhook-kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -239,25 +235,7 @@ EOF
       printf '      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: %s\n' "$STATE/webhook-kubeconfig"
     done
   } >"$STATE/admission.yaml"
-  local b64='base64 -w0'
-  cat >"$KUBECONFIG_OUT" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://$API_HOST:$K8S_PORT
-    certificate-authority-data: $($b64 "$d/ca.crt")
-users:
-- name: admin
-  user:
-    client-certificate-data: $($b64 "$d/admin.crt")
-    client-key-data: $($b64 "$d/admin.key")
-contexts:
-- name: local
-  context: {cluster: local, user: admin}
-current-context: local
-EOF
+  kubeconfig "$d" admin "$KUBECONFIG_OUT"
 }
 
 # ---------------------------------------------------------------- processes
@@ -272,9 +250,8 @@ start() { # name, command...
 }
 
 wait_for() { # description, seconds, command...
-  local what=$1 secs=$2
+  local secs=$2 i
   shift 2
-  local i
   for ((i = 0; i < secs * 5; i++)); do
     "$@" >/dev/null 2>&1 && return 0
     sleep 0.2

@@ -177,40 +177,20 @@ realnode_network() {
 
 # ---------------------------------------------------------------- certificates and kubeconfigs
 
-rn_cert() { # name, subject, extfile-lines
+rn_certs() {
   local d=$RN_DIR/pki
   mkdir -p "$d"
-  printf '%b' "$3" >"$d/$1.ext"
-  openssl req -newkey rsa:2048 -nodes -keyout "$d/$1.key" -out "$d/$1.csr" -subj "$2" 2>/dev/null
-  openssl x509 -req -in "$d/$1.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
-    -out "$d/$1.crt" -days 3650 -extfile "$d/$1.ext" 2>/dev/null
-}
-
-rn_kubeconfig() { # name: a kubeconfig with the client certificate of that name
-  local d=$RN_DIR/pki b64='base64 -w0'
-  cat >"$d/$1.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: "https://$RN_IP:$K8S_PORT", certificate-authority-data: $($b64 "$STATE/pki/ca.crt")}}]
-users: [{name: $1, user: {client-certificate-data: $($b64 "$d/$1.crt"), client-key-data: $($b64 "$d/$1.key")}}]
-contexts: [{name: local, context: {cluster: local, user: $1}}]
-current-context: local
-EOF
-}
-
-rn_certs() {
-  local client='basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n'
   # The kubelet as a node, under the Node authorizer and NodeRestriction.
-  rn_cert kubelet "/O=system:nodes/CN=system:node:$RN_NODE" "$client"
-  rn_kubeconfig kubelet
-  rn_cert kubelet-serving "/CN=$RN_NODE" \
+  cert "$d" kubelet "/O=system:nodes/CN=system:node:$RN_NODE" "$CLIENT_EXT"
+  kubeconfig "$d" kubelet
+  cert "$d" kubelet-serving "/CN=$RN_NODE" \
     "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:$RN_IP,DNS:$RN_NODE\n"
   # kube-proxy: the built-in binding system:node-proxier names this user.
-  rn_cert kube-proxy "/CN=system:kube-proxy" "$client"
-  rn_kubeconfig kube-proxy
+  cert "$d" kube-proxy /CN=system:kube-proxy "$CLIENT_EXT"
+  kubeconfig "$d" kube-proxy
   # CoreDNS: the rules of the upstream system:coredns ClusterRole, bound below.
-  rn_cert coredns "/CN=system:storageos-operator-coredns" "$client"
-  rn_kubeconfig coredns
+  cert "$d" coredns /CN=system:storageos-operator-coredns "$CLIENT_EXT"
+  kubeconfig "$d" coredns
 }
 
 # ---------------------------------------------------------------- cgroups
@@ -484,7 +464,7 @@ realnode_down() {
 # Chains the kubelet, kube-proxy and the CNI plugins added (KUBE-*, CNI-*), with the rules that
 # jump to them; nothing else is touched.
 rn_iptables_clean() {
-  local ipt t chain
+  local ipt t op chain
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for t in filter nat mangle; do
@@ -493,11 +473,10 @@ rn_iptables_clean() {
       { "$ipt" -t "$t" -S 2>/dev/null | grep -E -- '^-A .* -j (KUBE|CNI)-' || true; } | sed 's/^-A /-D /' | while read -r rule; do
         eval "$ipt -t $t $rule" 2>/dev/null || true
       done
-      for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
-        "$ipt" -t "$t" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
-        "$ipt" -t "$t" -X "$chain" 2>/dev/null || true
+      for op in -F -X; do # every chain flushed before any is deleted: they jump to each other
+        for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
+          "$ipt" -t "$t" "$op" "$chain" 2>/dev/null || true
+        done
       done
     done
   done
