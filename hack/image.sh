@@ -202,17 +202,17 @@ rootfs_for() { # arch binary rootfs
 # number and takes its timestamp from SOURCE_DATE_EPOCH (the commit's time): reproducible, also
 # from another checkout (below).
 sbom() { # tool-bin-dir triple out
-  local epoch
+  local name epoch
+  name=$(basename "$WORK")-sbom-$2
   epoch=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)
   SOURCE_DATE_EPOCH=$epoch PATH=$1:$PATH cargo cyclonedx "${FEATURES[@]}" --format json --target "$2" --spec-version 1.5 \
-    --override-filename "$(basename "$WORK")-sbom-$2" >&2
+    --override-filename "$name" >&2
   # Its references to this crate name the checkout (path+file:///path/to/clone): written
   # relative, as its purls already are, so that the clone's path is not in the image.
   # (The workspace's own crates, such as crates/storageos-client, are named below the root.)
-  python3 -c 'import sys; src, out, root = sys.argv[1:]; open(out, "w").write(open(src).read().replace(root + "/", "file://./").replace(root + "#", "file://.#").replace(root + "\"", "file://.\""))' \
-    "$ROOT/$(basename "$WORK")-sbom-$2.json" "$3" "file://$ROOT"
+  sed "s|file://$ROOT\([/#\"]\)|file://.\1|g" "$ROOT/$name.json" >"$3"
   # cargo-cyclonedx writes one file per workspace member: only the operator's goes in the image.
-  rm -f "$ROOT/$(basename "$WORK")-sbom-$2.json" "$ROOT"/crates/*/"$(basename "$WORK")-sbom-$2.json"
+  rm -f "$ROOT/$name.json" "$ROOT"/crates/*/"$name.json"
 }
 
 images=()

@@ -239,31 +239,26 @@ rn_rm_cgroup() {
 rn_containerd() {
   local d=$RN_DIR/containerd
   mkdir -p "$d/root" "$d/state" "$d/opt" "$RN_DIR/cni/net.d" "$RN_DIR/cni/ipam"
-  containerd config default >"$d/config.default.toml"
-  # Each change is checked: a containerd whose default config differs fails here, by name.
-  python3 - "$d/config.default.toml" "$d/config.toml" "$d" "$RN_DIR/cni/net.d" "$PAUSE_IMAGE" <<'PY'
-import re, sys
-src, out, d, netd, pause = sys.argv[1:6]
-s = open(src).read()
-changes = [
-    (r'^root = ".*"$', f'root = "{d}/root"'),
-    (r'^state = ".*"$', f'state = "{d}/state"'),
-    (r'^(\s*)address = "/run/containerd/containerd.sock"$', f'\\1address = "{d}/containerd.sock"'),
-    # The VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, so containerd clamps it.
-    (r'^(\s*)restrict_oom_score_adj = false$', r'\1restrict_oom_score_adj = true'),
-    (r'^(\s*)sandbox_image = ".*"$', f'\\1sandbox_image = "{pause}"'),
-    (r'^(\s*)bin_dir = "/opt/cni/bin"$', r'\1bin_dir = "/usr/lib/cni"'),
-    (r'^(\s*)conf_dir = "/etc/cni/net.d"$', f'\\1conf_dir = "{netd}"'),
-    (r'^(\s*)BinaryName = ""$', r'\1BinaryName = "/usr/sbin/runc"'),
-    (r'^(\s*)path = "/opt/containerd"$', f'\\1path = "{d}/opt"'),
-]
-for pattern, repl in changes:
-    s, n = re.subn(pattern, repl, s, count=1, flags=re.M)
-    if n != 1:
-        sys.exit(f"containerd's default configuration has no line matching {pattern!r}; "
-                 "this recipe knows containerd 1.6 (Debian 12)")
-open(out, "w").write(s)
-PY
+  # Each change is checked: a containerd whose default config differs fails here, by name. (The
+  # VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, so containerd clamps it.)
+  local conf re to
+  conf=$(containerd config default)
+  while IFS='|' read -r re to; do
+    grep -qE "$re" <<<"$conf" \
+      || die "containerd's default configuration has no line matching $re; this recipe knows containerd 1.6 (Debian 12)"
+    conf=$(sed -E "0,\\#$re#s##$to#" <<<"$conf")
+  done <<EOF
+^root = ".*"\$|root = "$d/root"
+^state = ".*"\$|state = "$d/state"
+^(\s*)address = "/run/containerd/containerd.sock"\$|\1address = "$d/containerd.sock"
+^(\s*)restrict_oom_score_adj = false\$|\1restrict_oom_score_adj = true
+^(\s*)sandbox_image = ".*"\$|\1sandbox_image = "$PAUSE_IMAGE"
+^(\s*)bin_dir = "/opt/cni/bin"\$|\1bin_dir = "/usr/lib/cni"
+^(\s*)conf_dir = "/etc/cni/net.d"\$|\1conf_dir = "$RN_DIR/cni/net.d"
+^(\s*)BinaryName = ""\$|\1BinaryName = "/usr/sbin/runc"
+^(\s*)path = "/opt/containerd"\$|\1path = "$d/opt"
+EOF
+  echo "$conf" >"$d/config.toml"
   cat >"$RN_DIR/cni/net.d/10-real-node.conflist" <<EOF
 {
   "cniVersion": "1.0.0",

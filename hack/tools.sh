@@ -67,7 +67,7 @@ cmd_go() {
 # loopback (crane edits images in a registry only) and pulled back as an OCI layout, tarred. The
 # layer is a reproducible tar (sorted, mtime 0, owner root, gzip without name or time) and crane
 # writes no time or host into the config (created is the zero time), so the same inputs give the
-# same digests. Two or more ARCH=ROOTFS give an OCI index of linux/ARCH images, which carries the
+# same digests. Two or more ARCH=ROOTFS give an OCI index of linux/ARCH images (jq, curl), with the
 # annotations of its first image. TAG is the archive's `org.opencontainers.image.ref.name`: the
 # name `ctr images import` gives the image, so fully qualified when it is for a node. FLAGS go to
 # `crane mutate` (--entrypoint, --cmd, --user, -e K=V, -l K=V, -a K=V); PATH is set.
