@@ -87,19 +87,22 @@ build_k8s() {
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 }
 
+# Builds BIN/NAME from the main package on stdin, in a module of its own that requires MODULE at
+# VERSION (a published module, so its own replace directives do not matter), in $CACHE/src.
+go_main() { # name bin module version go-version < main.go
+  local src=$CACHE/src/$1-$4
+  mkdir -p "$src" "$2.tmp"
+  printf 'module storageos-operator.local/%s\n\ngo %s\n\nrequire %s %s\n' "$1" "$5" "$3" "$4" >"$src/go.mod"
+  cat >"$src/main.go"
+  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$2.tmp/$1" .) \
+    || die "building $1 $4 failed (see the Go output above)"
+  rm -rf "$2" && mv "$2.tmp" "$2"
+}
+
 build_etcd() {
   [[ -x $ETCD_BIN/etcd ]] && return 0
   log "building etcd $ETCD_VERSION from Go modules"
-  local src=$CACHE/src/etcd-$ETCD_VERSION
-  mkdir -p "$src" "$ETCD_BIN.tmp"
-  cat >"$src/go.mod" <<EOF
-module storageos-operator.local/etcd
-
-go 1.24.0
-
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION
-EOF
-  cat >"$src/main.go" <<'EOF'
+  go_main etcd "$ETCD_BIN" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" 1.24.0 <<'EOF'
 // etcd built from its published server module (the root module has replace directives).
 package main
 
@@ -111,9 +114,6 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 EOF
-  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$ETCD_BIN.tmp/etcd" .) \
-    || die "building etcd $ETCD_VERSION failed"
-  rm -rf "$ETCD_BIN" && mv "$ETCD_BIN.tmp" "$ETCD_BIN"
 }
 
 build_kwok() {

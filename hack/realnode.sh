@@ -93,16 +93,7 @@ rn_cgroup_probe_dir() { if rn_cgroup_v2; then echo .; else echo memory; fi; }
 build_coredns() {
   [[ -x $COREDNS_BIN/coredns ]] && return 0
   rn_log "building CoreDNS $COREDNS_VERSION from Go modules (first time only)"
-  local src=$CACHE/src/coredns-$COREDNS_VERSION
-  mkdir -p "$src" "$COREDNS_BIN.tmp"
-  cat >"$src/go.mod" <<EOF
-module storageos-operator.local/coredns
-
-go 1.26.0
-
-require github.com/coredns/coredns $COREDNS_VERSION
-EOF
-  cat >"$src/main.go" <<'EOF'
+  go_main coredns "$COREDNS_BIN" github.com/coredns/coredns "$COREDNS_VERSION" 1.26.0 <<'EOF'
 // CoreDNS with the plugins the local plane's real node uses: cluster.local from the Kubernetes
 // API, bound to the node's bridge address.
 package main
@@ -124,9 +115,6 @@ func init() {
 
 func main() { coremain.Run() }
 EOF
-  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$COREDNS_BIN.tmp/coredns" .) \
-    || die "building CoreDNS $COREDNS_VERSION failed (see the Go output above)"
-  rm -rf "$COREDNS_BIN" && mv "$COREDNS_BIN.tmp" "$COREDNS_BIN"
 }
 
 # The sandbox ("pause") image: Kubernetes' own pause.c from the module source the plane was built
