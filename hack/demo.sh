@@ -37,9 +37,8 @@ kc() { "$KUBECTL" "$@"; }
 source hack/lib.sh
 
 stop_pid() {
-  local f=$DEMO/$1.pid
+  local f=$DEMO/$1.pid pid
   [[ -f $f ]] || return 0
-  local pid
   pid=$(cat "$f")
   if kill -0 "$pid" 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
