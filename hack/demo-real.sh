@@ -47,10 +47,7 @@ kc get stos -A
 check_cluster_healthy || exit 1
 
 say "waiting for the api-manager the operator rendered"
-for _ in $(seq 120); do
-  kc -n kube-system get deployment storageos-api-manager >/dev/null 2>&1 && break
-  sleep 1
-done
+kc -n kube-system wait --for=create deployment/storageos-api-manager --timeout=120s >/dev/null
 kc -n kube-system rollout status deployment/storageos-api-manager --timeout=180s
 kc get pods -A -o wide --field-selector spec.nodeName=real-node-0
 

@@ -484,15 +484,12 @@ STAGE
 }
 
 stop() { # name: SIGTERM, then SIGKILL after 5 s
-  local n=$1
-  if pid_alive "$n"; then
-    local pid
-    pid=$(cat "$STATE/$n.pid")
-    kill "$pid" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  pid_alive "$1" || return 0
+  local pid i
+  pid=$(cat "$STATE/$1.pid")
+  kill "$pid" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
 }
 
 cmd_down() {

@@ -72,7 +72,7 @@ cmd_go() {
 # name `ctr images import` gives the image, so fully qualified when it is for a node. FLAGS go to
 # `crane mutate` (--entrypoint, --cmd, --user, -e K=V, -l K=V, -a K=V); PATH is set.
 cmd_oci() { # OUT TAG ARCH=ROOTFS[,ARCH=ROOTFS...] [FLAGS...]
-  local out=$1 tag=$2 images bin work reg="" ref refs=() platform
+  local out=$1 tag=$2 images bin work reg="" ref refs=() platform top
   IFS=, read -r -a images <<<"$3"
   shift 3
   bin=$(cmd_go)/crane
@@ -92,23 +92,23 @@ cmd_oci() { # OUT TAG ARCH=ROOTFS[,ARCH=ROOTFS...] [FLAGS...]
     (cd "${image#*=}" && LC_ALL=C tar --format=gnu --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -c -- *) \
       | gzip -9n >"$work/layer.tar.gz"
     ref=$(crane append --oci-empty-base -f "$work/layer.tar.gz" -t "$reg/image:base")
-    ref=$(crane mutate "$ref" --set-platform "$platform" -t "$reg/image:${image%%=*}" -l "org.opencontainers.image.ref.name=$tag" \
+    ref=$(crane mutate "$ref" --set-platform "$platform" -l "org.opencontainers.image.ref.name=$tag" \
       -e PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@")
     refs+=(-m "$ref")
   done
+  top=${refs[1]}
   if [[ ${#images[@]} -gt 1 ]]; then
-    crane index append "${refs[@]}" -t "$reg/image:top" >/dev/null
-    crane manifest "$reg/image:top" | jq -c --argjson a "$(crane manifest "${refs[1]}" | jq .annotations)" '.annotations = $a' \
-      | curl -fsS -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary @- "http://$reg/v2/image/manifests/top"
-  else
-    crane tag "${refs[1]}" top
+    top=$reg/image:index
+    crane index append "${refs[@]}" -t "$top" >/dev/null
+    crane manifest "$top" | jq -c --argjson a "$(crane manifest "${refs[1]}" | jq .annotations)" '.annotations = $a' \
+      | curl -fsS -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary @- "http://$reg/v2/image/manifests/index"
   fi
-  crane pull --format oci --annotate-ref "$reg/image:top" "$work/layout"
-  sed -i "s|\"$reg/image:top\"|\"$tag\"|" "$work/layout/index.json"
+  crane pull --format oci --annotate-ref "$top" "$work/layout"
+  sed -i "s|\"$top\"|\"$tag\"|" "$work/layout/index.json"
   mkdir -p "$(dirname "$out")"
   tar --format=gnu --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out.tmp" -C "$work/layout" oci-layout index.json blobs
   mv "$out.tmp" "$out"
-  echo "$out: $tag ($(crane digest "$reg/image:top"))"
+  echo "$out: $tag ($(crane digest "$top"))"
 }
 
 cmd_actionlint() {
