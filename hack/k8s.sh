@@ -117,32 +117,22 @@ EOF
 }
 
 build_kwok() {
-  [[ -x $KWOK_BIN/kwok && -s $KWOK_BIN/stages.yaml ]] && return 0
+  [[ -x $KWOK_BIN/kwok && -s $KWOK_BIN/stages.yaml && -s $KWOK_BIN/log-crds.yaml ]] && return 0
   log "building kwok $KWOK_VERSION from Go modules"
   mkdir -p "$KWOK_BIN.tmp"
   (go_env && GOBIN="$KWOK_BIN.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") \
     || die "building kwok $KWOK_VERSION failed"
+  local mod
+  mod=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize
   # kwok ships no stages in its binary: take the "fast" node and pod stages and the lease
   # heartbeat from its module source, as kwokctl does.
-  local stages
-  stages=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
-  yaml_docs "$stages" node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+  yaml_docs "$mod/stage" node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
     pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml >"$KWOK_BIN.tmp/stages.yaml"
+  # Pod logs: kwok serves the kubelet API (`kubectl logs`) from files named by its `Logs` (per
+  # pod) and `ClusterLogs` (by namespace/name) resources. They are enabled as CRDs, so a test can
+  # point a pod it created at a log file it writes.
+  yaml_docs "$mod/crd/bases" kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml >"$KWOK_BIN.tmp/log-crds.yaml"
   rm -rf "$KWOK_BIN" && mv "$KWOK_BIN.tmp" "$KWOK_BIN"
-}
-
-# Pod logs: kwok serves the kubelet API (`kubectl logs`) from files named by its `Logs`
-# (per pod) and `ClusterLogs` (by namespace/name) resources. They are enabled as CRDs, so a test
-# can point a pod it created at a log file it writes. The CRDs come from kwok's module source.
-# Cached apart from the binary: an older cache gains the file without rebuilding kwok.
-kwok_log_crds() {
-  [[ -s $KWOK_BIN/log-crds.yaml ]] && return 0
-  local mod
-  mod=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION
-  [[ -d $mod ]] || (go_env && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION") \
-    || die "cannot download the kwok $KWOK_VERSION module source for its CRDs"
-  yaml_docs "$mod/kustomize/crd/bases" kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml >"$KWOK_BIN/log-crds.yaml.tmp"
-  mv "$KWOK_BIN/log-crds.yaml.tmp" "$KWOK_BIN/log-crds.yaml"
 }
 
 yaml_docs() { # dir files...: the files of kwok's module source as one YAML stream
@@ -158,7 +148,6 @@ cmd_build() {
   command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
   build_etcd
   build_kwok
-  kwok_log_crds
   build_k8s
   if [[ $REAL_NODES == 1 ]]; then
     realnode_build || die "REAL_NODES=1 needs a host that can run a real node (reasons above)"
