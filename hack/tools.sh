@@ -3,8 +3,8 @@
 # control plane (hack/k8s.sh) and OLM's tools (hack/olm.sh):
 #
 #   helm, crane   built from Go modules in one `go build` of the module hack/dist-tools
-#                 (versions and go.sum there): helm for the chart tests, crane to push the image
-#                 and to serve a registry on loopback in the tests
+#                 (versions and go.sum there): helm for the chart tests, crane to write and push
+#                 the image and to serve a registry on loopback in the tests
 #   actionlint    built from its Go module (hack/lint-tools, versions and go.sum there): lints the
 #                 release workflow in .github/workflows
 #   cargo-cyclonedx   the SBOM of the Rust dependencies, `cargo install --locked` pinned below
