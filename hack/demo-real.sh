@@ -1,27 +1,13 @@
-#!/usr/bin/env bash
-# The demo with real pods (hack/demo.sh runs this where the host can run a real node): the local
+# The demo with real pods (sourced by hack/demo.sh where the host can run a real node): the local
 # plane with three kwok nodes and a real kubelet node (REAL_NODES=1, docs/real-node.md); the
 # operator's image built and imported into that node; the operator installed as a user installs
 # it (`kubectl apply --server-side -f deploy/operator.yaml`), running as two real pods; the
 # StorageOS API simulator as a pod behind the rendered `storageos` Service; the cluster of
 # hack/real-node/storageoscluster.yaml until `kubectl get stos` shows 3/3 Running; the
 # api-manager the operator renders, Ready on the real node. `hack/demo.sh down` stops it all.
-set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-source hack/versions.env
-CACHE=${STORAGEOS_CACHE:-$HOME/.cache/storageos-operator}
-KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
+# Its settings and helpers (ROOT, DEMO, ETCD_PORT, KUBECTL, say, kc, hack/lib.sh) are demo.sh's.
 IMAGE=$(awk '$1 == "image:" && $2 != "" {print $2; exit}' deploy/operator.yaml)
 ARCHIVE=$ROOT/target/image/storageos-operator-debug.oci.tar
-DEMO=$CACHE/demo
-ETCD_PORT=${DEMO_ETCD_PORT:-22379}
-
-say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
-kc() { "$KUBECTL" "$@"; }
-# shellcheck source=hack/lib.sh
-source hack/lib.sh
 
 # The name a runtime stores a Docker Hub image under.
 qualified() {
@@ -61,10 +47,7 @@ kc get stos -A
 check_cluster_healthy || exit 1
 
 say "waiting for the api-manager the operator rendered"
-for _ in $(seq 120); do
-  kc -n kube-system get deployment storageos-api-manager >/dev/null 2>&1 && break
-  sleep 1
-done
+kc -n kube-system wait --for=create deployment/storageos-api-manager --timeout=120s >/dev/null
 kc -n kube-system rollout status deployment/storageos-api-manager --timeout=180s
 kc get pods -A -o wide --field-selector spec.nodeName=real-node-0
 

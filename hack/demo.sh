@@ -32,11 +32,13 @@ KUBECTL=$CACHE/bin/k8s-$K8S_VERSION/kubectl
 BIN=${STORAGEOS_OPERATOR_BIN:-$ROOT/target/debug/storageos-operator}
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+kc() { "$KUBECTL" "$@"; }
+# shellcheck source=hack/lib.sh
+source hack/lib.sh
 
 stop_pid() {
-  local f=$DEMO/$1.pid
+  local f=$DEMO/$1.pid pid
   [[ -f $f ]] || return 0
-  local pid
   pid=$(cat "$f")
   if kill -0 "$pid" 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
@@ -47,10 +49,7 @@ stop_pid() {
 }
 
 if [[ ${1:-} == down ]]; then
-  stop_pid api-manager
-  stop_pid operator
-  stop_pid simulator
-  stop_pid etcd
+  for p in api-manager operator simulator etcd; do stop_pid "$p"; done
   hack/k8s.sh down
   rm -rf "$DEMO"
   say "demo stopped"
@@ -69,7 +68,9 @@ if [[ ${REAL_NODES:-} != 0 ]]; then
   fi
 fi
 if [[ $real == 1 ]]; then
-  exec "$ROOT/hack/demo-real.sh"
+  # shellcheck source=hack/demo-real.sh
+  source hack/demo-real.sh
+  exit 0
 fi
 
 say "building storageos-operator"
@@ -78,7 +79,6 @@ say "starting the local control plane (first run builds Kubernetes from Go modul
 eval "$(NODES=3 hack/k8s.sh up)"
 export KUBECONFIG
 mkdir -p "$DEMO"
-kc() { "$KUBECTL" "$@"; }
 
 say "installing the operator: kubectl apply --server-side -f deploy/operator.yaml"
 kc apply --server-side -f deploy/operator.yaml >/dev/null
@@ -86,8 +86,6 @@ kc wait --for condition=Established crd --all --timeout=60s >/dev/null
 # Its pods would be kwok fakes here; the same binary runs locally instead, as its ServiceAccount.
 kc -n storageos-operator scale deployment storageos-operator --replicas=0 >/dev/null
 
-# shellcheck source=hack/lib.sh
-source hack/lib.sh
 kubeconfig_for storageos-operator storageos-operator "$DEMO/operator.kubeconfig"
 
 start() { # name, command...

@@ -4,8 +4,8 @@
 # Dockerfile's final stage is distroless `cc` + the binary as user 65532; this script makes the
 # same thing from this machine's own files: the release binary, the shared libraries it links,
 # CA certificates, a passwd/group naming the `nonroot` user and the SBOM of its Rust
-# dependencies. The archive is written by hack/oci.py (standard library only), reproducibly:
-# the same commit, toolchain and Debian packages give the same digest. docs/release.md.
+# dependencies. The archive is written with crane (`hack/tools.sh oci`), reproducibly: the same
+# commit, toolchain and Debian packages give the same digest. docs/release.md.
 #
 #   hack/image.sh [--out FILE] [--tag TAG] [--arch amd64,arm64] [--debug] [--binary [ARCH=]FILE]
 #                 [--sbom | --no-sbom] [--push REGISTRY/IMAGE:TAG] [--digest-file FILE]
@@ -202,21 +202,20 @@ rootfs_for() { # arch binary rootfs
 # number and takes its timestamp from SOURCE_DATE_EPOCH (the commit's time): reproducible, also
 # from another checkout (below).
 sbom() { # tool-bin-dir triple out
-  local epoch
+  local name epoch
+  name=$(basename "$WORK")-sbom-$2
   epoch=$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)
   SOURCE_DATE_EPOCH=$epoch PATH=$1:$PATH cargo cyclonedx "${FEATURES[@]}" --format json --target "$2" --spec-version 1.5 \
-    --override-filename "$(basename "$WORK")-sbom-$2" >&2
+    --override-filename "$name" >&2
   # Its references to this crate name the checkout (path+file:///path/to/clone): written
   # relative, as its purls already are, so that the clone's path is not in the image.
   # (The workspace's own crates, such as crates/storageos-client, are named below the root.)
-  python3 -c 'import sys; src, out, root = sys.argv[1:]; open(out, "w").write(open(src).read().replace(root + "/", "file://./").replace(root + "#", "file://.#").replace(root + "\"", "file://.\""))' \
-    "$ROOT/$(basename "$WORK")-sbom-$2.json" "$3" "file://$ROOT"
+  sed "s|file://$ROOT\([/#\"]\)|file://.\1|g" "$ROOT/$name.json" >"$3"
   # cargo-cyclonedx writes one file per workspace member: only the operator's goes in the image.
-  rm -f "$ROOT/$(basename "$WORK")-sbom-$2.json" "$ROOT"/crates/*/"$(basename "$WORK")-sbom-$2.json"
+  rm -f "$ROOT/$name.json" "$ROOT"/crates/*/"$name.json"
 }
 
-args=()
-first=1
+images=()
 for arch in "${arches[@]}"; do
   triple "$arch" >/dev/null
   bin=${BIN_SRC[$arch]:-}
@@ -226,22 +225,15 @@ for arch in "${arches[@]}"; do
     bin=$(build_binary "$arch")
   fi
   rootfs_for "$arch" "$bin" "$WORK/rootfs-$arch"
-  if [[ $first == 1 ]]; then
-    args+=("$WORK/rootfs-$arch" --arch "$arch")
-    first=0
-  else
-    args+=(--platform "$arch=$WORK/rootfs-$arch")
-  fi
+  images+=("$arch=$WORK/rootfs-$arch")
 done
 
 revision=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
 say "writing the OCI archive (${arches[*]})"
-python3 "$ROOT/hack/oci.py" "${args[0]}" "$OUT" "$TAG" "${args[@]:1}" --title storageos-operator \
-  --entrypoint /usr/local/bin/storageos-operator --cmd run --user 65532:65532 \
-  --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-  --annotation "org.opencontainers.image.version=$version" \
-  --annotation "org.opencontainers.image.revision=$revision" \
-  --annotation "org.opencontainers.image.title=storageos-operator" >&2
+"$ROOT/hack/tools.sh" oci "$OUT" "$TAG" "$(IFS=,; echo "${images[*]}")" -l org.opencontainers.image.title=storageos-operator \
+  --entrypoint /usr/local/bin/storageos-operator --cmd run --user 65532:65532 -e SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+  -a "org.opencontainers.image.version=$version" -a "org.opencontainers.image.revision=$revision" \
+  -a org.opencontainers.image.title=storageos-operator >&2
 
 if [[ -n $PUSH ]]; then
   crane=$("$ROOT/hack/tools.sh" go)/crane

@@ -61,19 +61,11 @@ build_k8s() {
   local mod
   mod=$(curl -fsSL "https://proxy.golang.org/k8s.io/kubernetes/@v/$K8S_VERSION.mod") \
     || die "cannot fetch k8s.io/kubernetes@$K8S_VERSION go.mod from the Go module proxy"
-  local godir
-  godir=$(awk '/^go /{print $2; exit}' <<<"$mod")
   {
-    echo "module storageos-operator.local/k8s-build"
-    echo
-    echo "go $godir"
-    echo
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    echo
+    printf 'module storageos-operator.local/k8s-build\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\n' \
+      "$(awk '/^go /{print $2; exit}' <<<"$mod")" "$K8S_VERSION"
     # Each staging module of the tag, replaced by its published mirror (v1.Y.Z <-> v0.Y.Z).
-    sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' <<<"$mod" | while read -r m; do
-      echo "replace $m => $m v0.${K8S_VERSION#v1.}"
-    done
+    sed -n "s#^[[:space:]]*\\(k8s.io/[^ ]*\\) => ./staging/.*#replace \\1 => \\1 v0.${K8S_VERSION#v1.}#p" <<<"$mod"
   } >"$src/go.mod"
   # `go build` of packages of a dependency needs a package in the main module to anchor go.sum.
   printf 'package build\n' >"$src/doc.go"
@@ -95,19 +87,22 @@ build_k8s() {
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 }
 
+# Builds BIN/NAME from the main package on stdin, in a module of its own that requires MODULE at
+# VERSION (a published module, so its own replace directives do not matter), in $CACHE/src.
+go_main() { # name bin module version go-version < main.go
+  local src=$CACHE/src/$1-$4
+  mkdir -p "$src" "$2.tmp"
+  printf 'module storageos-operator.local/%s\n\ngo %s\n\nrequire %s %s\n' "$1" "$5" "$3" "$4" >"$src/go.mod"
+  cat >"$src/main.go"
+  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$2.tmp/$1" .) \
+    || die "building $1 $4 failed (see the Go output above)"
+  rm -rf "$2" && mv "$2.tmp" "$2"
+}
+
 build_etcd() {
   [[ -x $ETCD_BIN/etcd ]] && return 0
   log "building etcd $ETCD_VERSION from Go modules"
-  local src=$CACHE/src/etcd-$ETCD_VERSION
-  mkdir -p "$src" "$ETCD_BIN.tmp"
-  cat >"$src/go.mod" <<EOF
-module storageos-operator.local/etcd
-
-go 1.24.0
-
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION
-EOF
-  cat >"$src/main.go" <<'EOF'
+  go_main etcd "$ETCD_BIN" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" 1.24.0 <<'EOF'
 // etcd built from its published server module (the root module has replace directives).
 package main
 
@@ -119,56 +114,40 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 EOF
-  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$ETCD_BIN.tmp/etcd" .) \
-    || die "building etcd $ETCD_VERSION failed"
-  rm -rf "$ETCD_BIN" && mv "$ETCD_BIN.tmp" "$ETCD_BIN"
 }
 
 build_kwok() {
-  [[ -x $KWOK_BIN/kwok && -s $KWOK_BIN/stages.yaml ]] && return 0
+  [[ -x $KWOK_BIN/kwok && -s $KWOK_BIN/stages.yaml && -s $KWOK_BIN/log-crds.yaml ]] && return 0
   log "building kwok $KWOK_VERSION from Go modules"
   mkdir -p "$KWOK_BIN.tmp"
   (go_env && GOBIN="$KWOK_BIN.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION") \
     || die "building kwok $KWOK_VERSION failed"
+  local mod
+  mod=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize
   # kwok ships no stages in its binary: take the "fast" node and pod stages and the lease
   # heartbeat from its module source, as kwokctl does.
-  local stages
-  stages=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
-  local f
-  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-    [[ -f $stages/$f ]] || die "kwok stage $f not found in $stages"
-    printf -- '---\n' >>"$KWOK_BIN.tmp/stages.yaml"
-    cat "$stages/$f" >>"$KWOK_BIN.tmp/stages.yaml"
-  done
+  yaml_docs "$mod/stage" node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml >"$KWOK_BIN.tmp/stages.yaml"
+  # Pod logs: kwok serves the kubelet API (`kubectl logs`) from files named by its `Logs` (per
+  # pod) and `ClusterLogs` (by namespace/name) resources. They are enabled as CRDs, so a test can
+  # point a pod it created at a log file it writes.
+  yaml_docs "$mod/crd/bases" kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml >"$KWOK_BIN.tmp/log-crds.yaml"
   rm -rf "$KWOK_BIN" && mv "$KWOK_BIN.tmp" "$KWOK_BIN"
 }
 
-# Pod logs: kwok serves the kubelet API (`kubectl logs`) from files named by its `Logs`
-# (per pod) and `ClusterLogs` (by namespace/name) resources. They are enabled as CRDs, so a test
-# can point a pod it created at a log file it writes. The CRDs come from kwok's module source.
-# Cached apart from the binary: an older cache gains the file without rebuilding kwok.
-kwok_log_crds() {
-  [[ -s $KWOK_BIN/log-crds.yaml ]] && return 0
-  local mod
-  mod=$(go_env && go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION
-  [[ -d $mod ]] || (go_env && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION") \
-    || die "cannot download the kwok $KWOK_VERSION module source for its CRDs"
-  local f out=$KWOK_BIN/log-crds.yaml.tmp
-  : >"$out"
-  for f in kwok.x-k8s.io_logs.yaml kwok.x-k8s.io_clusterlogs.yaml; do
-    [[ -f $mod/kustomize/crd/bases/$f ]] || die "kwok CRD $f not found in $mod/kustomize/crd/bases"
-    printf -- '---\n' >>"$out"
-    cat "$mod/kustomize/crd/bases/$f" >>"$out"
+yaml_docs() { # dir files...: the files of kwok's module source as one YAML stream
+  local dir=$1 f
+  shift
+  for f in "$@"; do
+    [[ -f $dir/$f ]] || die "$f not found in $dir"
+    printf -- '---\n' && cat "$dir/$f"
   done
-  mv "$out" "$KWOK_BIN/log-crds.yaml"
 }
 
 cmd_build() {
   command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
   build_etcd
   build_kwok
-  kwok_log_crds
   build_k8s
   if [[ $REAL_NODES == 1 ]]; then
     realnode_build || die "REAL_NODES=1 needs a host that can run a real node (reasons above)"
@@ -185,43 +164,49 @@ API_HOST=127.0.0.1
 
 # ---------------------------------------------------------------- certificates
 
+# A key and certificate DIR/NAME.{key,crt} for SUBJECT with the extensions EXT (printf %b),
+# signed by the CA $STATE/pki/CA.{crt,key} (default ca).
+cert() { # dir name subject ext [ca]
+  local d=$1 ca=$STATE/pki/${5:-ca}
+  printf '%b' "$4" >"$d/$2.ext"
+  { openssl req -newkey rsa:2048 -nodes -keyout "$d/$2.key" -out "$d/$2.csr" -subj "$3" \
+    && openssl x509 -req -in "$d/$2.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial \
+      -out "$d/$2.crt" -days 3650 -extfile "$d/$2.ext"; } 2>/dev/null || die "openssl: the certificate $d/$2 failed"
+}
+
+# A kubeconfig for the plane with the client certificate DIR/NAME.{crt,key}, written to OUT
+# (default DIR/NAME.kubeconfig).
+kubeconfig() { # dir name [out]
+  local b64='base64 -w0'
+  cat >"${3:-$1/$2.kubeconfig}" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: local, cluster: {server: "https://$API_HOST:$K8S_PORT", certificate-authority-data: $($b64 "$STATE/pki/ca.crt")}}]
+users: [{name: $2, user: {client-certificate-data: $($b64 "$1/$2.crt"), client-key-data: $($b64 "$1/$2.key")}}]
+contexts: [{name: local, context: {cluster: local, user: $2}}]
+current-context: local
+EOF
+}
+
+CLIENT_EXT='basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n'
+
 gen_pki() {
   local d=$STATE/pki
   mkdir -p "$d"
-  (
-    cd "$d"
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
-      -subj "/CN=storageos-operator-test-ca" 2>/dev/null
-    cat >server.ext <<EOF
-basicConstraints=CA:FALSE
-keyUsage=digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$RN_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-EOF
-    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
-    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
-      -days 3650 -extfile server.ext 2>/dev/null
-    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >client.ext
-    openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
-    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt \
-      -days 3650 -extfile client.ext 2>/dev/null
-    # The apiserver's client certificate for kubelets (logs, exec, port-forward on a real node).
-    openssl req -newkey rsa:2048 -nodes -keyout apiserver-kubelet-client.key -out apiserver-kubelet-client.csr \
-      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
-    openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
-      -out apiserver-kubelet-client.crt -days 3650 -extfile client.ext 2>/dev/null
-    # The client certificate the apiserver presents to admission webhooks (see admission.yaml
-    # below), from a CA of its own: a webhook that requires it (the api-manager with
-    # spec.apiManager.webhookClientCAConfigMap) serves the apiserver and nobody else.
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout webhook-client-ca.key -out webhook-client-ca.crt \
-      -days 3650 -subj "/CN=storageos-operator-test-webhook-client-ca" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -keyout webhook-client.key -out webhook-client.csr \
-      -subj "/CN=kube-apiserver-webhook-client" 2>/dev/null
-    openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt -CAkey webhook-client-ca.key \
-      -CAcreateserial -out webhook-client.crt -days 3650 -extfile client.ext 2>/dev/null
-    openssl genrsa -out sa.key 2048 2>/dev/null
-    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  ) || die "generating certificates with openssl failed"
+  ca() { openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/$1.key" -out "$d/$1.crt" -days 3650 -subj "/CN=$2" 2>/dev/null || die "openssl: the CA $1 failed"; }
+  ca ca storageos-operator-test-ca
+  cert "$d" apiserver /CN=kube-apiserver "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n\
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$RN_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+  cert "$d" admin /O=system:masters/CN=admin "$CLIENT_EXT"
+  # The apiserver's client certificate for kubelets (logs, exec, port-forward on a real node).
+  cert "$d" apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client "$CLIENT_EXT"
+  # The client certificate the apiserver presents to admission webhooks (see admission.yaml
+  # below), from a CA of its own: a webhook that requires it (the api-manager with
+  # spec.apiManager.webhookClientCAConfigMap) serves the apiserver and nobody else.
+  ca webhook-client-ca storageos-operator-test-webhook-client-ca
+  cert "$d" webhook-client /CN=kube-apiserver-webhook-client "$CLIENT_EXT" webhook-client-ca
+  { openssl genrsa -out "$d/sa.key" 2048 && openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub"; } 2>/dev/null \
+    || die "openssl: the ServiceAccount signing key failed"
   cat >"$STATE/webhook-kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
@@ -239,25 +224,7 @@ EOF
       printf '      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: %s\n' "$STATE/webhook-kubeconfig"
     done
   } >"$STATE/admission.yaml"
-  local b64='base64 -w0'
-  cat >"$KUBECONFIG_OUT" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://$API_HOST:$K8S_PORT
-    certificate-authority-data: $($b64 "$d/ca.crt")
-users:
-- name: admin
-  user:
-    client-certificate-data: $($b64 "$d/admin.crt")
-    client-key-data: $($b64 "$d/admin.key")
-contexts:
-- name: local
-  context: {cluster: local, user: admin}
-current-context: local
-EOF
+  kubeconfig "$d" admin "$KUBECONFIG_OUT"
 }
 
 # ---------------------------------------------------------------- processes
@@ -272,9 +239,8 @@ start() { # name, command...
 }
 
 wait_for() { # description, seconds, command...
-  local what=$1 secs=$2
+  local secs=$2 i
   shift 2
-  local i
   for ((i = 0; i < secs * 5; i++)); do
     "$@" >/dev/null 2>&1 && return 0
     sleep 0.2
@@ -507,15 +473,12 @@ STAGE
 }
 
 stop() { # name: SIGTERM, then SIGKILL after 5 s
-  local n=$1
-  if pid_alive "$n"; then
-    local pid
-    pid=$(cat "$STATE/$n.pid")
-    kill "$pid" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  pid_alive "$1" || return 0
+  local pid i
+  pid=$(cat "$STATE/$1.pid")
+  kill "$pid" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
 }
 
 cmd_down() {

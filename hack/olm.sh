@@ -56,10 +56,7 @@ cmd_build() {
   local mod
   mod=$(cd "$SRC" && go_env && go list -m -f '{{.Dir}}' "$OLM_MODULE") || die "cannot locate the $OLM_MODULE module"
   local f
-  for f in "$mod"/deploy/chart/crds/*.crd.yaml; do
-    printf -- '---\n' >>"$bin.tmp/crds.yaml"
-    cat "$f" >>"$bin.tmp/crds.yaml"
-  done
+  for f in "$mod"/deploy/chart/crds/*.crd.yaml; do printf -- '---\n' && cat "$f"; done >"$bin.tmp/crds.yaml"
   [[ -s $bin.tmp/crds.yaml ]] || die "no CRDs found in $mod/deploy/chart/crds"
   rm -rf "$bin" && mv "$bin.tmp" "$bin"
   log "built in $((SECONDS - start))s: $bin"

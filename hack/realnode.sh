@@ -93,16 +93,7 @@ rn_cgroup_probe_dir() { if rn_cgroup_v2; then echo .; else echo memory; fi; }
 build_coredns() {
   [[ -x $COREDNS_BIN/coredns ]] && return 0
   rn_log "building CoreDNS $COREDNS_VERSION from Go modules (first time only)"
-  local src=$CACHE/src/coredns-$COREDNS_VERSION
-  mkdir -p "$src" "$COREDNS_BIN.tmp"
-  cat >"$src/go.mod" <<EOF
-module storageos-operator.local/coredns
-
-go 1.26.0
-
-require github.com/coredns/coredns $COREDNS_VERSION
-EOF
-  cat >"$src/main.go" <<'EOF'
+  go_main coredns "$COREDNS_BIN" github.com/coredns/coredns "$COREDNS_VERSION" 1.26.0 <<'EOF'
 // CoreDNS with the plugins the local plane's real node uses: cluster.local from the Kubernetes
 // API, bound to the node's bridge address.
 package main
@@ -124,13 +115,10 @@ func init() {
 
 func main() { coremain.Run() }
 EOF
-  (cd "$src" && go_env && go build -mod=mod -p 2 -trimpath -ldflags "-s -w" -o "$COREDNS_BIN.tmp/coredns" .) \
-    || die "building CoreDNS $COREDNS_VERSION failed (see the Go output above)"
-  rm -rf "$COREDNS_BIN" && mv "$COREDNS_BIN.tmp" "$COREDNS_BIN"
 }
 
 # The sandbox ("pause") image: Kubernetes' own pause.c from the module source the plane was built
-# from, linked statically, in a one-layer image written by hack/oci.py.
+# from, linked statically, in a one-layer image written with crane (hack/tools.sh oci).
 build_pause() {
   [[ -s $PAUSE_ARCHIVE ]] && return 0
   rn_log "building the sandbox image $PAUSE_IMAGE (Kubernetes' pause.c)"
@@ -145,7 +133,7 @@ build_pause() {
   gcc -Os -static -DVERSION="$K8S_VERSION" -o "$work/rootfs/pause" "$c" \
     || { rm -rf "$work"; die "gcc -static of pause.c failed (needs Debian's libc6-dev)"; }
   strip "$work/rootfs/pause"
-  python3 "$ROOT/hack/oci.py" "$work/rootfs" "$PAUSE_ARCHIVE" "$PAUSE_IMAGE" --entrypoint /pause --user 65535:65535 >/dev/null
+  "$ROOT/hack/tools.sh" oci "$PAUSE_ARCHIVE" "$PAUSE_IMAGE" "amd64=$work/rootfs" --entrypoint /pause --user 65535:65535 >/dev/null
   rm -rf "$work"
 }
 
@@ -177,40 +165,20 @@ realnode_network() {
 
 # ---------------------------------------------------------------- certificates and kubeconfigs
 
-rn_cert() { # name, subject, extfile-lines
+rn_certs() {
   local d=$RN_DIR/pki
   mkdir -p "$d"
-  printf '%b' "$3" >"$d/$1.ext"
-  openssl req -newkey rsa:2048 -nodes -keyout "$d/$1.key" -out "$d/$1.csr" -subj "$2" 2>/dev/null
-  openssl x509 -req -in "$d/$1.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
-    -out "$d/$1.crt" -days 3650 -extfile "$d/$1.ext" 2>/dev/null
-}
-
-rn_kubeconfig() { # name: a kubeconfig with the client certificate of that name
-  local d=$RN_DIR/pki b64='base64 -w0'
-  cat >"$d/$1.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: local, cluster: {server: "https://$RN_IP:$K8S_PORT", certificate-authority-data: $($b64 "$STATE/pki/ca.crt")}}]
-users: [{name: $1, user: {client-certificate-data: $($b64 "$d/$1.crt"), client-key-data: $($b64 "$d/$1.key")}}]
-contexts: [{name: local, context: {cluster: local, user: $1}}]
-current-context: local
-EOF
-}
-
-rn_certs() {
-  local client='basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n'
   # The kubelet as a node, under the Node authorizer and NodeRestriction.
-  rn_cert kubelet "/O=system:nodes/CN=system:node:$RN_NODE" "$client"
-  rn_kubeconfig kubelet
-  rn_cert kubelet-serving "/CN=$RN_NODE" \
+  cert "$d" kubelet "/O=system:nodes/CN=system:node:$RN_NODE" "$CLIENT_EXT"
+  kubeconfig "$d" kubelet
+  cert "$d" kubelet-serving "/CN=$RN_NODE" \
     "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:$RN_IP,DNS:$RN_NODE\n"
   # kube-proxy: the built-in binding system:node-proxier names this user.
-  rn_cert kube-proxy "/CN=system:kube-proxy" "$client"
-  rn_kubeconfig kube-proxy
+  cert "$d" kube-proxy /CN=system:kube-proxy "$CLIENT_EXT"
+  kubeconfig "$d" kube-proxy
   # CoreDNS: the rules of the upstream system:coredns ClusterRole, bound below.
-  rn_cert coredns "/CN=system:storageos-operator-coredns" "$client"
-  rn_kubeconfig coredns
+  cert "$d" coredns /CN=system:storageos-operator-coredns "$CLIENT_EXT"
+  kubeconfig "$d" coredns
 }
 
 # ---------------------------------------------------------------- cgroups
@@ -259,31 +227,26 @@ rn_rm_cgroup() {
 rn_containerd() {
   local d=$RN_DIR/containerd
   mkdir -p "$d/root" "$d/state" "$d/opt" "$RN_DIR/cni/net.d" "$RN_DIR/cni/ipam"
-  containerd config default >"$d/config.default.toml"
-  # Each change is checked: a containerd whose default config differs fails here, by name.
-  python3 - "$d/config.default.toml" "$d/config.toml" "$d" "$RN_DIR/cni/net.d" "$PAUSE_IMAGE" <<'PY'
-import re, sys
-src, out, d, netd, pause = sys.argv[1:6]
-s = open(src).read()
-changes = [
-    (r'^root = ".*"$', f'root = "{d}/root"'),
-    (r'^state = ".*"$', f'state = "{d}/state"'),
-    (r'^(\s*)address = "/run/containerd/containerd.sock"$', f'\\1address = "{d}/containerd.sock"'),
-    # The VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, so containerd clamps it.
-    (r'^(\s*)restrict_oom_score_adj = false$', r'\1restrict_oom_score_adj = true'),
-    (r'^(\s*)sandbox_image = ".*"$', f'\\1sandbox_image = "{pause}"'),
-    (r'^(\s*)bin_dir = "/opt/cni/bin"$', r'\1bin_dir = "/usr/lib/cni"'),
-    (r'^(\s*)conf_dir = "/etc/cni/net.d"$', f'\\1conf_dir = "{netd}"'),
-    (r'^(\s*)BinaryName = ""$', r'\1BinaryName = "/usr/sbin/runc"'),
-    (r'^(\s*)path = "/opt/containerd"$', f'\\1path = "{d}/opt"'),
-]
-for pattern, repl in changes:
-    s, n = re.subn(pattern, repl, s, count=1, flags=re.M)
-    if n != 1:
-        sys.exit(f"containerd's default configuration has no line matching {pattern!r}; "
-                 "this recipe knows containerd 1.6 (Debian 12)")
-open(out, "w").write(s)
-PY
+  # Each change is checked: a containerd whose default config differs fails here, by name. (The
+  # VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, so containerd clamps it.)
+  local conf re to
+  conf=$(containerd config default)
+  while IFS='|' read -r re to; do
+    grep -qE "$re" <<<"$conf" \
+      || die "containerd's default configuration has no line matching $re; this recipe knows containerd 1.6 (Debian 12)"
+    conf=$(sed -E "0,\\#$re#s##$to#" <<<"$conf")
+  done <<EOF
+^root = ".*"\$|root = "$d/root"
+^state = ".*"\$|state = "$d/state"
+^(\s*)address = "/run/containerd/containerd.sock"\$|\1address = "$d/containerd.sock"
+^(\s*)restrict_oom_score_adj = false\$|\1restrict_oom_score_adj = true
+^(\s*)sandbox_image = ".*"\$|\1sandbox_image = "$PAUSE_IMAGE"
+^(\s*)bin_dir = "/opt/cni/bin"\$|\1bin_dir = "/usr/lib/cni"
+^(\s*)conf_dir = "/etc/cni/net.d"\$|\1conf_dir = "$RN_DIR/cni/net.d"
+^(\s*)BinaryName = ""\$|\1BinaryName = "/usr/sbin/runc"
+^(\s*)path = "/opt/containerd"\$|\1path = "$d/opt"
+EOF
+  echo "$conf" >"$d/config.toml"
   cat >"$RN_DIR/cni/net.d/10-real-node.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -484,7 +447,7 @@ realnode_down() {
 # Chains the kubelet, kube-proxy and the CNI plugins added (KUBE-*, CNI-*), with the rules that
 # jump to them; nothing else is touched.
 rn_iptables_clean() {
-  local ipt t chain
+  local ipt t op chain
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     for t in filter nat mangle; do
@@ -493,11 +456,10 @@ rn_iptables_clean() {
       { "$ipt" -t "$t" -S 2>/dev/null | grep -E -- '^-A .* -j (KUBE|CNI)-' || true; } | sed 's/^-A /-D /' | while read -r rule; do
         eval "$ipt -t $t $rule" 2>/dev/null || true
       done
-      for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
-        "$ipt" -t "$t" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
-        "$ipt" -t "$t" -X "$chain" 2>/dev/null || true
+      for op in -F -X; do # every chain flushed before any is deleted: they jump to each other
+        for chain in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ {print $2}'); do
+          "$ipt" -t "$t" "$op" "$chain" 2>/dev/null || true
+        done
       done
     done
   done

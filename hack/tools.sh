@@ -3,8 +3,8 @@
 # control plane (hack/k8s.sh) and OLM's tools (hack/olm.sh):
 #
 #   helm, crane   built from Go modules in one `go build` of the module hack/dist-tools
-#                 (versions and go.sum there): helm for the chart tests, crane to push the image
-#                 and to serve a registry on loopback in the tests
+#                 (versions and go.sum there): helm for the chart tests, crane to write and push
+#                 the image and to serve a registry on loopback in the tests
 #   actionlint    built from its Go module (hack/lint-tools, versions and go.sum there): lints the
 #                 release workflow in .github/workflows
 #   cargo-cyclonedx   the SBOM of the Rust dependencies, `cargo install --locked` pinned below
@@ -12,6 +12,8 @@
 #                     libraries go into the arm64 image), and the Rust target
 #
 #   hack/tools.sh go        build helm and crane (first time only); prints their directory
+#   hack/tools.sh oci OUT TAG ARCH=ROOTFS[,...] [crane mutate flags]   an OCI image archive
+#                           written with crane (hack/image.sh, the real node's pause image)
 #   hack/tools.sh actionlint  build actionlint (first time only); prints the binary's path
 #   hack/tools.sh sbom      install cargo-cyclonedx (first time only); prints its bin directory
 #   hack/tools.sh cross     make sure the aarch64 cross toolchain is installed
@@ -30,55 +32,88 @@ CARGO_CYCLONEDX_VERSION=0.5.9
 log() { printf '[tools] %s\n' "$*" >&2; }
 die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
 
-mod_version() { awk -v m="$1" '$1 == m {print $2; exit}' "$SRC/go.mod"; }
+mod_version() { awk -v m="$2" '$1 == m {print $2; exit}' "$1/go.mod"; }
 
-# Named after the versions and a hash of go.mod/go.sum, so a version change builds anew.
-go_bin_dir() {
-  local sum
-  sum=$(cat "$SRC/go.mod" "$SRC/go.sum" | sha256sum | cut -c1-12)
-  echo "$CACHE/bin/dist-helm-$(mod_version helm.sh/helm/v4)-crane-$(mod_version github.com/google/go-containerregistry)-$sum"
-}
-
-cmd_go() {
-  local bin
-  bin=$(go_bin_dir)
-  if [[ ! -x $bin/helm || ! -x $bin/crane ]]; then
+# `go build` of PACKAGES of the Go module in DIR (versions and go.sum there), once, into
+# $CACHE/bin/NAME-<hash of go.mod and go.sum>: a version change builds anew. Prints that directory.
+go_build() { # dir name ldflags packages...
+  local dir=$1 bin ld=$3 p start=$SECONDS
+  bin=$CACHE/bin/$2-$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-12)
+  shift 3
+  for p in "$@"; do
+    [[ -x $bin/${p##*/} ]] && continue
     command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
-    local helm_v start=$SECONDS
-    helm_v=$(mod_version helm.sh/helm/v4)
-    log "building helm $helm_v and crane $(mod_version github.com/google/go-containerregistry) from Go modules (first time only)"
+    log "building ${*##*/} from Go modules into $bin (first time only)"
     rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
-    (
-      cd "$SRC"
-      # As hack/k8s.sh: no stray GOFLAGS or toolchain switch; go.sum is committed, so read-only.
-      export GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local
-      go build -p 2 -trimpath -o "$bin.tmp/" \
-        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_v" \
-        helm.sh/helm/v4/cmd/helm github.com/google/go-containerregistry/cmd/crane
-    ) || die "building helm and crane failed (see the Go output above)"
+    # As hack/k8s.sh: no stray GOFLAGS or toolchain switch; go.sum is committed, so read-only.
+    (cd "$dir" && GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local \
+      go build -p 2 -trimpath -ldflags "-s -w $ld" -o "$bin.tmp/" "$@") \
+      || die "building ${*##*/} failed (see the Go output above)"
     rm -rf "$bin" && mv "$bin.tmp" "$bin"
     log "built in $((SECONDS - start))s: $bin"
-  fi
+    break
+  done
   echo "$bin"
 }
 
-cmd_actionlint() {
-  local src=$ROOT/hack/lint-tools sum v bin
-  sum=$(cat "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-12)
-  v=$(awk '$1 == "github.com/rhysd/actionlint" {print $2; exit}' "$src/go.mod")
-  bin=$CACHE/bin/actionlint-$v-$sum
-  if [[ ! -x $bin/actionlint ]]; then
-    command -v go >/dev/null || die "Go is not installed; install Go 1.26 or newer"
-    log "building actionlint $v from its Go module (first time only)"
-    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
-    (
-      cd "$src"
-      export GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 GOTOOLCHAIN=local
-      go build -p 2 -trimpath -ldflags "-s -w" -o "$bin.tmp/" github.com/rhysd/actionlint/cmd/actionlint
-    ) || die "building actionlint failed (see the Go output above)"
-    rm -rf "$bin" && mv "$bin.tmp" "$bin"
+cmd_go() {
+  local helm_v
+  helm_v=$(mod_version "$SRC" helm.sh/helm/v4)
+  go_build "$SRC" "dist-helm-$helm_v-crane-$(mod_version "$SRC" github.com/google/go-containerregistry)" \
+    "-X helm.sh/helm/v4/internal/version.version=$helm_v" helm.sh/helm/v4/cmd/helm github.com/google/go-containerregistry/cmd/crane
+}
+
+# An OCI image archive of one layer per root filesystem, written with crane into a registry on
+# loopback (crane edits images in a registry only) and pulled back as an OCI layout, tarred. The
+# layer is a reproducible tar (sorted, mtime 0, owner root, gzip without name or time) and crane
+# writes no time or host into the config (created is the zero time), so the same inputs give the
+# same digests. Two or more ARCH=ROOTFS give an OCI index of linux/ARCH images (jq, curl), with the
+# annotations of its first image. TAG is the archive's `org.opencontainers.image.ref.name`: the
+# name `ctr images import` gives the image, so fully qualified when it is for a node. FLAGS go to
+# `crane mutate` (--entrypoint, --cmd, --user, -e K=V, -l K=V, -a K=V); PATH is set.
+cmd_oci() { # OUT TAG ARCH=ROOTFS[,ARCH=ROOTFS...] [FLAGS...]
+  local out=$1 tag=$2 images bin work reg="" ref refs=() platform top
+  IFS=, read -r -a images <<<"$3"
+  shift 3
+  bin=$(cmd_go)/crane
+  work=$(mktemp -d)
+  "$bin" registry serve --address 127.0.0.1:0 2>"$work/registry.log" &
+  # shellcheck disable=SC2064 # expanded now: the registry's PID and the directory of this call
+  trap "kill $!; rm -rf '$work'" EXIT
+  crane() { "$bin" "$@" 2>>"$work/crane.log" || { cat "$work/crane.log" >&2; die "crane $1 failed"; }; }
+  until [[ -n $reg ]]; do
+    sleep 0.1
+    kill -0 $! 2>/dev/null || { cat "$work/registry.log" >&2; die "crane registry serve failed"; }
+    reg=$(sed -n 's/.*serving on port /127.0.0.1:/p' "$work/registry.log")
+  done
+  for image in "${images[@]}"; do
+    platform=linux/${image%%=*}
+    [[ $platform == linux/arm64 ]] && platform+=/v8
+    (cd "${image#*=}" && LC_ALL=C tar --format=gnu --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -c -- *) \
+      | gzip -9n >"$work/layer.tar.gz"
+    ref=$(crane append --oci-empty-base -f "$work/layer.tar.gz" -t "$reg/image:base")
+    ref=$(crane mutate "$ref" --set-platform "$platform" -l "org.opencontainers.image.ref.name=$tag" \
+      -e PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@")
+    refs+=(-m "$ref")
+  done
+  top=${refs[1]}
+  if [[ ${#images[@]} -gt 1 ]]; then
+    top=$reg/image:index
+    crane index append "${refs[@]}" -t "$top" >/dev/null
+    crane manifest "$top" | jq -c --argjson a "$(crane manifest "${refs[1]}" | jq .annotations)" '.annotations = $a' \
+      | curl -fsS -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary @- "http://$reg/v2/image/manifests/index"
   fi
-  echo "$bin/actionlint"
+  crane pull --format oci --annotate-ref "$top" "$work/layout"
+  sed -i "s|\"$top\"|\"$tag\"|" "$work/layout/index.json"
+  mkdir -p "$(dirname "$out")"
+  tar --format=gnu --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out.tmp" -C "$work/layout" oci-layout index.json blobs
+  mv "$out.tmp" "$out"
+  echo "$out: $tag ($(crane digest "$top"))"
+}
+
+cmd_actionlint() {
+  local src=$ROOT/hack/lint-tools
+  echo "$(go_build "$src" "actionlint-$(mod_version "$src" github.com/rhysd/actionlint)" "" github.com/rhysd/actionlint/cmd/actionlint)/actionlint"
 }
 
 cmd_sbom() {
@@ -92,13 +127,18 @@ cmd_sbom() {
   echo "$root/bin"
 }
 
+# Installs a Debian package (as root); the second argument says what it is for.
+apt_install() {
+  [[ $(id -u) == 0 ]] || die "$2 needs Debian's $1 (apt-get install $1, as root)"
+  log "installing Debian's $1 ($2; first time only)"
+  apt-get install -y -qq "$1" >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && apt-get install -y -qq "$1" >/dev/null; } \
+    || die "apt-get install $1 failed"
+}
+
 cmd_cross() {
   if ! command -v aarch64-linux-gnu-gcc >/dev/null || [[ ! -d /usr/aarch64-linux-gnu/lib ]]; then
-    [[ $(id -u) == 0 ]] || die "the arm64 build needs gcc-aarch64-linux-gnu (Debian): apt-get install gcc-aarch64-linux-gnu"
-    log "installing Debian's gcc-aarch64-linux-gnu (the arm64 linker and C library; first time only)"
-    apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null 2>&1 \
-      || { apt-get update -qq >/dev/null && apt-get install -y -qq gcc-aarch64-linux-gnu >/dev/null; } \
-      || die "apt-get install gcc-aarch64-linux-gnu failed"
+    apt_install gcc-aarch64-linux-gnu "the arm64 build (its linker and C library)"
   fi
   if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
     log "adding the Rust target aarch64-unknown-linux-gnu (first time only)"
@@ -106,21 +146,16 @@ cmd_cross() {
   fi
 }
 
-cmd_qemu() {
-  command -v qemu-aarch64 >/dev/null && return 0
-  [[ $(id -u) == 0 ]] || die "the arm64 image check needs qemu-user (Debian): apt-get install qemu-user"
-  log "installing Debian's qemu-user (runs the arm64 binary in the image test; first time only)"
-  apt-get install -y -qq qemu-user >/dev/null 2>&1 \
-    || { apt-get update -qq >/dev/null && apt-get install -y -qq qemu-user >/dev/null; } \
-    || die "apt-get install qemu-user failed"
-}
+# qemu-aarch64 runs the arm64 binary from its image's root filesystem (image.sh, the image test).
+cmd_qemu() { command -v qemu-aarch64 >/dev/null || apt_install qemu-user "the arm64 image check"; }
 
 case ${1:-} in
   go) cmd_go ;;
+  oci) shift; cmd_oci "$@" ;;
   actionlint) cmd_actionlint ;;
   qemu) cmd_qemu ;;
   sbom) cmd_sbom ;;
   cross) cmd_cross ;;
   all) cmd_go >/dev/null && cmd_actionlint >/dev/null && cmd_sbom >/dev/null && cmd_cross && cmd_qemu ;;
-  *) die "usage: hack/tools.sh go | actionlint | sbom | cross | qemu | all" ;;
+  *) die "usage: hack/tools.sh go | oci OUT TAG ARCH=ROOTFS[,...] [FLAGS] | actionlint | sbom | cross | qemu | all" ;;
 esac
