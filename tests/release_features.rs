@@ -94,7 +94,7 @@ fn the_tests_binary_has_simulate_and_every_script_that_runs_it_asks_for_the_feat
         .split_whitespace()
         .collect();
     assert!(
-        bench.contains(r#"["build","--quiet","--features","simulator","--bin","storageos-operator"]"#),
+        bench.contains(r#"["build","--quiet","--features","simulator","--bin","storageos-operator""#),
         "examples/bench/main.rs must build the operator with --features simulator"
     );
 }
