@@ -8,7 +8,9 @@
 //! ```
 //!
 //! It builds the operator binary of its own profile (`--release`: the release build, which is
-//! what the figures are about) with the simulator, unless `--no-build`. What it measures per
+//! what the figures are about) with the simulator, unless `--no-build`: a build of its own, not
+//! the one cargo made for this example, so the dev-dependencies' features (tokio's test-util)
+//! stay out of the binary measured, as out of the one shipped. What it measures per
 //! size is in `size.rs`; docs/benchmarks.md says how each figure is taken. It writes
 //! OUT/results.json, OUT/table.md, PNG plots (when gnuplot is installed) and, unless
 //! `--no-doc`, the generated part of docs/benchmarks.md (between its bench markers) and
