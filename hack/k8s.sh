@@ -332,7 +332,7 @@ cmd_up() {
 
   # Audit: every write and pod-log read made by a ServiceAccount (the operator and the
   # api-manager run as theirs in the tests), so a test can count exactly what its code under
-  # test did. K8S_AUDIT_POLICY names another policy file (hack/bench.sh audits more).
+  # test did. K8S_AUDIT_POLICY names another policy file (the bench command audits more).
   if [[ -n ${K8S_AUDIT_POLICY:-} ]]; then
     cp "$K8S_AUDIT_POLICY" "$STATE/audit-policy.yaml" || die "cannot read K8S_AUDIT_POLICY=$K8S_AUDIT_POLICY"
   else

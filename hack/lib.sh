@@ -1,4 +1,4 @@
-# Shell helpers shared by hack/demo.sh and hack/bench.sh (sourced; needs a `kc` kubectl function).
+# Shell helpers shared by hack/demo.sh and hack/demo-real.sh (sourced; needs a `kc` kubectl function).
 
 # A kubeconfig acting as a ServiceAccount (a 24 h TokenRequest token), so a local process works
 # under exactly the RBAC a real install grants. Arguments: namespace, ServiceAccount, output file.

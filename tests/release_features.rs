@@ -1,7 +1,7 @@
 //! The simulator is not in what users build: the `simulator` feature (a fake StorageOS API that
 //! accepts any write) is off by default, so `cargo build --release` has no `simulate`; the tests
-//! get it through this package's dev-dependency on itself, and the scripts that run `simulate`
-//! from a binary they build ask for it. (hack/image.sh also runs each release binary it builds
+//! get it through this package's dev-dependency on itself, and the scripts and the bench command that run
+//! `simulate` from a binary they build ask for it. (hack/image.sh also runs each release binary it builds
 //! and fails if `simulate` answers.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -63,7 +63,7 @@ fn the_tests_binary_has_simulate_and_every_script_that_runs_it_asks_for_the_feat
     assert!(out.status.success(), "the binary built for the tests lacks simulate");
 
     let root = support::repo_root();
-    for script in ["hack/demo.sh", "hack/demo-real.sh", "hack/bench.sh"] {
+    for script in ["hack/demo.sh", "hack/demo-real.sh"] {
         let text = std::fs::read_to_string(root.join(script)).unwrap();
         let builds: Vec<&str> = text
             .lines()
@@ -74,4 +74,27 @@ fn the_tests_binary_has_simulate_and_every_script_that_runs_it_asks_for_the_feat
             assert!(b.contains("--features simulator"), "{script}: {b}");
         }
     }
+
+    // The bench command: every documented invocation asks for the feature, and the operator
+    // binary it builds for itself does too.
+    let doc = std::fs::read_to_string(root.join("docs/benchmarks.md")).unwrap();
+    let runs: Vec<&str> = doc
+        .lines()
+        .filter(|l| l.trim_start().starts_with("cargo run") && l.contains("--example bench"))
+        .collect();
+    assert!(
+        !runs.is_empty(),
+        "docs/benchmarks.md shows no `cargo run ... --example bench`"
+    );
+    for r in runs {
+        assert!(r.contains("--features simulator"), "docs/benchmarks.md: {r}");
+    }
+    let bench: String = std::fs::read_to_string(root.join("examples/bench/main.rs"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert!(
+        bench.contains(r#"["build","--quiet","--features","simulator","--bin","storageos-operator""#),
+        "examples/bench/main.rs must build the operator with --features simulator"
+    );
 }

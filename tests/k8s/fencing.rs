@@ -211,7 +211,7 @@ async fn fences_opted_in_pods_whose_volumes_are_healthy_and_nothing_else() {
     w.sim.set_health(&lost, Health::Offline).unwrap();
     wait_for(
         "the fenced pods and their VolumeAttachments to be deleted",
-        // Generous on a loaded machine; the latency itself is measured by hack/bench.sh.
+        // Generous on a loaded machine; the latency itself is measured by the bench (examples/bench).
         POLL * 2 + Duration::from_secs(5),
         || async {
             let gone = !w.pod_exists("fenced-static").await
@@ -677,7 +677,7 @@ async fn the_fencer_fences_while_the_rest_of_the_process_is_blocked() {
             .unwrap();
         rt.block_on(async {
             let pods: Api<Pod> = Api::namespaced(support::client().await, &namespace);
-            // Generous on a loaded machine; the latency itself is measured by hack/bench.sh.
+            // Generous on a loaded machine; the latency itself is measured by the bench (examples/bench).
             let deadline = Instant::now() + POLL * 2 + Duration::from_secs(20);
             while Instant::now() < deadline {
                 if pods.get_opt(pod).await.unwrap().is_none() {
