@@ -107,9 +107,12 @@ async fn plan(args: &preview::PlanArgs) -> Result<(), Error> {
     let Some(up) = plan_command::upgrade_in(&args.file)? else {
         return Ok(preview::run(args).await?);
     };
-    let connection = crate::runtime::kube::connect::connect(args.kubeconfig.as_deref(), Some("plan"))
-        .await
-        .map_err(preview::Error::from)?;
+    let connection = crate::runtime::kube::connect::connect(
+        args.kubeconfig.as_deref(),
+        &crate::crd::contract::user_agent(Some("plan")),
+    )
+    .await
+    .map_err(preview::Error::from)?;
     let (ns, endpoint) = (&args.operator_namespace, args.storageos_endpoint.clone());
     Ok(plan_command::print(&connection.client, up, ns, endpoint, args.json).await?)
 }

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::crd::contract::user_agent;
 use crate::runtime::kube::connect;
 use crate::runtime::process::{addr, signal};
 use crate::sim::{Config, Simulator};
@@ -59,9 +60,9 @@ pub async fn run(args: SimulateArgs) -> Result<(), Error> {
         ..Config::default()
     };
     let kube_client = match &args.kubeconfig {
-        Some(path) => Some(connect::connect(Some(path), None).await?.client),
+        Some(path) => Some(connect::connect(Some(path), &user_agent(None)).await?.client),
         // In a pod without KUBECONFIG, the environment is the pod's ServiceAccount.
-        None if args.in_cluster => Some(connect::connect(None, None).await?.client),
+        None if args.in_cluster => Some(connect::connect(None, &user_agent(None)).await?.client),
         None => None,
     };
     let handle = Simulator::start(config).await?;

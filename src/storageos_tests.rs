@@ -5,7 +5,7 @@
 
 use tracing_subscriber::prelude::*;
 
-use crate::runtime::kube::identity::user_agent;
+use crate::crd::contract::user_agent;
 use crate::storageos::{Client, Config, ERROR_BODY_LIMIT, Error};
 use operator_kit::testing::answer_once;
 

@@ -17,9 +17,14 @@ async fn only_one_replica_leads_and_another_takes_over_on_release() {
         duration_secs: 10,
         grace_secs: 3,
     };
-    let first = Leadership::acquire(ns.client.clone(), &ns.name, "test-lease", "replica-a", timing)
-        .await
-        .unwrap();
+    let first = Leadership::acquire(
+        ns.client.clone(),
+        (&ns.name, "test-lease"),
+        ("replica-a", "storageos-operator"),
+        timing,
+    )
+    .await
+    .unwrap();
 
     let leases = ns.api::<Lease>();
     let renewed = || async { leases.get("test-lease").await.ok()?.spec?.renew_time };
@@ -27,8 +32,15 @@ async fn only_one_replica_leads_and_another_takes_over_on_release() {
 
     let client = ns.client.clone();
     let name = ns.name.clone();
-    let second =
-        tokio::spawn(async move { Leadership::acquire(client, &name, "test-lease", "replica-b", timing).await });
+    let second = tokio::spawn(async move {
+        Leadership::acquire(
+            client,
+            (&name, "test-lease"),
+            ("replica-b", "storageos-operator"),
+            timing,
+        )
+        .await
+    });
     // Until the holder has renewed (so the second candidate has tried against a live lease for
     // most of a lease term), the second does not lead.
     support::wait_for("the holder to renew its lease", Duration::from_secs(30), || async {

@@ -135,7 +135,7 @@ async fn one_rejected_object_leaves_the_others_applied_and_nothing_pruned() {
     let cms = ns.api::<ConfigMap>();
     cms.patch(
         "stale",
-        &kube::api::PatchParams::apply(storageos_operator::runtime::kube::apply::FIELD_MANAGER),
+        &kube::api::PatchParams::apply(storageos_operator::crd::contract::OPERATOR_FIELD_MANAGER),
         &kube::api::Patch::Apply(&stale),
     )
     .await

@@ -110,7 +110,7 @@ async fn kube_client(args: &ApiManagerArgs) -> Result<(kube::Client, kube::Confi
     use crate::runtime::kube::connect::{STARTUP_PATIENCE, connect_patiently};
     let c = connect_patiently(
         args.kubeconfig.as_deref(),
-        Some(API_MANAGER_COMPONENT),
+        &crate::crd::contract::user_agent(Some(API_MANAGER_COMPONENT)),
         STARTUP_PATIENCE,
     )
     .await?;
@@ -130,7 +130,7 @@ async fn connect(args: &ApiManagerArgs, metrics: &ApiMetrics, helper: &ApiManage
     loop {
         let attempt = read_credentials(&args.api_secret_path).and_then(|(user, pass)| {
             let mut config = storageos::Config::new(&args.api_endpoint, user, pass)
-                .with_user_agent(crate::runtime::kube::identity::user_agent(Some(API_MANAGER_COMPONENT)));
+                .with_user_agent(crate::crd::contract::user_agent(Some(API_MANAGER_COMPONENT)));
             if let Some(path) = &args.api_ca_file {
                 let pem =
                     std::fs::read(path).map_err(|e| format!("cannot read --api-ca-file {}: {e}", path.display()))?;
@@ -413,11 +413,12 @@ async fn lead(ctx: Arc<Context>, polls: Arc<Polls>, kube_config: kube::Config, e
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| format!("storageos-api-manager-{}", rand::random::<u32>()));
+    // The lease keeps the field manager it has always been written with, so replicas of an
+    // older release and this one share it during a rolling update.
     let mut leadership = Leadership::acquire(
         ctx.kube.clone(),
-        &ctx.namespace,
-        LEASE_NAME,
-        &identity,
+        (&ctx.namespace, LEASE_NAME),
+        (&identity, crate::crd::contract::OPERATOR_FIELD_MANAGER),
         Default::default(),
     )
     .await?;

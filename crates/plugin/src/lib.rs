@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 /// Field manager of every write the plugin makes.
-pub const FIELD_MANAGER: &str = "kubectl-storageos";
+pub use crate::crd::contract::PLUGIN_FIELD_MANAGER as FIELD_MANAGER;
 
 /// `kubectl storageos`: install, check, report on, upgrade and uninstall StorageOS.
 #[derive(Debug, Parser)]

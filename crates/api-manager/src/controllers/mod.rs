@@ -40,8 +40,8 @@ use crate::runtime::kube::controller::ControllerKit;
 use crate::runtime::kube::metrics::ReconcileMetrics;
 use crate::storageos;
 
-/// The name events are reported under, as in the Go api-manager.
-pub const EVENT_SOURCE: &str = "storageos-api-manager";
+/// The name events are reported under, as in the Go api-manager (its field manager's).
+pub use crate::crd::contract::API_MANAGER_FIELD_MANAGER as EVENT_SOURCE;
 
 pub use config::{Config, DrainConfig, DrainGuardConfig, Loop};
 

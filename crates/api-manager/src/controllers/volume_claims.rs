@@ -8,7 +8,7 @@ use kube::{Resource, ResourceExt};
 use crate::storageos::models::{LABEL_CSI_PVC_NAME, LABEL_CSI_PVC_NAMESPACE, Volume};
 
 /// The field manager of the api-manager's writes (mirrors, drain guards).
-pub const FIELD_MANAGER: &str = "storageos-api-manager";
+pub use crate::crd::contract::API_MANAGER_FIELD_MANAGER as FIELD_MANAGER;
 
 /// The PVC a volume was provisioned for (`None` for a volume CSI did not make).
 pub fn pvc_of(v: &Volume) -> Option<(String, String)> {

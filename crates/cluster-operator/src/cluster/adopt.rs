@@ -15,10 +15,10 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::context::Context;
 use super::error::{Error, Step};
+use crate::cluster::ownership::FIELD_MANAGER;
 use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::render::labels::CLUSTER_LABEL;
-use crate::runtime::kube::apply::FIELD_MANAGER;
 use crate::runtime::kube::conditions;
 
 /// Condition naming the image fields whose Go defaults were replaced.

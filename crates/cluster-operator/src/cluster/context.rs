@@ -88,7 +88,12 @@ impl Context {
         let api_clients = Arc::new(ApiClients::new(config.storageos_timeouts, api_metrics.clone()));
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
-            kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
+            kit: ControllerKit::reporting_as(
+                client.clone(),
+                CONTROLLER,
+                metrics,
+                crate::cluster::ownership::FIELD_MANAGER,
+            ),
             client,
             config,
             api_metrics,

@@ -76,9 +76,14 @@ async fn set_terminating(
         &now,
     );
     status.conditions = Some(conds);
-    crate::runtime::kube::status::write_if_changed(&api, cluster, &previous, &status)
-        .await
-        .step("write the status")?;
+    crate::runtime::kube::status::write_if_changed(
+        &api,
+        cluster,
+        (&previous, &status),
+        crate::cluster::ownership::FIELD_MANAGER,
+    )
+    .await
+    .step("write the status")?;
     Ok(())
 }
 

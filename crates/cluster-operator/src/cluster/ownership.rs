@@ -13,15 +13,18 @@ use crate::runtime::kube::apply::{Ownership, PruneKind};
 /// Finalizer that holds a cluster until everything it created is deleted.
 pub const FINALIZER: &str = "finalizer.storageoscluster.storageos.com";
 
-/// Field manager of the Go operator v2.4.2 (a controller-runtime client's plain creates), whose
-/// objects are adopted (docs/adoption.md).
-pub const GO_FIELD_MANAGER: &str = "cluster-operator";
+/// The operator's field manager; and the Go operator v2.4.2's (a controller-runtime client's
+/// plain creates), whose objects are adopted (docs/adoption.md).
+pub use crate::crd::contract::{
+    GO_OPERATOR_FIELD_MANAGER as GO_FIELD_MANAGER, OPERATOR_FIELD_MANAGER as FIELD_MANAGER,
+};
 
 /// What the operator's appliers (cluster, Job, upgrade) may take over besides what they wrote:
 /// objects the Go operator wrote, objects labelled as managed by this operator (as the Go
 /// operator labelled most children), and the StorageOS CSIDriver, which belongs to StorageOS
 /// whoever created it (the Go operator created it without labels).
 pub const APPLY_OWNERSHIP: Ownership = Ownership {
+    field_manager: FIELD_MANAGER,
     adoptable_managers: &[GO_FIELD_MANAGER],
     managed_by: labels::MANAGED_BY,
     adoptable_names: &[crate::storageos::CSI_DRIVER],

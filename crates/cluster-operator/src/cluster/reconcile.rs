@@ -157,9 +157,17 @@ async fn not_allowed(cluster: &StorageOSCluster, ctx: &Context, message: String)
     let mut status = previous.clone();
     status.phase = Some(phase::PENDING.into());
     let reasons = (NAMESPACE_NOT_ALLOWED, NAMESPACE_NOT_ALLOWED);
-    status::set_not_ready(&api, &ctx.kit, cluster, &previous, status, reasons, message)
-        .await
-        .step("write the status")?;
+    status::set_not_ready(
+        (&api, crate::cluster::ownership::FIELD_MANAGER),
+        &ctx.kit,
+        cluster,
+        &previous,
+        status,
+        reasons,
+        message,
+    )
+    .await
+    .step("write the status")?;
     Ok(Action::await_change())
 }
 

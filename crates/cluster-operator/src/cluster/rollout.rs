@@ -11,12 +11,13 @@ use super::context::Context;
 use super::error::{Error, Step};
 use super::ownership::{GO_FIELD_MANAGER, children_selector, owned_kinds};
 use super::prepare::{Refusal, Then};
+use crate::cluster::ownership::FIELD_MANAGER;
 use crate::crd::StorageOSCluster;
 use crate::reasons;
 use crate::render::Plan;
 use crate::render::labels::MANAGED_BY;
 use crate::runtime::kube::apply;
-use crate::runtime::kube::object::{FIELD_MANAGER, ObjectKey};
+use crate::runtime::kube::object::ObjectKey;
 use crate::storageos::CSI_DRIVER;
 
 /// How the apiserver refuses content in a namespace being deleted.

@@ -51,9 +51,14 @@ pub async fn write_status(
 ) -> Result<(), Error> {
     let namespace = cluster.namespace().unwrap_or_default();
     ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
-    status::write_if_changed(api, cluster, previous, &status)
-        .await
-        .step("write the status")?;
+    status::write_if_changed(
+        api,
+        cluster,
+        (previous, &status),
+        crate::cluster::ownership::FIELD_MANAGER,
+    )
+    .await
+    .step("write the status")?;
     Ok(())
 }
 
@@ -71,9 +76,17 @@ pub async fn not_ready(
         status.phase = Some(phase::CREATING.into());
     }
     let reasons = (reason, reasons::FAILED_CREATION);
-    let status = status::set_not_ready(api, &ctx.kit, cluster, &previous, status, reasons, message)
-        .await
-        .step("write the status")?;
+    let status = status::set_not_ready(
+        (api, crate::cluster::ownership::FIELD_MANAGER),
+        &ctx.kit,
+        cluster,
+        &previous,
+        status,
+        reasons,
+        message,
+    )
+    .await
+    .step("write the status")?;
     let namespace = cluster.namespace().unwrap_or_default();
     ctx.cluster_metrics.observe(&namespace, &cluster.name_any(), &status);
     Ok(())

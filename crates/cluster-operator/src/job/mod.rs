@@ -99,7 +99,12 @@ impl Context {
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
-            kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
+            kit: ControllerKit::reporting_as(
+                client.clone(),
+                CONTROLLER,
+                metrics,
+                crate::cluster::ownership::FIELD_MANAGER,
+            ),
             client,
             namespace: None,
             host_paths: hostpath::AllowList::default(),

@@ -403,7 +403,13 @@ async fn read_logs(ctx: &Context, key: &JobKey, ns: &str, word: &str, pods: &[Po
 
 /// Writes `status` when it differs from what the Job shows. Never touches the spec.
 async fn write_status(api: &Api<Job>, job: &Job, previous: &JobStatus, status: &JobStatus) -> Result<(), Error> {
-    crate::runtime::kube::status::write_if_changed(api, job, previous, status).await?;
+    crate::runtime::kube::status::write_if_changed(
+        api,
+        job,
+        (previous, status),
+        crate::cluster::ownership::FIELD_MANAGER,
+    )
+    .await?;
     Ok(())
 }
 
@@ -414,8 +420,16 @@ async fn not_ready(job: &Job, api: &Api<Job>, ctx: &Context, reason: Reason, mes
     if status.completed.is_none() {
         status.completed = Some(false);
     }
-    crate::runtime::kube::status::set_not_ready(api, &ctx.kit, job, &previous, status, (reason, reason), message)
-        .await?;
+    crate::runtime::kube::status::set_not_ready(
+        (api, crate::cluster::ownership::FIELD_MANAGER),
+        &ctx.kit,
+        job,
+        &previous,
+        status,
+        (reason, reason),
+        message,
+    )
+    .await?;
     Ok(())
 }
 

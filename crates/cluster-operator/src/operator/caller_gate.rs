@@ -10,8 +10,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::cluster::ownership::FIELD_MANAGER;
 use crate::rbac::trust;
-use crate::runtime::kube::apply::{FIELD_MANAGER, ObjectKey};
+use crate::runtime::kube::apply::ObjectKey;
 
 /// The CRD that owns the gate.
 pub const OWNER_CRD: &str = "storageosclusters.storageos.com";

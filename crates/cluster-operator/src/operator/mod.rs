@@ -148,7 +148,12 @@ pub fn register_metrics(registry: &mut Registry) -> OperatorMetrics {
 /// Runs the operator until a signal arrives or leadership is lost.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     use crate::runtime::kube::connect::{STARTUP_PATIENCE, connect_patiently};
-    let connection = connect_patiently(args.kubeconfig.as_deref(), None, STARTUP_PATIENCE).await?;
+    let connection = connect_patiently(
+        args.kubeconfig.as_deref(),
+        &crate::crd::contract::user_agent(None),
+        STARTUP_PATIENCE,
+    )
+    .await?;
     connection.require(&crate::render::MIN_KUBERNETES)?;
     tracing::info!(server = %connection.server, from = %connection.from, version = %connection.version, "connected to Kubernetes");
     let kubernetes_version = connection.version.clone();
@@ -210,7 +215,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         .clone()
         .unwrap_or_else(|| format!("storageos-operator-{}", rand::random::<u32>()));
     let mut leadership = tokio::select! {
-        l = Leadership::acquire(client.clone(), &args.leader_election_namespace, LEASE_NAME, &identity, Default::default()) => l?,
+        l = Leadership::acquire(client.clone(), (&args.leader_election_namespace, LEASE_NAME), (&identity, crate::cluster::ownership::FIELD_MANAGER), Default::default()) => l?,
         () = signal::shutdown() => return Ok(()),
     };
 

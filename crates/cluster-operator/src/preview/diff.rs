@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::runtime::kube::object::FIELD_MANAGER;
+use crate::cluster::ownership::FIELD_MANAGER;
 
 /// What the apply would do to one object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

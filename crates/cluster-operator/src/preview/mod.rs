@@ -17,12 +17,13 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
+use crate::cluster::ownership::FIELD_MANAGER;
 use crate::cluster::ownership::{APPLY_OWNERSHIP, owned_kinds, selector};
 use crate::crd::StorageOSCluster;
 use crate::render::{self, DefaultImages, labels};
 use crate::runtime::kube::apply::Applier;
 use crate::runtime::kube::connect;
-use crate::runtime::kube::object::{FIELD_MANAGER, ObjectKey};
+use crate::runtime::kube::object::ObjectKey;
 use diff::{Action, Entry};
 
 /// Arguments of `plan`.
@@ -84,7 +85,11 @@ fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// Runs `plan` and prints it.
 pub async fn run(args: &PlanArgs) -> Result<(), Error> {
-    let connection = connect::connect(args.kubeconfig.as_deref(), Some("plan")).await?;
+    let connection = connect::connect(
+        args.kubeconfig.as_deref(),
+        &crate::crd::contract::user_agent(Some("plan")),
+    )
+    .await?;
     let entries = plan(&connection.client, args, &connection.version).await?;
     print(&entries, args.json)
 }

@@ -42,9 +42,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use crate::cluster::api_clients::ApiClients;
+use crate::cluster::ownership::FIELD_MANAGER;
 use crate::crd::{StorageOSUpgrade, UpgradePhase};
 use crate::render::labels::ACTED_MARK_SELECTOR;
-use crate::runtime::kube::apply::{self, Applier, FIELD_MANAGER};
+use crate::runtime::kube::apply::{self, Applier};
 use crate::runtime::kube::controller::{
     self as kit, ControllerKit, ReconcileError, Reconciler, category, controlling_owner,
 };
@@ -105,7 +106,12 @@ impl Context {
     pub fn new(client: Client, metrics: ReconcileMetrics) -> Self {
         Self {
             applier: Applier::new(client.clone(), crate::cluster::ownership::APPLY_OWNERSHIP),
-            kit: ControllerKit::new(client.clone(), CONTROLLER, metrics),
+            kit: ControllerKit::reporting_as(
+                client.clone(),
+                CONTROLLER,
+                metrics,
+                crate::cluster::ownership::FIELD_MANAGER,
+            ),
             client,
             step_delay: Duration::ZERO,
             trusted: TrustedNamespaces::Any,

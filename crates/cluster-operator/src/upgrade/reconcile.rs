@@ -427,7 +427,13 @@ async fn write_status(
 ) -> Result<StorageOSUpgradeStatus, Error> {
     // Only over the status this step was decided on: a writer acting on a stale view (an
     // operator that lost its lease mid-step) gets a conflict instead of moving the phase.
-    crate::runtime::kube::status::write_if_changed(api, up, previous, &next).await?;
+    crate::runtime::kube::status::write_if_changed(
+        api,
+        up,
+        (previous, &next),
+        crate::cluster::ownership::FIELD_MANAGER,
+    )
+    .await?;
     Ok(next)
 }
 

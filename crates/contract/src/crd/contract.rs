@@ -61,6 +61,28 @@ pub fn ineligible_os_arch(os: &str, arch: &str) -> Option<String> {
     None
 }
 
+/// The field manager of every write of the operator (`run`): what it wrote is its own to update
+/// and prune (apply ownership), and the upgrade, the preview and the plugin read it so.
+pub const OPERATOR_FIELD_MANAGER: &str = "storageos-operator";
+/// The field manager of the api-manager's writes (mirrors, drain guards, PVC labels), and the
+/// component its events are reported as.
+pub const API_MANAGER_FIELD_MANAGER: &str = "storageos-api-manager";
+/// The field manager of the plugin's writes, and the mark on the namespaces it created.
+pub const PLUGIN_FIELD_MANAGER: &str = "kubectl-storageos";
+/// The Go operator's field manager: objects it wrote are the operator's to adopt.
+pub const GO_OPERATOR_FIELD_MANAGER: &str = "cluster-operator";
+
+/// The User-Agent of the project's processes on every request, so audit logs say which acted:
+/// `storageos-operator/<version>` for `run`, followed by the component for the others
+/// (`… api-manager`, `… plan`). The StorageOS client's default is the same.
+pub fn user_agent(component: Option<&str>) -> String {
+    let base = concat!("storageos-operator/", env!("CARGO_PKG_VERSION"));
+    match component {
+        Some(c) => format!("{base} {c}"),
+        None => base.to_string(),
+    }
+}
+
 /// The oldest Kubernetes the rendered objects are valid for (GA APIs of 1.33).
 pub const MIN_KUBERNETES: semver::Version = semver::Version::new(1, 33, 0);
 

@@ -73,7 +73,9 @@ pub fn init(format: LogFormat, level: &str, service: Option<&str>) -> Result<Tel
     // Exported spans go only to the OpenTelemetry layer, and only they do; logs are as before.
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
-            .with_tracer(p.tracer("storageos-operator"))
+            // The instrumentation scope: the library that makes the spans (the service is the
+            // process's, `service`).
+            .with_tracer(p.tracer("operator-kit"))
             .with_location(false)
             .with_threads(false)
             .with_target(false)

@@ -24,7 +24,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::live::LiveIndex;
-pub use super::object::{FIELD_MANAGER, Malformed, ObjectKey, live_marker, written_by_us};
+pub use super::object::{Malformed, ObjectKey, live_marker, written_by};
 use crate::reasons::{self, Reason};
 
 /// Why applying or pruning failed.
@@ -77,6 +77,9 @@ impl Error {
 /// `adoptable_names`. The owner of the kit (the operator) gives it at construction.
 #[derive(Clone, Copy, Debug)]
 pub struct Ownership {
+    /// The field manager of every write the applier makes: what it wrote is its own to update
+    /// and prune.
+    pub field_manager: &'static str,
     /// Field managers of another controller whose objects are ours to adopt.
     pub adoptable_managers: &'static [&'static str],
     /// The label (key, value) that marks an object as managed by us.
@@ -88,7 +91,7 @@ pub struct Ownership {
 impl Ownership {
     /// Whether the object may be taken over by a forced apply.
     pub fn is_ours(&self, meta: &ObjectMeta) -> bool {
-        written_by_us(meta)
+        written_by(meta, self.field_manager)
             || meta.managed_fields.iter().flatten().any(|f| {
                 f.manager
                     .as_deref()
@@ -222,7 +225,7 @@ impl Applier {
         Self {
             client,
             applied: Mutex::new(HashMap::new()),
-            live: Arc::default(),
+            live: Arc::new(LiveIndex::new(ownership.field_manager)),
             ownership,
         }
     }
@@ -340,7 +343,7 @@ impl Applier {
                 }
             }
         }
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams::apply(self.ownership.field_manager).force();
         let written = match api.patch(&key.name, &params, &Patch::Apply(&desired)).await {
             Ok(written) => written,
             Err(kube::Error::Api(s))
@@ -477,7 +480,11 @@ impl Applier {
                     });
                 }
             };
-            for item in list.items.into_iter().filter(|i| written_by_us(&i.metadata)) {
+            for item in list
+                .items
+                .into_iter()
+                .filter(|i| written_by(&i.metadata, self.ownership.field_manager))
+            {
                 out.push(ObjectKey {
                     api_version: k.api_version.into(),
                     kind: k.kind.into(),
@@ -493,7 +500,7 @@ impl Applier {
         Ok(out)
     }
 
-    /// Deletes one object if it is ours ([`written_by_us`]), only that very object (a UID
+    /// Deletes one object if it is ours ([`written_by`] its field manager), only that very object (a UID
     /// precondition); a missing object counts as deleted, a foreign one is left alone
     /// (`Ok(false)`).
     pub async fn delete_ours(&self, key: &ObjectKey) -> Result<bool, Error> {
@@ -511,7 +518,7 @@ impl Applier {
         };
         match live {
             None => Ok(true),
-            Some(l) if !written_by_us(&l.metadata) => {
+            Some(l) if !written_by(&l.metadata, self.ownership.field_manager) => {
                 tracing::warn!(object = %key, "not deleting an object the operator did not write");
                 Ok(false)
             }

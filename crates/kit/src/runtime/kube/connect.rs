@@ -111,12 +111,12 @@ fn older_than(git_version: &str, min: &semver::Version) -> bool {
 }
 
 /// A client for the kubeconfig at `kubeconfig`, else the environment (`KUBECONFIG`,
-/// `~/.kube/config`, in-cluster), naming `component` in its User-Agent; checked with one
+/// `~/.kube/config`, in-cluster), sending `user_agent` on every request; checked with one
 /// request.
-pub async fn connect(kubeconfig: Option<&Path>, component: Option<&str>) -> Result<Connection, Error> {
+pub async fn connect(kubeconfig: Option<&Path>, user_agent: &str) -> Result<Connection, Error> {
     let (config, from) = load(kubeconfig).await?;
     let server = config.cluster_url.to_string();
-    let config = crate::runtime::kube::identity::kube_config(config, component);
+    let config = crate::runtime::kube::identity::kube_config(config, user_agent);
     let client = super::http::client(config.clone()).map_err(|e| Error::Config {
         from: from.clone(),
         message: chain(&e),
@@ -154,13 +154,13 @@ pub const STARTUP_PATIENCE: std::time::Duration = std::time::Duration::from_secs
 /// is returned at once. For the long-running commands; the CLI's commands fail fast.
 pub async fn connect_patiently(
     kubeconfig: Option<&Path>,
-    component: Option<&str>,
+    user_agent: &str,
     patience: std::time::Duration,
 ) -> Result<Connection, Error> {
     let start = tokio::time::Instant::now();
     let mut delay = std::time::Duration::from_millis(500);
     loop {
-        match connect(kubeconfig, component).await {
+        match connect(kubeconfig, user_agent).await {
             Err(e) if e.transient() && start.elapsed() + delay < patience => {
                 tracing::warn!(error = %e, retry_in = ?delay, "the first request to Kubernetes failed; retrying");
                 tokio::time::sleep(delay).await;
@@ -294,7 +294,7 @@ mod tests {
         )
         .unwrap();
         let started = std::time::Instant::now();
-        let failed = connect_patiently(Some(&path), None, std::time::Duration::from_secs(2)).await;
+        let failed = connect_patiently(Some(&path), "an-operator/1.2", std::time::Duration::from_secs(2)).await;
         assert!(matches!(failed, Err(Error::Unreachable { .. })), "{:?}", failed.err());
         // Retried (waiting 0.5 s first) rather than failing on the first answer, and given up
         // once the next wait would outlast the patience. (How many retries fit depends on how
@@ -357,7 +357,11 @@ mod tests {
             .unwrap()
             .port();
         let path = kubeconfig(dir.path(), &format!("http://127.0.0.1:{port}"));
-        let message = connect(Some(&path), None).await.err().expect("no server").to_string();
+        let message = connect(Some(&path), "an-operator/1.2")
+            .await
+            .err()
+            .expect("no server")
+            .to_string();
         assert!(message.contains(&format!("http://127.0.0.1:{port}")), "{message}");
         assert!(
             message.contains(&path.display().to_string()) && message.contains("context ctx"),
@@ -371,7 +375,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_kubeconfig_is_named() {
-        let message = connect(Some(Path::new("/nonexistent/kubeconfig")), None)
+        let message = connect(Some(Path::new("/nonexistent/kubeconfig")), "an-operator/1.2")
             .await
             .err()
             .expect("missing")
@@ -390,7 +394,7 @@ mod tests {
         .await;
         let dir = tempfile::tempdir().unwrap();
         let path = kubeconfig(dir.path(), &url);
-        let c = connect(Some(&path), None).await.unwrap();
+        let c = connect(Some(&path), "an-operator/1.2").await.unwrap();
         assert_eq!(c.server.trim_end_matches('/'), url);
         assert!(c.from.contains("context ctx"));
     }

@@ -146,13 +146,7 @@ fn key<K: ResourceExt>(obj: &K) -> (String, String) {
 
 impl ControllerKit {
     /// The kit of controller `name` (the metrics label and log field), reporting events as
-    /// `storageos-operator`.
-    pub fn new(client: Client, name: &'static str, metrics: ReconcileMetrics) -> Self {
-        Self::reporting_as(client, name, metrics, "storageos-operator")
-    }
-
-    /// Like [`ControllerKit::new`], with events reported by `component` (the api-manager's controllers
-    /// report as `storageos-api-manager`, as the Go api-manager did).
+    /// `component` (the process: its controllers report under one name).
     pub fn reporting_as(client: Client, name: &'static str, metrics: ReconcileMetrics, component: &str) -> Self {
         let reporter = Reporter {
             controller: component.into(),
@@ -430,7 +424,7 @@ mod tests {
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
         let metrics = ReconcileMetrics::register(&mut prometheus_client::registry::Registry::default());
         Arc::new(Toy {
-            kit: ControllerKit::new(client, "toy", metrics),
+            kit: ControllerKit::reporting_as(client, "toy", metrics, "a-toy-operator"),
             trusted: TrustedNamespaces::only("ops"),
             fail,
             refusals: Mutex::new(Vec::new()),

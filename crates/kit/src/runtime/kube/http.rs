@@ -87,14 +87,14 @@ mod tests {
             body.len()
         );
         let (url, head) = answer_once(Box::leak(response.into_boxed_str())).await;
-        let config = kube_config(kube::Config::new(url.parse().unwrap()), Some("api-manager"));
+        let config = kube_config(kube::Config::new(url.parse().unwrap()), "an-operator/1.2 its-component");
         let info = client(config).unwrap().apiserver_version().await.unwrap();
         assert_eq!(info.git_version, "v1.36.3");
-        let want = format!(
-            "user-agent: storageos-operator/{} api-manager",
-            env!("CARGO_PKG_VERSION")
+        assert!(
+            head.await
+                .unwrap()
+                .contains("user-agent: an-operator/1.2 its-component")
         );
-        assert!(head.await.unwrap().contains(&want));
     }
 
     #[tokio::test]

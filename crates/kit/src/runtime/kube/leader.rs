@@ -49,12 +49,12 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// Waits until this replica holds the lease `namespace/name` under `identity`.
+    /// Waits until this replica holds the lease `namespace/name` under `identity`, writing it
+    /// as the field manager `manager`.
     pub async fn acquire(
         client: Client,
-        namespace: &str,
-        name: &str,
-        identity: &str,
+        (namespace, name): (&str, &str),
+        (identity, manager): (&str, &str),
         timing: Timing,
     ) -> Result<Self, Error> {
         let manager = LeaseManagerBuilder::new(client, name)
@@ -62,7 +62,7 @@ impl Leadership {
             .with_identity(identity)
             .with_duration(timing.duration_secs)
             .with_grace(timing.grace_secs)
-            .with_field_manager(crate::runtime::kube::apply::FIELD_MANAGER)
+            .with_field_manager(manager)
             .build()
             .await
             .map_err(|e| Error::Lease {

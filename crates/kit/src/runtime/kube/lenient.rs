@@ -39,13 +39,12 @@ struct Reporting {
 /// namespace has a watch of its own) still reports each version once.
 static SEEN: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Mutex::default);
 
-/// Who the events of undecodable objects are published as.
-const REPORTER: &str = "storageos-operator-watch";
-
 impl Reporting {
-    fn new(client: &Client) -> Self {
+    /// Publishing as `<kind>-watch` (`storageoscluster-watch`): the watch, not a controller,
+    /// says the object cannot be read.
+    fn new<K: Resource<DynamicType = ()>>(client: &Client) -> Self {
         let reporter = Reporter {
-            controller: REPORTER.into(),
+            controller: format!("{}-watch", K::kind(&()).to_lowercase()),
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
@@ -138,7 +137,7 @@ pub fn watcher<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let reporting = Reporting::new(client);
+    let reporting = Reporting::new::<K>(client);
     watcher::watcher(api, config).filter_map(move |event| {
         let (reporting, store) = (reporting.clone(), store.clone());
         async move {

@@ -11,14 +11,14 @@ use kube::Resource;
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::watcher;
 
-use super::object::{ObjectKey, live_marker, written_by_us};
+use super::object::{ObjectKey, live_marker, written_by};
 
 /// One object as the watch last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveObject {
     /// `generation` (or `resourceVersion`), as the apply step compares it.
     pub marker: String,
-    /// Our field manager wrote it (only such objects are pruned).
+    /// The index's field manager wrote it (only such objects are pruned).
     pub written_by_us: bool,
     pub labels: BTreeMap<String, String>,
 }
@@ -36,8 +36,11 @@ struct Inner {
 }
 
 /// The index; empty (every kind unlisted) until a watch feeds it.
-#[derive(Default)]
-pub struct LiveIndex(RwLock<Inner>);
+pub struct LiveIndex {
+    inner: RwLock<Inner>,
+    /// The field manager whose objects are "ours" (the applier's).
+    manager: &'static str,
+}
 
 fn key_of<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> ObjectKey {
     ObjectKey {
@@ -48,10 +51,10 @@ fn key_of<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> ObjectKey {
     }
 }
 
-fn seen(meta: &ObjectMeta) -> LiveObject {
+fn seen(meta: &ObjectMeta, manager: &str) -> LiveObject {
     LiveObject {
         marker: live_marker(meta),
-        written_by_us: written_by_us(meta),
+        written_by_us: written_by(meta, manager),
         labels: meta.labels.clone().unwrap_or_default(),
     }
 }
@@ -71,9 +74,17 @@ fn matches(selector: &str, labels: &BTreeMap<String, String>) -> Option<bool> {
 }
 
 impl LiveIndex {
+    /// An empty index whose own objects are those `manager` wrote.
+    pub fn new(manager: &'static str) -> Self {
+        Self {
+            inner: RwLock::default(),
+            manager,
+        }
+    }
+
     /// Feeds one event of a metadata watch of kind `K`.
     pub fn observe<K: Resource<DynamicType = ()>>(&self, event: &watcher::Event<PartialObjectMeta<K>>) {
-        let Ok(mut inner) = self.0.write() else { return };
+        let Ok(mut inner) = self.inner.write() else { return };
         let kind: Kind = (K::api_version(&()).into_owned(), K::kind(&()).into_owned());
         match event {
             watcher::Event::Init => {
@@ -85,7 +96,7 @@ impl LiveIndex {
                     .relisting
                     .entry(kind)
                     .or_default()
-                    .insert(key_of::<K>(&o.metadata), seen(&o.metadata));
+                    .insert(key_of::<K>(&o.metadata), seen(&o.metadata, self.manager));
             }
             watcher::Event::InitDone => {
                 let fresh = inner.relisting.remove(&kind).unwrap_or_default();
@@ -94,7 +105,9 @@ impl LiveIndex {
                 inner.listed.insert(kind);
             }
             watcher::Event::Apply(o) => {
-                inner.objects.insert(key_of::<K>(&o.metadata), seen(&o.metadata));
+                inner
+                    .objects
+                    .insert(key_of::<K>(&o.metadata), seen(&o.metadata, self.manager));
             }
             watcher::Event::Delete(o) => {
                 inner.objects.remove(&key_of::<K>(&o.metadata));
@@ -104,7 +117,7 @@ impl LiveIndex {
 
     /// `Some(seen)` or `Some(None)` (absent) once the kind of `key` is listed; None otherwise.
     pub fn get(&self, key: &ObjectKey) -> Option<Option<LiveObject>> {
-        let inner = self.0.read().ok()?;
+        let inner = self.inner.read().ok()?;
         inner
             .listed
             .contains(&(key.api_version.clone(), key.kind.clone()))
@@ -114,7 +127,7 @@ impl LiveIndex {
     /// The objects of a listed kind matching an equality `selector` that our field manager
     /// wrote; None when the kind is not listed or the selector is not a plain equality one.
     pub fn written_by_us(&self, api_version: &str, kind: &str, selector: &str) -> Option<Vec<ObjectKey>> {
-        let inner = self.0.read().ok()?;
+        let inner = self.inner.read().ok()?;
         if !inner.listed.contains(&(api_version.to_string(), kind.to_string())) {
             return None;
         }
@@ -137,6 +150,8 @@ mod tests {
 
     use super::*;
 
+    const MANAGER: &str = "an-operator";
+
     fn cm(name: &str, rv: &str, ours: bool, labels: &[(&str, &str)]) -> PartialObjectMeta<ConfigMap> {
         PartialObjectMeta::<ConfigMap> {
             metadata: ObjectMeta {
@@ -146,7 +161,7 @@ mod tests {
                 labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 managed_fields: ours.then(|| {
                     vec![ManagedFieldsEntry {
-                        manager: Some(super::super::object::FIELD_MANAGER.into()),
+                        manager: Some(MANAGER.into()),
                         ..Default::default()
                     }]
                 }),
@@ -167,7 +182,7 @@ mod tests {
 
     #[test]
     fn knows_nothing_until_the_kind_is_listed_then_follows_the_watch() {
-        let idx = LiveIndex::default();
+        let idx = LiveIndex::new(MANAGER);
         assert_eq!(idx.get(&key("a")), None);
         idx.observe(&watcher::Event::<PartialObjectMeta<ConfigMap>>::Init);
         idx.observe(&watcher::Event::InitApply(cm("a", "1", true, &[("x", "1")])));
@@ -183,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_relist_replaces_the_kind_and_prune_sees_only_ours_matching() {
-        let idx = LiveIndex::default();
+        let idx = LiveIndex::new(MANAGER);
         idx.observe(&watcher::Event::<PartialObjectMeta<ConfigMap>>::Init);
         idx.observe(&watcher::Event::InitApply(cm("old", "1", true, &[("x", "1")])));
         idx.observe(&watcher::Event::<PartialObjectMeta<ConfigMap>>::InitDone);

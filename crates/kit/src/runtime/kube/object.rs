@@ -4,9 +4,6 @@
 use kube::core::{ApiResource, GroupVersionKind, ObjectMeta};
 use serde_json::Value;
 
-/// The field manager of every write the operator makes.
-pub const FIELD_MANAGER: &str = "storageos-operator";
-
 /// A rendered object lacks the named field (a template bug).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("rendered object is missing {0}; this is a bug in the templates")]
@@ -51,12 +48,12 @@ impl ObjectKey {
     }
 }
 
-/// Whether our field manager ever wrote the object.
-pub fn written_by_us(meta: &ObjectMeta) -> bool {
+/// Whether the field manager `manager` ever wrote the object.
+pub fn written_by(meta: &ObjectMeta, manager: &str) -> bool {
     meta.managed_fields
         .iter()
         .flatten()
-        .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER))
+        .any(|f| f.manager.as_deref() == Some(manager))
 }
 
 /// What tells whether the live object changed since we applied it.

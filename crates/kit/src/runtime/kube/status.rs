@@ -14,14 +14,19 @@ use kube::runtime::events::EventType;
 
 use super::conditions;
 use super::controller::ControllerKit;
-use super::object::FIELD_MANAGER;
 use crate::reasons::Reason;
 
 /// Writes `next` as `obj`'s status when it differs from `previous`; returns whether it wrote.
 /// The merge patch carries `obj`'s resourceVersion: a writer acting on a stale view (a watch
 /// cache behind, or a replica that lost its lease mid-step) gets a 409 Conflict instead of
-/// overwriting a newer status, and its controller requeues the object to decide again.
-pub async fn write_if_changed<K, S>(api: &Api<K>, obj: &K, previous: &S, next: &S) -> Result<bool, kube::Error>
+/// overwriting a newer status, and its controller requeues the object to decide again. It is
+/// written as the field manager `manager`.
+pub async fn write_if_changed<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    (previous, next): (&S, &S),
+    manager: &str,
+) -> Result<bool, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
     S: Serialize + PartialEq,
@@ -36,7 +41,7 @@ where
     );
     let patch = json!({"metadata": {"resourceVersion": obj.resource_version()}, "status": status});
     let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(manager.into()),
         ..PatchParams::default()
     };
     api.patch_status(&obj.name_any(), &params, &Patch::Merge(&patch))
@@ -74,9 +79,9 @@ pub trait WithConditions {
 
 /// Sets Ready=False with `reason` and `message` on `next` (a status of `obj`, based on
 /// `previous`), sends one Warning event (with `event_reason`) the first time it says so, and
-/// writes it ([`write_if_changed`]).
+/// writes it as `manager` ([`write_if_changed`]).
 pub async fn set_not_ready<K, S>(
-    api: &Api<K>,
+    (api, manager): (&Api<K>, &str),
     kit: &ControllerKit,
     obj: &K,
     previous: &S,
@@ -92,7 +97,7 @@ where
     if conditions::set_not_ready(conds, reason, &message, obj.meta().generation) {
         kit.event(obj, EventType::Warning, event_reason, message).await;
     }
-    write_if_changed(api, obj, previous, &next).await?;
+    write_if_changed(api, obj, (previous, &next), manager).await?;
     Ok(next)
 }
 
