@@ -115,6 +115,45 @@ fn the_daemons_do_not_depend_on_each_other_and_the_kit_on_nothing_of_storageos()
     assert!(kit.is_empty(), "the kit depends on {kit:?}");
 }
 
+/// The lines of the kit's product code that may still say "storageos" (docs/architecture.md
+/// lists them; each is a name users or stored objects already carry): a key stored on the webhook
+/// certificates' Secret and its `part-of` label, the `storageos` reconcile-error category of the
+/// dashboards, the trace target the StorageOS client's spans share, the refusal that tells a user
+/// how to hand an object over, and a flag's example in an error message.
+const KIT_MAY_SAY_STORAGEOS: &[&str] = &[
+    "pub const NOT_AFTER_ANNOTATION: &str = \"storageos.com/not-after\";",
+    "\"app.kubernetes.io/part-of\": \"storageos\"",
+    "pub const STORAGEOS: &str = \"storageos\";",
+    "APPLY, STORAGEOS, USER",
+    "pub const TARGET: &str = \"storageos_operator::trace\";",
+    "was not created by the StorageOS operator",
+    "app.kubernetes.io/managed-by=storageos-operator",
+    "for example \\\"storageos-operator,default\\\"",
+];
+
+/// The kit is given every name of a process (field managers, User-Agents, event components):
+/// outside its tests it names nothing of StorageOS.
+#[test]
+fn the_kit_names_nothing_of_storageos() {
+    let mut files = Vec::new();
+    walk(&root().join("crates/kit/src"), &mut files);
+    let mut named = Vec::new();
+    for f in files.iter().filter(|f| !f.to_string_lossy().ends_with("tests.rs")) {
+        let text = std::fs::read_to_string(f).expect("readable source");
+        let (code, _) = split_tests(&text);
+        for line in code.lines() {
+            let said = line.to_lowercase().contains("storageos");
+            if said && !KIT_MAY_SAY_STORAGEOS.iter().any(|ok| line.contains(ok)) {
+                named.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "the kit names StorageOS (pass the name in): {named:#?}"
+    );
+}
+
 /// The crates' source folders, each read as a tree of its own.
 const SOURCES: &[&str] = &[
     "src",
