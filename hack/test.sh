@@ -85,10 +85,11 @@ timed "builds and the release configuration's lints"
 # integration scenarios below, which wait on the shared plane one module at a time. Beside those
 # targets, the integration modules in LANE_MODULES on a third private plane: `upgrade::` is nine
 # scenarios that each build a Running cluster and hold the cluster lock (~5 min), the longest
-# module, so the shared plane's path is that much shorter. Their output follows the rest; any
-# failure fails the run.
+# module, and `attach::` (~2 min, a minute of it watching polls), so the shared plane's path is
+# that much shorter and the two paths end together. Their output follows the rest; any failure
+# fails the run.
 LANE_TARGETS=(dist_image cli)
-LANE_MODULES=(upgrade)
+LANE_MODULES=(upgrade attach)
 # The first of N consecutive loopback ports nothing listens on (for the lane's plane).
 free_ports() {
   local base p
