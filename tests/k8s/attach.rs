@@ -326,6 +326,8 @@ async fn a_syncing_replica_is_one_warning_and_ready_again_one_normal_event_then_
     w.sim.set_replica_health(&w.ns.name, &pv, "ready").unwrap();
     let back = support::wait_event(&w.client, &w.ns.name, "data", normal, "healthy again").await;
     assert_eq!(back.type_.as_deref(), Some("Normal"));
+    // The pod's too, before the idle minute starts: it is published after the claim's.
+    support::wait_event(&w.client, &w.ns.name, "app", normal, "healthy again").await;
 
     // An idle minute, with the polls to show the controller ran through it.
     let idle_from = chrono::Utc::now();
