@@ -75,22 +75,24 @@ cargo test --all-targets --no-run
 cargo clippy --lib --bins -- -D warnings
 timed "builds and the release configuration's lints"
 
-# The fault matrix (tests/k8s_faults.rs) restarts its kube-apiserver, so it runs on a control
-# plane of its own; it also spends most of its time waiting (a 60 s outage, lease take-overs),
-# so it runs alongside every other test target rather than after them. After it, in the same
-# background lane, a short seeded chaos soak (tests/k8s_soak.rs, docs/reliability.md; a fixed
-# seed, SOAK_CI_MINUTES) on another plane of its own: one private plane at a time besides the
-# shared one. Then, still in that lane, the slow targets that use no plane at all (LANE_TARGETS:
-# the image build and its checks, the binary run as a user runs it), off the path of the
-# integration scenarios below, which wait on the shared plane one module at a time. Beside those
-# targets, the integration modules in LANE_MODULES on a third private plane: `upgrade::` is nine
-# scenarios that each build a Running cluster and hold the cluster lock (~5 min), the longest
-# module, and `attach::` (~2 min, a minute of it watching polls), so the shared plane's path is
-# that much shorter and the two paths end together. Their output follows the rest; any failure
-# fails the run.
+# Beside the shared plane's path (the unit tests, then the integration modules one at a time),
+# lanes that wait rather than compute, all started with the unit tests; each prints its output
+# after the rest:
+# - The fault matrix (tests/k8s_faults.rs) restarts its kube-apiserver, so it runs on a control
+#   plane of its own; then a short seeded chaos soak (tests/k8s_soak.rs, docs/reliability.md; a
+#   fixed seed, SOAK_CI_MINUTES) on another plane of its own.
+# - MODULE_LANES: integration modules on a private plane per lane (hack/k8s.sh on free ports,
+#   three kwok nodes like the shared plane), one module at a time as on the shared plane. They
+#   are the modules that mostly wait: `upgrade::` (nine scenarios that each build a Running
+#   cluster under the cluster lock) and `attach::`; the node-loss modules, whose scenarios hold
+#   the plane's nodes one at a time (`support::exclusive`), and the mirror's idle minute.
+# - LANE_TARGETS, the slow targets that use no plane (the image build and its checks, the
+#   binary run as a user runs it), in a lane of their own.
+# The lanes are chosen so that every path ends about together (the step times printed at the
+# end show where a run spent its minutes). Any failure fails the run.
+MODULE_LANES=("upgrade attach" "fencing drain out_of_service gc mirror")
 LANE_TARGETS=(dist_image cli)
-LANE_MODULES=(upgrade attach)
-# The first of N consecutive loopback ports nothing listens on (for the lane's plane).
+# The first of N consecutive loopback ports nothing listens on (for a lane's plane).
 free_ports() {
   local base p
   for base in $(shuf -i 20000-29000 -n 40); do
@@ -102,10 +104,11 @@ free_ports() {
   done
   return 1
 }
-# The lane's plane: started, the modules run on it, stopped (also when the run is interrupted).
-# Run in a subshell: the plane's settings are that subshell's globals, which its EXIT trap reads.
-lane_modules() {
-  local rc=0 attempt kubeconfig module
+# One module lane: its plane started, the modules run on it, stopped (also when the run is
+# interrupted). Run in a subshell: the plane's settings are that subshell's globals, which its
+# EXIT trap reads.
+module_lane() {
+  local rc=0 attempt kubeconfig module lane_start
   lane_state=$(mktemp -d "${TMPDIR:-/tmp}/storageos-lane-plane.XXXXXX")
   lane_k8s_port='' lane_etcd_port=''
   plane() { K8S_STATE=$lane_state K8S_PORT=$lane_k8s_port ETCD_PORT=$lane_etcd_port NODES=3 hack/k8s.sh "$@"; }
@@ -118,47 +121,52 @@ lane_modules() {
     ((attempt == 2)) && return 1
   done
   kubeconfig=$(plane env | sed -n 's/^export KUBECONFIG=//p')
-  for module in "${LANE_MODULES[@]}"; do
+  for module in "$@"; do
+    lane_start=$SECONDS
     KUBECONFIG=$kubeconfig cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" \
       "$module::" --skip "_$module::" || rc=1
+    echo "(k8s $module:: took $((SECONDS - lane_start)) s)"
   done
   return "$rc"
 }
-faults_log=$(mktemp)
-(
-  rc=0
-  lane_start=$SECONDS
+lane_logs=() lane_pids=() lane_names=()
+# Starts `$@` in the background, its output kept for the end.
+in_lane() {
+  local name=$1 log
+  shift
+  log=$(mktemp)
+  ("$@") >"$log" 2>&1 &
+  lane_pids+=($!) lane_logs+=("$log") lane_names+=("$name")
+}
+faults_lane() {
+  local rc=0 lane_start=$SECONDS
   cargo test --test k8s_faults --no-fail-fast || rc=1
   echo "(the fault matrix took $((SECONDS - lane_start)) s)"
   echo "---- the seeded chaos soak (tests/k8s_soak.rs) ----"
   lane_start=$SECONDS
-  SOAK_MINUTES=${SOAK_CI_MINUTES:-2} SOAK_SEED=1 cargo test --test k8s_soak -- --nocapture || rc=$((rc + 2))
+  SOAK_MINUTES=${SOAK_CI_MINUTES:-2} SOAK_SEED=1 cargo test --test k8s_soak -- --nocapture || rc=1
   echo "(the soak took $((SECONDS - lane_start)) s)"
-  # Both at once: the modules spend their time waiting on their plane, the targets building
-  # and running binaries. The modules' output follows the targets'.
-  lane_start=$SECONDS
-  modules_log=$(mktemp)
-  (lane_modules) >"$modules_log" 2>&1 &
-  modules_pid=$!
-  echo "---- the targets without a plane (${LANE_TARGETS[*]}) ----"
-  lane=()
+  return "$rc"
+}
+targets_lane() {
+  local lane=() name lane_start=$SECONDS
   for name in "${LANE_TARGETS[@]}"; do lane+=(--test "$name"); done
-  cargo test "${lane[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rc=$((rc + 4))
+  cargo test "${lane[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || return 1
   echo "(they took $((SECONDS - lane_start)) s)"
-  wait "$modules_pid" || rc=$((rc + 8))
-  echo "---- the integration modules on a plane of their own (${LANE_MODULES[*]}) ----"
-  cat "$modules_log"
-  rm -f "$modules_log"
-  echo "(they took $((SECONDS - lane_start)) s, beside the targets)"
-  exit "$rc"
-) >"$faults_log" 2>&1 &
-faults_pid=$!
+}
+in_lane "the fault matrix (tests/k8s_faults.rs) and the soak" faults_lane
+for lane in "${MODULE_LANES[@]}"; do
+  # shellcheck disable=SC2086 # the lane's modules, one word each
+  in_lane "the integration modules on a plane of their own ($lane)" module_lane $lane
+done
+in_lane "the targets without a plane (${LANE_TARGETS[*]})" targets_lane
 # Every test target but the lane's and the integration binary: one file tests/NAME.rs each.
 targets=()
 for f in tests/*.rs; do
   name=$(basename "$f" .rs)
   [[ $name == k8s_faults || $name == k8s_soak || " ${LANE_TARGETS[*]} " == *" $name "* ]] || targets+=(--test "$name")
 done
+failed_lanes=()
 rest=0
 cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
 timed "unit, API and single-file test targets"
@@ -168,19 +176,21 @@ timed "unit, API and single-file test targets"
 # identity. `--skip _NAME::` keeps `apply::` from also selecting `partial_apply::`.
 for f in tests/k8s/*.rs; do
   module=$(basename "$f" .rs)
-  [[ $module == main || " ${LANE_MODULES[*]} " == *" $module "* ]] && continue
+  [[ $module == main || " ${MODULE_LANES[*]} " == *" $module "* ]] && continue
   cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" "$module::" --skip "_$module::" || rest=$?
   timed "k8s $module::"
 done
-faults=0
-wait "$faults_pid" || faults=$?
-timed "waiting for the lane (fault matrix, soak, targets without a plane, ${LANE_MODULES[*]}; started with the unit tests)"
-echo "---- the lane: the fault matrix (tests/k8s_faults.rs), the soak, the targets without a plane, ${LANE_MODULES[*]} ----"
-cat "$faults_log"
-rm -f "$faults_log"
-if [[ $rest != 0 || $faults != 0 ]]; then
-  # The lane's exit: the sum of 1 (the fault matrix failed), 2 (the soak), 4 (a target without a
-  # plane), 8 (a module on the lane's plane).
-  echo "FAILED: test targets exit $rest, lane exit $faults (the sum of 1: fault matrix, 2: soak, 4: ${LANE_TARGETS[*]}, 8: ${LANE_MODULES[*]})" >&2
+lanes=0
+for i in "${!lane_pids[@]}"; do
+  if ! wait "${lane_pids[$i]}"; then lanes=1 && failed_lanes+=("${lane_names[$i]}"); fi
+done
+timed "waiting for the lanes (started with the unit tests)"
+for i in "${!lane_pids[@]}"; do
+  echo "---- the lane: ${lane_names[$i]} ----"
+  cat "${lane_logs[$i]}"
+  rm -f "${lane_logs[$i]}"
+done
+if [[ $rest != 0 || $lanes != 0 ]]; then
+  echo "FAILED: test targets exit $rest; lanes failed: ${failed_lanes[*]:-none}" >&2
   exit 1
 fi

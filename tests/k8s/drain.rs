@@ -407,7 +407,7 @@ async fn block_last_copy_holds_for_a_volume_without_replicas_and_allow_always_fo
     controller.abort();
 }
 
-/// A maximum hold of one minute: while the drain waits, the alert's expression holds; at the
+/// A maximum hold of 20 s: while the drain waits, the alert's expression holds; at the
 /// end the guard is released with a Warning event, and the drain completes.
 #[tokio::test]
 async fn a_drain_waits_at_most_the_maximum_hold() {
@@ -419,7 +419,7 @@ async fn a_drain_waits_at_most_the_maximum_hold() {
     let node = NODES[2];
     let _uncordon = Uncordon(node);
     volume(&objects, &sim, &ns, "db", node, 1, true).await;
-    let (controller, ctx) = start_guards_with(&sim, &ns, &["-drain-max-hold", "1m"]).await;
+    let (controller, ctx) = start_guards_with(&sim, &ns, &["-drain-max-hold", "20s"]).await;
     wait_guarded(&ns, node).await;
     let drain = std::thread::spawn(move || drain_node(node, "240s"));
     // The alert: `max by (namespace, node) (storageos_drain_waiting_seconds) > 0` (for 15m).
@@ -444,8 +444,8 @@ async fn a_drain_waits_at_most_the_maximum_hold() {
     // the PVC, and the drain completes.
     let budgets: Api<PodDisruptionBudget> = ns.api();
     wait_for(
-        "the hold to end (a minute after the cordon)",
-        Duration::from_secs(150),
+        "the hold to end (20 s after the cordon)",
+        Duration::from_secs(90),
         || async {
             let b = budgets.get_opt(&guard::name(node)).await.ok()??;
             b.metadata
@@ -459,7 +459,7 @@ async fn a_drain_waits_at_most_the_maximum_hold() {
     println!("DrainHoldExpired: {}", support::message(&expired));
     wait_event(&client, &ns.name, "db", "DrainHoldExpired", node).await;
     let (drained, out) = drain.join().unwrap();
-    println!("$ kubectl drain {node} (held at most 1m)\n{out}");
+    println!("$ kubectl drain {node} (held at most 20s)\n{out}");
     assert!(drained, "the drain did not complete after the hold: {out}");
     let budget = budgets.get(&guard::name(node)).await.unwrap();
     assert!(
