@@ -85,12 +85,13 @@ timed "builds and the release configuration's lints"
 #   three kwok nodes like the shared plane), one module at a time as on the shared plane. They
 #   are the modules that mostly wait: `upgrade::` (nine scenarios that each build a Running
 #   cluster under the cluster lock) and `attach::`; the node-loss modules, whose scenarios hold
-#   the plane's nodes one at a time (`support::exclusive`), and the mirror's idle minute.
+#   the plane's nodes one at a time (`support::exclusive`), the mirror's idle minute, and the
+#   plugin's commands.
 # - LANE_TARGETS, the slow targets that use no plane (the image build and its checks, the
 #   binary run as a user runs it), in a lane of their own.
 # The lanes are chosen so that every path ends about together (the step times printed at the
 # end show where a run spent its minutes). Any failure fails the run.
-MODULE_LANES=("upgrade attach" "fencing drain out_of_service gc mirror")
+MODULE_LANES=("upgrade attach" "fencing drain out_of_service gc mirror plugin")
 LANE_TARGETS=(dist_image cli)
 # The first of N consecutive loopback ports nothing listens on (for a lane's plane).
 free_ports() {

@@ -28,6 +28,7 @@ mod mirrors;
 mod plane;
 mod processes;
 mod report;
+mod results;
 mod size;
 mod webhook_direct;
 
