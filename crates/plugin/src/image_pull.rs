@@ -33,7 +33,7 @@ impl PullFailure {
     pub fn explain(&self, waited: Duration) -> String {
         let message = crate::text::truncated(&self.message, 300);
         format!(
-            "the operator's image {} cannot be pulled ({} for {} s on pod {}: {message}). Push it to a registry the nodes can reach (hack/image.sh --push --tag {}; docs/release.md) or run install again with --image naming an image that exists",
+            "the operator's image {} cannot be pulled ({} for {} s on pod {}: {message}). Push it to a registry the nodes can reach (hack/image.sh --push {}; docs/release.md) or run install again with --image naming an image that exists",
             self.image,
             self.reason,
             waited.as_secs(),
@@ -124,7 +124,8 @@ status:
         let text = failure.explain(Duration::from_secs(31));
         for part in [
             "registry.invalid/storageos-operator:v0.1.0",
-            "hack/image.sh --push",
+            // The script's --push takes the destination itself (`--push --tag X` is refused).
+            "hack/image.sh --push registry.invalid/storageos-operator:v0.1.0;",
             "--image",
             "31 s",
         ] {

@@ -445,7 +445,7 @@ const NOTES: &str = r#"storageos-operator {{ .Chart.AppVersion }} is installed i
 Check that its nodes can pull that image (a minute at most):
   kubectl -n {{ .Release.Namespace }} rollout status deployment/storageos-operator --timeout 90s
 Pods in ErrImagePull or ImagePullBackOff (kubectl -n {{ .Release.Namespace }} get pods) mean it
-is not in a registry they reach: push it (the project's hack/image.sh --push --tag IMAGE) or
+is not in a registry they reach: push it (the project's hack/image.sh --push {{ include "storageos-operator.image" . }}) or
   helm upgrade {{ .Release.Name }} <chart> -n {{ .Release.Namespace }} --reuse-values \
     --set image.repository=REGISTRY/storageos-operator,image.tag=TAG
 
