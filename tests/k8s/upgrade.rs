@@ -47,15 +47,21 @@ impl Operator {
     /// Runs as the operator's ServiceAccount (`kubeconfig`), electing a leader on the install's
     /// Lease, as the Deployment does.
     fn start(kubeconfig: &Path, sim: &SimHandle, step_delay: &str, log: &PathBuf) -> Self {
+        Self::start_watching(kubeconfig, sim, step_delay, log, "*")
+    }
+
+    /// [`Operator::start`] watching `namespaces` only (`--watch-namespaces`).
+    fn start_watching(kubeconfig: &Path, sim: &SimHandle, step_delay: &str, log: &PathBuf, namespaces: &str) -> Self {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
         let metrics_port = support::apimanager::free_port();
-        let child = support::operator::run_command_with_metrics(kubeconfig, &sim.url(), "upgrade-test", metrics_port)
-            .args(["--upgrade-step-delay", step_delay])
-            .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
-            .stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("start the operator");
+        let child =
+            support::operator::run_command_watching(kubeconfig, &sim.url(), "upgrade-test", metrics_port, namespaces)
+                .args(["--upgrade-step-delay", step_delay])
+                .env("LOG_LEVEL", "info,storageos_operator::upgrade=debug,kube=warn")
+                .stdout(Stdio::from(out.try_clone().unwrap()))
+                .stderr(Stdio::from(out))
+                .spawn()
+                .expect("start the operator");
         Self { child, metrics_port }
     }
 
@@ -1156,6 +1162,55 @@ async fn a_second_upgrade_waits_and_deleting_one_mid_way_restores_apps_and_unpau
     scene.wait_phase("second", UpgradePhase::Completed).await;
     scene.assert_completed("second", "storageos/node:v2.10.1").await;
     scene.delete_upgrade("second").await;
+    scene.teardown(operator).await;
+}
+
+/// An upgrade deleted mid-way after its namespace stopped being watched (the operator
+/// restarted with `--watch-namespaces` naming another) still un-pauses its cluster and leaves
+/// no image puller: outside its namespaces the operator still follows the upgrades it once
+/// finalized. The applications its status lists are not restored from that status.
+#[tokio::test]
+async fn an_upgrade_deleted_after_its_namespace_stopped_being_watched_unpauses_its_cluster() {
+    let (scene, operator) = Scene::new("upgrade-unwatched").await;
+    drop(operator);
+    let operator = scene.operator("1s");
+    scene.create_upgrade("upgrade", "storageos/node:v2.10.0").await;
+    scene
+        .wait("the upgrade to scale web down", || async {
+            (scene.app(DEPLOY, "web").await?.0 == 0).then_some(())
+        })
+        .await;
+    assert_eq!(scene.paused_by().await.as_deref(), Some("upgrade"));
+
+    // The operator restarts watching another namespace only; then the upgrade is deleted.
+    drop(operator);
+    let operator = Operator::start_watching(
+        &scene.kubeconfig,
+        &scene.sim,
+        "1s",
+        &scene.log,
+        storageos_operator::install::NAMESPACE,
+    );
+    scene.delete_upgrade("upgrade").await;
+    assert_eq!(
+        scene.paused_by().await,
+        None,
+        "the deleted upgrade left its cluster paused"
+    );
+    let puller = scene
+        .ns
+        .api::<DaemonSet>()
+        .get_opt(&pull::daemonset_name("upgrade"))
+        .await
+        .unwrap();
+    assert!(puller.is_none(), "the deleted upgrade left its image puller");
+    // What its status says it scaled is not evidence once its namespace is not trusted: web is
+    // left as it is (docs/security.md).
+    assert_eq!(scene.app(DEPLOY, "web").await.map(|a| a.0), Some(0));
+
+    // Watching the cluster's namespace again, to delete the cluster.
+    drop(operator);
+    let operator = scene.operator("0s");
     scene.teardown(operator).await;
 }
 

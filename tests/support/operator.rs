@@ -38,6 +38,19 @@ pub fn run_command_with_metrics(
     identity: &str,
     metrics_port: u16,
 ) -> std::process::Command {
+    // Tests put their clusters in namespaces of their own; the trusted-namespaces rule has
+    // tests of its own (k8s/cluster, k8s/job, k8s/upgrade).
+    run_command_watching(kubeconfig, sim_url, identity, metrics_port, "*")
+}
+
+/// [`run_command_with_metrics`] watching `namespaces` (`--watch-namespaces`).
+pub fn run_command_watching(
+    kubeconfig: &std::path::Path,
+    sim_url: &str,
+    identity: &str,
+    metrics_port: u16,
+    namespaces: &str,
+) -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_storageos-operator"));
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
     cmd.args(["run", "--metrics-addr", &metrics_addr, "--storageos-endpoint", sim_url])
@@ -46,9 +59,7 @@ pub fn run_command_with_metrics(
         // Replicas share this machine: the webhook on a free port (tests/k8s/one_cluster.rs
         // serves it where the apiserver reaches it).
         .args(["--webhook-addr", "127.0.0.1:0"])
-        // Tests put their clusters in namespaces of their own; the trusted-namespaces rule has
-        // tests of its own (k8s/cluster, k8s/job, k8s/upgrade).
-        .args(["--watch-namespaces", "*"])
+        .args(["--watch-namespaces", namespaces])
         .env("KUBECONFIG", kubeconfig);
     cmd
 }
