@@ -83,15 +83,15 @@ timed "builds and the release configuration's lints"
 #   fixed seed, SOAK_CI_MINUTES) on another plane of its own.
 # - MODULE_LANES: integration modules on a private plane per lane (hack/k8s.sh on free ports,
 #   three kwok nodes like the shared plane), one module at a time as on the shared plane. They
-#   are the modules that mostly wait: `upgrade::` (nine scenarios that each build a Running
-#   cluster under the cluster lock) and `attach::`; the node-loss modules, whose scenarios hold
-#   the plane's nodes one at a time (`support::exclusive`), the mirror's idle minute, and the
-#   plugin's commands.
+#   are the modules that mostly wait: `upgrade::` (ten scenarios that each build a Running
+#   cluster under the cluster lock); the node-loss modules, whose scenarios hold the plane's
+#   nodes one at a time (`support::exclusive`), the mirror's idle minute, and the plugin's
+#   commands; `attach::` (a minute of polls) and the install.
 # - LANE_TARGETS, the slow targets that use no plane (the image build and its checks, the
 #   binary run as a user runs it), in a lane of their own.
 # The lanes are chosen so that every path ends about together (the step times printed at the
 # end show where a run spent its minutes). Any failure fails the run.
-MODULE_LANES=("upgrade attach" "fencing drain out_of_service gc mirror plugin")
+MODULE_LANES=("upgrade" "fencing drain out_of_service gc mirror plugin" "attach install")
 LANE_TARGETS=(dist_image cli)
 # The first of N consecutive loopback ports nothing listens on (for a lane's plane).
 free_ports() {
