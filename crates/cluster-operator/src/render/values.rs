@@ -176,21 +176,18 @@ fn restricted_pod_security(openshift: bool) -> Value {
     }
 }
 
-/// Builds the template values. `scheduler.config`, the rendered kube-scheduler configuration
-/// file, is null: the caller renders that file from these values, then sets it.
-pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, Error> {
-    let openshift = r.is_openshift();
-    // What the images decide, decided once: whether the api-manager is a Go image, and which
-    // configuration version the kube-scheduler reads.
+/// What the images decide, decided once: whether the api-manager is a Go image, and which
+/// kube-scheduler configuration version to write; an error when the spec asks what those images
+/// cannot do.
+fn image_decisions(r: &Resolved, images: &Images) -> Result<(bool, &'static str), Error> {
     let go_api_manager = is_go_api_manager(&images.api_manager_container);
-    let scheduler_config_version = images::scheduler_config_version(&images.kube_scheduler_container);
     if r.webhook_client_ca_config_map.is_some() && go_api_manager {
         return Err(Error::WebhookClientCaNeedsOurApiManager {
             image: images.api_manager_container.clone(),
         });
     }
     // A pinned old kube-scheduler reads only the config version of its release.
-    let config_api_version = match scheduler_config_version {
+    let config_api_version = match images::scheduler_config_version(&images.kube_scheduler_container) {
         Ok(v) => v,
         Err(_) if r.disable_scheduler => "v1",
         Err(minor) => {
@@ -200,51 +197,175 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, E
             });
         }
     };
-    let meta = &inputs.cluster.metadata;
-    // The pieces this file builds.
-    let (am_command, am_args) = api_manager_command(r, &images.api_manager_container, go_api_manager);
-    let am_cluster = format!(
-        "{}/{}",
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default()
-    );
-    let am_env = api_manager_env(&am_cluster, &inputs.node_env, go_api_manager);
-    let node_config = node_config(r, &inputs.node_env);
-    let provisioner_tuning = sidecar_tuning(&r.csi, Some(("30s", 20)), "--worker-threads");
-    let attacher_tuning = sidecar_tuning(&r.csi, None, "--worker-threads");
-    let resizer_tuning = sidecar_tuning(&r.csi, None, "--workers");
-    let plugin_dir_mount = !is_under(&r.csi.plugin_dir, &r.csi.kubelet_dir);
-    let pod_security = restricted_pod_security(openshift);
+    Ok((go_api_manager, config_api_version))
+}
 
+/// The labels every object carries (the cluster's own among them) and each workload's.
+struct LabelSets {
+    common: Labels,
+    api_manager_component: Labels,
+    values: Value,
+}
+
+fn label_sets(inputs: &Inputs, r: &Resolved) -> LabelSets {
+    let meta = &inputs.cluster.metadata;
     let cluster = meta.name.clone().unwrap_or_default();
     let cluster_ns = meta.namespace.clone().unwrap_or_default();
     let cr_labels: Labels = meta.labels.clone().unwrap_or_default();
     let common = labels::common(&cluster, &cluster_ns, &cr_labels);
     let with_common = |extra: &Labels| labels::merged(&common, extra);
-
     let helper_kind = if r.csi.statefulset { "statefulset" } else { "deployment" };
-    let daemonset_pod = labels::pod(&cluster, Some("daemonset"), "storageos-daemonset");
-    let csi_helper_pod = labels::pod(&cluster, Some(helper_kind), "storageos-csi-helper");
-    let scheduler_pod = labels::pod(&cluster, Some("deployment"), "storageos-scheduler");
     let api_manager_pod = labels::pod(&cluster, None, "storageos-api-manager");
     let service_for = |v: &str| Labels::from([("app.kubernetes.io/service-for".to_string(), v.to_string())]);
     let api_manager_component = Labels::from([(
         "app.kubernetes.io/component".to_string(),
         "storageos-api-manager".to_string(),
     )]);
+    let values = json!({
+        "namespace": {"app": "storageos"},
+        "common": common,
+        "apiService": with_common(&service_for("storageos-api-server")),
+        "apiManager": with_common(&api_manager_pod),
+        "webhookService": with_common(&labels::merged(&api_manager_pod, &service_for("storageos-webhook-server"))),
+        "metricsService": with_common(&labels::merged(&api_manager_pod, &service_for("storageos-api-manager"))),
+        "daemonsetPod": labels::pod(&cluster, Some("daemonset"), "storageos-daemonset"),
+        "csiHelperPod": labels::pod(&cluster, Some(helper_kind), "storageos-csi-helper"),
+        "schedulerPod": labels::pod(&cluster, Some("deployment"), "storageos-scheduler"),
+        "apiManagerPod": api_manager_pod,
+        "metricsSelector": labels::merged(&api_manager_component, &service_for("storageos-api-manager")),
+        "apiManagerComponent": api_manager_component,
+        "serviceSelector": {"app": "storageos", "kind": "daemonset"},
+    });
+    LabelSets {
+        common,
+        api_manager_component,
+        values,
+    }
+}
 
+/// The Service in front of the nodes' API, and its Ingress.
+fn service_and_ingress(r: &Resolved) -> (Value, Value) {
+    let service = json!({
+        "name": r.service_name,
+        "type": r.service_type,
+        // The Go operator's layout (port = internalPort; the port list is keyed by port, so
+        // another port would add a second entry next to the Go one and be rejected), but
+        // targeting the port the node really listens on.
+        "port": r.internal_port,
+        "targetPort": NODE_API_PORT,
+        "nodePort": NODE_API_PORT,
+        "annotations": if r.service_annotations.is_empty() { Value::Null } else { json!(r.service_annotations) },
+    });
+    let ingress = json!({
+        "enabled": r.ingress_enabled,
+        "tls": r.ingress_enabled && r.ingress_tls,
+        "hostname": r.ingress_hostname,
+        "annotations": if r.ingress_annotations.is_empty() { Value::Null } else { json!(r.ingress_annotations) },
+    });
+    (service, ingress)
+}
+
+/// The CSI paths and the helper sidecars' tuning.
+fn csi(r: &Resolved) -> Value {
+    json!({
+        "kubeletDir": r.csi.kubelet_dir,
+        "pluginDir": r.csi.plugin_dir,
+        "pluginDirMount": !is_under(&r.csi.plugin_dir, &r.csi.kubelet_dir),
+        "deviceDir": r.csi.device_dir,
+        "registrarSocketDir": r.csi.registrar_socket_dir,
+        "registrationDir": r.csi.registration_dir,
+        "registrationPathArg": format!("--kubelet-registration-path={}", r.csi.kubelet_registration_path),
+        "statefulset": r.csi.statefulset,
+        "helperServiceAccount": if r.csi.statefulset { "storageos-statefulset-sa" } else { "storageos-csi-helper-sa" },
+        "provisionerTuning": sidecar_tuning(&r.csi, Some(("30s", 20)), "--worker-threads"),
+        "attacherTuning": sidecar_tuning(&r.csi, None, "--worker-threads"),
+        "resizerTuning": sidecar_tuning(&r.csi, None, "--workers"),
+    })
+}
+
+/// The node DaemonSet's and the CSI helper's pods: configuration, placement, container order.
+fn node_and_helper(inputs: &Inputs, r: &Resolved, images: &Images) -> (Value, Value) {
     let node_affinity = affinity(&r.node_selector_terms, None);
-    let api_manager_affinity = affinity(
-        r.api_manager_node_selector_terms
-            .as_deref()
-            .unwrap_or(&r.node_selector_terms),
-        Some(spread_over_hosts(api_manager_component.clone())),
-    );
-    // The spec's tolerations over each workload's defaults, merged once.
-    let node_pod_tolerations = merge_tolerations(node_tolerations(), &r.tolerations);
-    let helper_pod_tolerations = merge_tolerations(helper_tolerations(), &r.tolerations);
-    let api_manager_tolerations = merge_tolerations(helper_pod_tolerations.clone(), &r.api_manager_tolerations);
+    let node = json!({
+        "config": node_config(r, &inputs.node_env),
+        "resources": r.resources,
+        "sharedDir": r.shared_dir,
+        "deviceDirEnv": r.shared_dir.as_ref().map(|s| format!("{s}/devices")),
+        "tolerations": merge_tolerations(node_tolerations(), &r.tolerations),
+        "affinity": node_affinity,
+        "defaultContainer": !go_defaults::kept_in_go_shape(&[
+            &images.csi_node_driver_registrar_container,
+            &images.csi_liveness_probe_container,
+        ]),
+    });
+    let helper = json!({
+        "tolerations": merge_tolerations(helper_tolerations(), &r.tolerations),
+        "affinity": node_affinity,
+        "defaultContainer": !go_defaults::kept_in_go_shape(&[
+            &images.csi_external_attacher_container,
+            &images.csi_external_resizer_container,
+        ]),
+    });
+    (node, helper)
+}
 
+/// The api-manager's Deployment: command, environment, placement, probes, client CA.
+fn api_manager(inputs: &Inputs, r: &Resolved, images: &Images, go_api_manager: bool, component: &Labels) -> Value {
+    let meta = &inputs.cluster.metadata;
+    let (command, args) = api_manager_command(r, &images.api_manager_container, go_api_manager);
+    let cluster = format!(
+        "{}/{}",
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default()
+    );
+    let helper_pod_tolerations = merge_tolerations(helper_tolerations(), &r.tolerations);
+    json!({
+        "command": command,
+        "args": args,
+        "env": api_manager_env(&cluster, &inputs.node_env, go_api_manager),
+        "affinity": affinity(
+            r.api_manager_node_selector_terms.as_deref().unwrap_or(&r.node_selector_terms),
+            Some(spread_over_hosts(component.clone())),
+        ),
+        "tolerations": merge_tolerations(helper_pod_tolerations, &r.api_manager_tolerations),
+        "podSecurityContext": restricted_pod_security(r.is_openshift()),
+        // Our api-manager serves /healthz and /readyz (ready once serving webhooks with its
+        // certificate, which needs no StorageOS) on the metrics port; the Go image's probe
+        // endpoints differ, so it keeps none.
+        "probes": !go_api_manager,
+        "webhookClientCA": r.webhook_client_ca_config_map.as_ref().map(|name| json!({
+            "configMap": name,
+            "dir": WEBHOOK_CLIENT_CA_DIR,
+        })),
+    })
+}
+
+/// The scheduler extender's Deployment; `config` is filled in by the caller.
+fn scheduler(r: &Resolved, config_api_version: &str) -> Value {
+    json!({
+        "enabled": !r.disable_scheduler,
+        "configVersion": {
+            "v1": config_api_version == "v1",
+            "v1beta3": config_api_version == "v1beta3",
+            "v1beta2": config_api_version == "v1beta2",
+            "v1beta1": config_api_version == "v1beta1",
+        },
+        // Before v1 the default lock was endpoints-based; ours is a Lease (its RBAC).
+        "legacyConfig": config_api_version != "v1",
+        "name": SCHEDULER_NAME,
+        "urlPrefix": format!("{}/v2/k8s/scheduler", r.api_endpoint()),
+        "config": Value::Null,
+        "podSecurityContext": restricted_pod_security(r.is_openshift()),
+    })
+}
+
+/// Builds the template values. `scheduler.config`, the rendered kube-scheduler configuration
+/// file, is null: the caller renders that file from these values, then sets it.
+pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, Error> {
+    let (go_api_manager, config_api_version) = image_decisions(r, images)?;
+    let sets = label_sets(inputs, r);
+    let (service, ingress) = service_and_ingress(r);
+    let (node, helper) = node_and_helper(inputs, r, images);
     let credentials = match &inputs.secret {
         Some(secret) => secrets::credential_values(secret, r.ingress_enabled && r.ingress_tls)?,
         None => Value::Null,
@@ -253,123 +374,32 @@ pub fn values(inputs: &Inputs, r: &Resolved, images: &Images) -> Result<Value, E
         (Some(_), Some(secret)) => secrets::etcd_values(secret),
         _ => Value::Null,
     };
-
     // The pod mutator skips the control plane's namespace and its own (so it never waits on
     // itself while the api-manager's pods are created).
     let webhook_excluded: std::collections::BTreeSet<&str> = ["kube-system", r.namespace.as_str()].into();
-
     Ok(json!({
         "ns": r.namespace,
         "webhookExcludedNamespaces": webhook_excluded,
-        "labels": {
-            "namespace": {"app": "storageos"},
-            "common": common,
-            "apiService": with_common(&service_for("storageos-api-server")),
-            "apiManager": with_common(&api_manager_pod),
-            "webhookService": with_common(&labels::merged(&api_manager_pod, &service_for("storageos-webhook-server"))),
-            "metricsService": with_common(&labels::merged(&api_manager_pod, &service_for("storageos-api-manager"))),
-            "daemonsetPod": daemonset_pod,
-            "csiHelperPod": csi_helper_pod,
-            "schedulerPod": scheduler_pod,
-            "apiManagerPod": api_manager_pod,
-            "metricsSelector": labels::merged(&api_manager_component, &service_for("storageos-api-manager")),
-            "apiManagerComponent": api_manager_component,
-            "serviceSelector": {"app": "storageos", "kind": "daemonset"},
-        },
+        "labels": sets.values,
         "images": images,
-        "service": {
-            "name": r.service_name,
-            "type": r.service_type,
-            // The Go operator's layout (port = internalPort; the port list is keyed by port, so
-            // another port would add a second entry next to the Go one and be rejected), but
-            // targeting the port the node really listens on.
-            "port": r.internal_port,
-            "targetPort": NODE_API_PORT,
-            "nodePort": NODE_API_PORT,
-            "annotations": if r.service_annotations.is_empty() { Value::Null } else { json!(r.service_annotations) },
-        },
-        "ingress": {
-            "enabled": r.ingress_enabled,
-            "tls": r.ingress_enabled && r.ingress_tls,
-            "hostname": r.ingress_hostname,
-            "annotations": if r.ingress_annotations.is_empty() { Value::Null } else { json!(r.ingress_annotations) },
-        },
+        "service": service,
+        "ingress": ingress,
         "storageClassName": r.storage_class_name,
-        "csi": {
-            "kubeletDir": r.csi.kubelet_dir,
-            "pluginDir": r.csi.plugin_dir,
-            "pluginDirMount": plugin_dir_mount,
-            "deviceDir": r.csi.device_dir,
-            "registrarSocketDir": r.csi.registrar_socket_dir,
-            "registrationDir": r.csi.registration_dir,
-            "registrationPathArg": format!("--kubelet-registration-path={}", r.csi.kubelet_registration_path),
-            "statefulset": r.csi.statefulset,
-            "helperServiceAccount": if r.csi.statefulset { "storageos-statefulset-sa" } else { "storageos-csi-helper-sa" },
-            "provisionerTuning": provisioner_tuning,
-            "attacherTuning": attacher_tuning,
-            "resizerTuning": resizer_tuning,
-        },
-        "node": {
-            "config": node_config,
-            "resources": r.resources,
-            "sharedDir": r.shared_dir,
-            "deviceDirEnv": r.shared_dir.as_ref().map(|s| format!("{s}/devices")),
-            "tolerations": node_pod_tolerations,
-            "affinity": node_affinity,
-            "defaultContainer": !go_defaults::kept_in_go_shape(&[
-                &images.csi_node_driver_registrar_container,
-                &images.csi_liveness_probe_container,
-            ]),
-        },
-        "helper": {
-            "tolerations": helper_pod_tolerations,
-            "affinity": node_affinity,
-            "defaultContainer": !go_defaults::kept_in_go_shape(&[
-                &images.csi_external_attacher_container,
-                &images.csi_external_resizer_container,
-            ]),
-        },
+        "csi": csi(r),
+        "node": node,
+        "helper": helper,
         "etcdTls": r.etcd_tls_secret_ref.is_some(),
         "etcdSecret": etcd_secret,
         "credentials": credentials,
-        "apiManager": {
-            "command": am_command,
-            "args": am_args,
-            "env": am_env,
-            "affinity": api_manager_affinity,
-            "tolerations": api_manager_tolerations,
-            "podSecurityContext": pod_security,
-            // Our api-manager serves /healthz and /readyz (ready once serving webhooks with its
-            // certificate, which needs no StorageOS) on the metrics port; the Go image's probe
-            // endpoints differ, so it keeps none.
-            "probes": !go_api_manager,
-            "webhookClientCA": r.webhook_client_ca_config_map.as_ref().map(|name| json!({
-                "configMap": name,
-                "dir": WEBHOOK_CLIENT_CA_DIR,
-            })),
-        },
-        "scheduler": {
-            "enabled": !r.disable_scheduler,
-            "configVersion": {
-                "v1": config_api_version == "v1",
-                "v1beta3": config_api_version == "v1beta3",
-                "v1beta2": config_api_version == "v1beta2",
-                "v1beta1": config_api_version == "v1beta1",
-            },
-            // Before v1 the default lock was endpoints-based; ours is a Lease (its RBAC).
-            "legacyConfig": config_api_version != "v1",
-            "name": SCHEDULER_NAME,
-            "urlPrefix": format!("{}/v2/k8s/scheduler", r.api_endpoint()),
-            "config": Value::Null,
-            "podSecurityContext": pod_security,
-        },
-        "openshift": openshift,
+        "apiManager": api_manager(inputs, r, images, go_api_manager, &sets.api_manager_component),
+        "scheduler": scheduler(r, config_api_version),
+        "openshift": r.is_openshift(),
         "fencing": !r.disable_fencing,
         "nodeOutOfService": r.node_out_of_service.is_some(),
         // The drain gate's guards, in a namespace of their own (the Go api-manager has none).
         "drainGuard": (!go_api_manager).then(|| json!({
             "namespace": DRAIN_GUARD_NAMESPACE,
-            "labels": with_common(&labels::restricted_namespace()),
+            "labels": labels::merged(&sets.common, &labels::restricted_namespace()),
         })),
         "serviceMonitor": inputs.service_monitor_crd,
         "operator": {"namespace": inputs.operator_namespace, "selector": crate::rbac::operator::selector()},
