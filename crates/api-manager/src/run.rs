@@ -179,6 +179,60 @@ pub fn register_metrics(registry: &mut Registry) -> Metrics {
     }
 }
 
+/// The webhook serving certificate's manager: the Secret and Service of the flags (in the
+/// api-manager's own namespace unless named), shared by every replica.
+fn cert_manager(args: &ApiManagerArgs, client: &kube::Client, namespace: &str) -> CertManager {
+    let or_ns = |s: &str| {
+        if s.is_empty() {
+            namespace.to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    CertManager {
+        client: client.clone(),
+        secret_namespace: or_ns(&args.webhook_secret_namespace),
+        secret_name: args.webhook_secret_name.clone(),
+        service_namespace: or_ns(&args.webhook_service_namespace),
+        service_name: args.webhook_service_name.clone(),
+        webhook_config: args.webhook_config_mutating.clone(),
+        kind: ConfigKind::Mutating,
+        component: "storageos-api-manager".into(),
+        validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
+    }
+}
+
+/// The webhook's client authentication, when `--webhook-client-ca-file` is given: the CA (then
+/// followed, so a changed ConfigMap is taken without a restart) and the allowed names.
+fn client_auth(args: &ApiManagerArgs) -> Result<Option<https::ClientAuth>, Error> {
+    let Some(path) = &args.webhook_client_ca_file else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path).map_err(|source| Error::ClientCa {
+        path: path.display().to_string(),
+        why: source.to_string(),
+    })?;
+    let names: Vec<String> = args
+        .webhook_client_names
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    if names.is_empty() {
+        tracing::warn!(ca = %path.display(), "any client certificate of the webhook client CA is served: give --webhook-client-names (spec.webhookClientNames), or use a CA dedicated to the webhook");
+    }
+    let invalid = |e: https::Error| Error::ClientCa {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    };
+    let clients = https::ClientAuth::from_pem(&pem)
+        .and_then(|c| c.with_names(names))
+        .map_err(invalid)?;
+    // A ConfigMap volume is updated in place: a new CA is taken without a restart.
+    tokio::spawn(https::client_ca::follow(path.clone(), pem, clients.clone()));
+    Ok(Some(clients))
+}
+
 /// Runs the api-manager until SIGTERM/SIGINT.
 pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
     for warning in args.ignored_flags() {
@@ -206,18 +260,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
 
     // 1. Certificates shared by every replica, then the webhook server: the webhooks need no
     // StorageOS, so they serve while it is down (an upgrade restarts every node pod).
-    let or_ns = |s: &str| if s.is_empty() { namespace.clone() } else { s.to_string() };
-    let manager = CertManager {
-        client: client.clone(),
-        secret_namespace: or_ns(&args.webhook_secret_namespace),
-        secret_name: args.webhook_secret_name.clone(),
-        service_namespace: or_ns(&args.webhook_service_namespace),
-        service_name: args.webhook_service_name.clone(),
-        webhook_config: args.webhook_config_mutating.clone(),
-        kind: ConfigKind::Mutating,
-        component: "storageos-api-manager".into(),
-        validity: chrono::Duration::from_std(args.webhook_cert_validity).unwrap_or(chrono::Duration::days(365)),
-    };
+    let manager = cert_manager(&args, &client, &namespace);
     // The StorageOS login (for the controllers) goes on meanwhile, whatever the certificates do.
     health.set_waiting_for(format!(
         "the webhook serving certificate (Secret {}/{}) and the webhook server; the log says what holds them up",
@@ -249,34 +292,7 @@ pub async fn run(args: ApiManagerArgs) -> Result<(), Error> {
             addr: args.webhook_addr.clone(),
             source,
         })?;
-    let clients = match &args.webhook_client_ca_file {
-        None => None,
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|source| Error::ClientCa {
-                path: path.display().to_string(),
-                why: source.to_string(),
-            })?;
-            let names: Vec<String> = args
-                .webhook_client_names
-                .iter()
-                .filter(|n| !n.is_empty())
-                .cloned()
-                .collect();
-            if names.is_empty() {
-                tracing::warn!(ca = %path.display(), "any client certificate of the webhook client CA is served: give --webhook-client-names (spec.webhookClientNames), or use a CA dedicated to the webhook");
-            }
-            let invalid = |e: https::Error| Error::ClientCa {
-                path: path.display().to_string(),
-                why: e.to_string(),
-            };
-            let clients = https::ClientAuth::from_pem(&pem)
-                .and_then(|c| c.with_names(names))
-                .map_err(invalid)?;
-            // A ConfigMap volume is updated in place: a new CA is taken without a restart.
-            tokio::spawn(https::client_ca::follow(path.clone(), pem, clients.clone()));
-            Some(clients)
-        }
-    };
+    let clients = client_auth(&args)?;
     let server_slot = slot.clone();
     let mut webhook_server = tokio::spawn(https::serve_for(
         webhook_listener,
