@@ -12,6 +12,12 @@ cd "$(dirname "$0")/.."
 # the Job symlink refusal, the drain guard) must run: the CI machine can run a real node
 # (docs/real-node.md), so a missing host requirement there fails the run instead of skipping.
 if [[ ${CI:-} == true ]]; then export STORAGEOS_REQUIRE_REAL_NODE=1; fi
+# The test binaries, four control planes and the image builds take several GiB: a full disk
+# shows up much later as an etcd or openssl failure, so say it first.
+free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
+if ((free_kib < 10 * 1024 * 1024)); then
+  echo "warning: $((free_kib / 1024 / 1024)) GiB free here; a run needs about 10 (cargo clean, or remove target/debug/incremental)" >&2
+fi
 
 started_plane=0
 if ! hack/k8s.sh status >/dev/null 2>&1; then

@@ -153,7 +153,6 @@ fn yaml(v: &impl serde::Serialize) -> String {
 /// Everything the bundle holds, redacted.
 pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Result<Files, Error> {
     let mut files = Files::new();
-    let lp = ListParams::default();
     let clusters = super::list_or_none::<StorageOSCluster>(client).await;
 
     // Learn every credential before anything is written.
@@ -167,35 +166,17 @@ pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Resul
     files.extend(sources::warnings_file(&warnings));
     let operand_namespaces: Vec<String> = clusters.iter().map(sources::operand_namespace).collect();
 
-    // Versions.
     let version = client
         .apiserver_version()
         .await
         .map(|v| v.git_version)
         .unwrap_or_else(|e| format!("unknown ({e})"));
     let operator_env = operator.as_ref().map(container_env).unwrap_or_default();
-    let mut versions = format!(
-        "kubectl-storageos: {}\nkubernetes: {version}\noperator image: {}\n",
-        env!("CARGO_PKG_VERSION"),
-        operator_env
-            .get("OPERATOR_IMAGE")
-            .map(String::as_str)
-            .unwrap_or("(operator not found)")
-    );
-    for c in &clusters {
-        versions.push_str(&format!(
-            "cluster {}/{} images:\n{}",
-            c.namespace().unwrap_or_default(),
-            c.name_any(),
-            yaml(&c.status.as_ref().and_then(|s| s.images.clone()))
-        ));
-    }
     let nodes_mirror = super::list_or_none::<StorageOSNode>(client).await;
-    for n in &nodes_mirror {
-        let v = n.status.as_ref().map(|s| s.version.clone()).unwrap_or_default();
-        versions.push_str(&format!("storageos node {}: {v}\n", n.name_any()));
-    }
-    files.insert("versions.txt".into(), versions);
+    files.insert(
+        "versions.txt".into(),
+        versions(&version, &operator_env, &clusters, &nodes_mirror),
+    );
     files.insert("summary.txt".into(), super::status::summary(client, namespace).await?);
 
     // The custom resources.
@@ -225,17 +206,7 @@ pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Resul
     // Each cluster: live children, desired objects, the difference.
     for (c, live) in clusters.iter().zip(live_children) {
         let dir = format!("clusters/{}_{}", c.namespace().unwrap_or_default(), c.name_any());
-        let mut inputs = Inputs::new(
-            c.clone(),
-            operator_env
-                .get("OPERATOR_IMAGE")
-                .cloned()
-                .unwrap_or_else(|| render::DEFAULT_OPERATOR_IMAGE.into()),
-        );
-        inputs.default_images = DefaultImages::from_env_map(&operator_env);
-        inputs.node_env = render::node_env_from(&operator_env);
-        inputs.operator_namespace = namespace.to_string();
-        inputs.k8s_version = render::parse_k8s_version(&version).ok();
+        let mut inputs = operator_inputs(c, &operator_env, namespace, &version);
         inputs.secret = secrets
             .get(&(c.spec.secret_ref_namespace.clone(), c.spec.secret_ref_name.clone()))
             .cloned();
@@ -251,15 +222,80 @@ pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Resul
         }
     }
 
-    // Events.
     let mut event_namespaces = vec![namespace.to_string()];
     event_namespaces.extend(clusters.iter().filter_map(|c| c.namespace()));
     event_namespaces.extend(operand_namespaces.iter().cloned());
-    event_namespaces.sort();
-    event_namespaces.dedup();
-    for ns in &event_namespaces {
+    files.extend(event_files(client, event_namespaces).await);
+
+    files.extend(log_files(client, namespace, &clusters, &operand_namespaces, &logs).await);
+
+    files.insert("nodes.yaml".into(), nodes_file(client).await?);
+
+    // The last pass: no known secret value anywhere.
+    Ok(files.into_iter().map(|(k, v)| (k, r.text(&v))).collect())
+}
+
+/// `versions.txt`: the plugin's, Kubernetes', the operator's image, each cluster's images and
+/// each StorageOS node's version.
+fn versions(
+    version: &str,
+    operator_env: &BTreeMap<String, String>,
+    clusters: &[StorageOSCluster],
+    nodes: &[StorageOSNode],
+) -> String {
+    let mut versions = format!(
+        "kubectl-storageos: {}\nkubernetes: {version}\noperator image: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        operator_env
+            .get("OPERATOR_IMAGE")
+            .map(String::as_str)
+            .unwrap_or("(operator not found)")
+    );
+    for c in clusters {
+        versions.push_str(&format!(
+            "cluster {}/{} images:\n{}",
+            c.namespace().unwrap_or_default(),
+            c.name_any(),
+            yaml(&c.status.as_ref().and_then(|s| s.images.clone()))
+        ));
+    }
+    for n in nodes {
+        let v = n.status.as_ref().map(|s| s.version.clone()).unwrap_or_default();
+        versions.push_str(&format!("storageos node {}: {v}\n", n.name_any()));
+    }
+    versions
+}
+
+/// What the installed operator would render `cluster` from: its image and defaults (from its
+/// Deployment's env), its namespace, the apiserver's version. The Secret is the caller's.
+fn operator_inputs(
+    cluster: &StorageOSCluster,
+    operator_env: &BTreeMap<String, String>,
+    namespace: &str,
+    version: &str,
+) -> Inputs {
+    let mut inputs = Inputs::new(
+        cluster.clone(),
+        operator_env
+            .get("OPERATOR_IMAGE")
+            .cloned()
+            .unwrap_or_else(|| render::DEFAULT_OPERATOR_IMAGE.into()),
+    );
+    inputs.default_images = DefaultImages::from_env_map(operator_env);
+    inputs.node_env = render::node_env_from(operator_env);
+    inputs.operator_namespace = namespace.to_string();
+    inputs.k8s_version = render::parse_k8s_version(version).ok();
+    inputs
+}
+
+/// `events/<namespace>.txt` for each namespace, one line an event.
+async fn event_files(client: &Client, mut namespaces: Vec<String>) -> Files {
+    namespaces.sort();
+    namespaces.dedup();
+    let mut files = Files::new();
+    for ns in &namespaces {
         let events = Api::<Event>::namespaced(client.clone(), ns)
-            .list(&lp)
+            .list(&ListParams::default())
             .await
             .map(|l| l.items)
             .unwrap_or_default();
@@ -283,13 +319,24 @@ pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Resul
             .collect();
         files.insert(format!("events/{ns}.txt"), lines);
     }
+    files
+}
 
-    // Logs.
+/// `logs/<namespace>/<pod>/<container>.log` (and `.previous.log` after a restart) of the
+/// operator's pods and each cluster's api-manager and node pods.
+async fn log_files(
+    client: &Client,
+    namespace: &str,
+    clusters: &[StorageOSCluster],
+    operand_namespaces: &[String],
+    logs: &LogWindow,
+) -> Files {
+    let mut files = Files::new();
     let mut pod_sets = vec![(
         namespace.to_string(),
         selector(&storageos_cluster_operator::install::selector()),
     )];
-    for (c, operands) in clusters.iter().zip(&operand_namespaces) {
+    for (c, operands) in clusters.iter().zip(operand_namespaces) {
         let name = c.name_any();
         pod_sets.push((
             operands.clone(),
@@ -320,8 +367,11 @@ pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Resul
             }
         }
     }
+    files
+}
 
-    // Nodes.
+/// `nodes.yaml`: each Node's labels, taints, node info, capacity and conditions.
+async fn nodes_file(client: &Client) -> Result<String, Error> {
     let nodes = super::list_all::<Node>(client).await.map_err(|source| Error::Read {
         what: "the Nodes".into(),
         source,
@@ -343,10 +393,7 @@ pub async fn collect(client: &Client, namespace: &str, logs: LogWindow) -> Resul
             })
         })
         .collect();
-    files.insert("nodes.yaml".into(), yaml(&nodes));
-
-    // The last pass: no known secret value anywhere.
-    Ok(files.into_iter().map(|(k, v)| (k, r.text(&v))).collect())
+    Ok(yaml(&nodes))
 }
 
 /// A cluster's `live.yaml`, `desired.yaml` and `diff.txt` under `dir`: both sides redacted
