@@ -173,7 +173,6 @@ for f in tests/*.rs; do
   name=$(basename "$f" .rs)
   [[ $name == k8s_faults || $name == k8s_soak || " ${LANE_TARGETS[*]} " == *" $name "* ]] || targets+=(--test "$name")
 done
-failed_lanes=()
 rest=0
 cargo test --lib --bins "${targets[@]}" --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" || rest=$?
 timed "unit, API and single-file test targets"
@@ -187,9 +186,9 @@ for f in tests/k8s/*.rs; do
   cargo test --test k8s --no-fail-fast -- --test-threads "${TEST_THREADS:-4}" "$module::" --skip "_$module::" || rest=$?
   timed "k8s $module::"
 done
-lanes=0
+failed_lanes=()
 for i in "${!lane_pids[@]}"; do
-  if ! wait "${lane_pids[$i]}"; then lanes=1 && failed_lanes+=("${lane_names[$i]}"); fi
+  wait "${lane_pids[$i]}" || failed_lanes+=("${lane_names[$i]}")
 done
 timed "waiting for the lanes (started with the unit tests)"
 for i in "${!lane_pids[@]}"; do
@@ -197,7 +196,7 @@ for i in "${!lane_pids[@]}"; do
   cat "${lane_logs[$i]}"
   rm -f "${lane_logs[$i]}"
 done
-if [[ $rest != 0 || $lanes != 0 ]]; then
+if [[ $rest != 0 || ${#failed_lanes[@]} != 0 ]]; then
   echo "FAILED: test targets exit $rest; lanes failed: ${failed_lanes[*]:-none}" >&2
   exit 1
 fi

@@ -48,8 +48,13 @@ const EDGES: &[(&str, &[&str])] = &[
     ("panic-check", &[]),
 ];
 
-/// The workspace's packages, as `cargo metadata` describes them.
-fn workspace_packages() -> Vec<serde_json::Value> {
+/// The workspace's packages, as `cargo metadata` describes them (read once per test binary).
+fn workspace_packages() -> &'static [serde_json::Value] {
+    static PACKAGES: std::sync::LazyLock<Vec<serde_json::Value>> = std::sync::LazyLock::new(read_packages);
+    &PACKAGES
+}
+
+fn read_packages() -> Vec<serde_json::Value> {
     let out = std::process::Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -389,6 +389,15 @@ impl Scene {
         }
     }
 
+    /// The upgrade `name`'s image puller DaemonSet, if there is one.
+    async fn puller(&self, name: &str) -> Option<DaemonSet> {
+        self.ns
+            .api::<DaemonSet>()
+            .get_opt(&pull::daemonset_name(name))
+            .await
+            .unwrap()
+    }
+
     async fn paused_by(&self) -> Option<String> {
         self.clusters()
             .get(CLUSTER)
@@ -930,12 +939,7 @@ async fn an_upgrade_waits_while_a_replica_syncs_and_touches_nothing() {
         })
         .await;
     assert_eq!(scene.phase("safe").await, Some(UpgradePhase::Pending));
-    let puller = scene
-        .ns
-        .api::<DaemonSet>()
-        .get_opt(&pull::daemonset_name("safe"))
-        .await
-        .unwrap();
+    let puller = scene.puller("safe").await;
     assert!(puller.is_none(), "a waiting upgrade applied the puller");
     assert_eq!(scene.paused_by().await, None, "a waiting upgrade paused the cluster");
     scene.assert_apps_restored().await;
@@ -1067,12 +1071,7 @@ async fn a_downgrade_is_refused_with_nothing_touched_until_forced() {
         .await;
     // The refusal was decided (phase and event seen) before any action could be: every later
     // pass decides the same until the spec changes.
-    let puller = scene
-        .ns
-        .api::<DaemonSet>()
-        .get_opt(&pull::daemonset_name("down"))
-        .await
-        .unwrap();
+    let puller = scene.puller("down").await;
     assert!(puller.is_none(), "a refused upgrade applied the puller");
     assert_eq!(scene.paused_by().await, None, "a refused upgrade paused the cluster");
     scene.assert_apps_restored().await;
@@ -1197,12 +1196,7 @@ async fn an_upgrade_deleted_after_its_namespace_stopped_being_watched_unpauses_i
         None,
         "the deleted upgrade left its cluster paused"
     );
-    let puller = scene
-        .ns
-        .api::<DaemonSet>()
-        .get_opt(&pull::daemonset_name("upgrade"))
-        .await
-        .unwrap();
+    let puller = scene.puller("upgrade").await;
     assert!(puller.is_none(), "the deleted upgrade left its image puller");
     // What its status says it scaled is not evidence once its namespace is not trusted: web is
     // left as it is (docs/security.md).
